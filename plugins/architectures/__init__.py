@@ -1,0 +1,19 @@
+"""Whole-model architectures."""
+
+from zoo import hookimpl
+
+
+@hookimpl
+def register_architectures(register):
+    register(
+        "seq2seq",
+        "zoo.plugins.architectures.seq2seq:Seq2Seq",
+        description="The encoder-decoder Transformer of Vaswani et al. 2017",
+        capabilities={"inputs": "tokens", "outputs": "tokens"},
+    )
+    register(
+        "vit",
+        "zoo.plugins.architectures.vit:VisionTransformer",
+        description="Vision Transformer (Dosovitskiy et al. 2021): patches in, classes out",
+        capabilities={"inputs": "images", "outputs": "classes"},
+    )

@@ -1,0 +1,184 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017).
+
+Token embeddings scaled by sqrt(d_model) plus positions; N encoder and N
+decoder blocks; output logits through the (optionally shared) embedding matrix.
+Padding masks come from ``pad_id``; the decoder's self-attention is causal.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import nn
+
+from zoo.cache import DecoderCache
+from zoo.families import Slot
+
+TOKEN_ATTENTION = {"causal": True, "cross_attention": True, "padding_mask": True}
+
+
+class Seq2SeqSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    vocab_size: int = Field(gt=0)
+    """Shared vocabulary (source = target) when share_embeddings; else the target's."""
+    src_vocab_size: int | None = Field(None, gt=0)
+    """Source vocabulary when embeddings are not shared (defaults to vocab_size)."""
+    d_model: int = Field(512, gt=0)
+    n_heads: int = Field(8, gt=0)
+    d_ff: int = Field(2048, gt=0)
+    encoder_layers: int = Field(6, ge=0)
+    decoder_layers: int = Field(6, ge=1)
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    max_len: int = Field(1024, gt=0)
+    norm_placement: Literal["post", "pre"] = "post"
+    final_norm: bool | None = None
+    """A norm after each stack; None means: only with pre-norm."""
+    share_embeddings: bool = True
+    """One matrix for source, target and output (sec. 3.4)."""
+    tie_output: bool = True
+    """Output projection = target embedding (implied by share_embeddings)."""
+    scale_embeddings: bool = True
+    pad_id: int | None = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Seq2SeqSettings":
+        if self.d_model % self.n_heads:
+            divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
+            raise ValueError(
+                f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}; "
+                f"n_heads could be one of {divisors}"
+            )
+        if self.share_embeddings and self.src_vocab_size not in (None, self.vocab_size):
+            raise ValueError(
+                "share_embeddings needs one vocabulary: drop src_vocab_size or set "
+                "share_embeddings: false"
+            )
+        return self
+
+
+class Stack(nn.Module):
+    """Blocks in sequence, with an optional final norm."""
+
+    def __init__(self, layers: list[nn.Module], norm: nn.Module | None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+
+
+class Seq2Seq(nn.Module):
+    """Encoder-decoder Transformer: forward(src, tgt) -> logits (B, Lt, vocab)."""
+
+    Settings = Seq2SeqSettings
+    slots = {
+        "attention": Slot("attention", TOKEN_ATTENTION, "the decoder attends causally, "
+                          "across to the encoder, and skips padding"),
+        "kernel": Slot("kernel", {"causal": True, "arbitrary_mask": True},
+                       "padding and causal masks", default="sdpa"),
+        "positional": Slot("positional", default="sinusoidal"),
+        "norm": Slot("norm", default="layernorm"),
+        "ffn": Slot("ffn", default="relu"),
+        "encoder_block": Slot("block", {"role": "encoder"}, default="encoder"),
+        "decoder_block": Slot("block", {"role": "decoder"}, default="decoder"),
+    }
+
+    def __init__(self, settings: Seq2SeqSettings, parts) -> None:
+        super().__init__()
+        s = self.settings = settings
+        self.pad_id = s.pad_id
+        self.embed_scale = math.sqrt(s.d_model) if s.scale_embeddings else 1.0
+        self.tgt_embed = nn.Embedding(s.vocab_size, s.d_model)
+        nn.init.normal_(self.tgt_embed.weight, std=s.d_model**-0.5)
+        if s.share_embeddings:
+            self.src_embed = self.tgt_embed
+        else:
+            self.src_embed = nn.Embedding(s.src_vocab_size or s.vocab_size, s.d_model)
+            nn.init.normal_(self.src_embed.weight, std=s.d_model**-0.5)
+        self.lm_head = nn.Linear(s.d_model, s.vocab_size, bias=False)
+        if s.share_embeddings or s.tie_output:
+            self.lm_head.weight = self.tgt_embed.weight
+        self.positional = parts.make("positional", d_model=s.d_model, max_len=s.max_len)
+        self.drop = nn.Dropout(s.dropout)
+
+        attention = partial(
+            parts.make, "attention", d_model=s.d_model, n_heads=s.n_heads,
+            dropout=s.attention_dropout, kernel=parts.load("kernel"),
+        )
+        norm = partial(parts.make, "norm", dim=s.d_model)
+        ffn = partial(parts.make, "ffn", d_model=s.d_model, d_ff=s.d_ff, dropout=s.dropout)
+        block = dict(
+            d_model=s.d_model, dropout=s.dropout, norm_first=s.norm_placement == "pre",
+            make_attention=attention, make_norm=norm, make_ffn=ffn,
+        )
+        final = s.norm_placement == "pre" if s.final_norm is None else s.final_norm
+        self.encoder = Stack(
+            [parts.make("encoder_block", **block) for _ in range(s.encoder_layers)],
+            norm() if final else None,
+        )
+        self.decoder = Stack(
+            [parts.make("decoder_block", **block) for _ in range(s.decoder_layers)],
+            norm() if final else None,
+        )
+
+    # -- masks and embeddings -------------------------------------------------------------------
+    def padding_mask(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """(B, L) True at padding, or None without a pad_id."""
+        return None if self.pad_id is None else tokens.eq(self.pad_id)
+
+    def _embed(self, embed: nn.Embedding, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return self.drop(self.positional(embed(tokens) * self.embed_scale, offset=offset))
+
+    # -- the two halves -------------------------------------------------------------------------
+    def encode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """src (B, Ls) token ids -> memory (B, Ls, d)."""
+        mask = self.padding_mask(src) if src_padding_mask is None else src_padding_mask
+        x = self._embed(self.src_embed, src)
+        for layer in self.encoder.layers:
+            x = layer(x, key_padding_mask=mask)
+        return self.encoder.norm(x) if self.encoder.norm is not None else x
+
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor | None,
+        memory_padding_mask: torch.Tensor | None = None,
+        tgt_padding_mask: torch.Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> torch.Tensor:
+        """tgt (B, Lt) -> logits (B, Lt, vocab). With ``cache``, tgt holds only the new
+        tokens and earlier keys/values come from the cache."""
+        offset = cache.offset if cache is not None else 0
+        if tgt_padding_mask is None and cache is None:
+            tgt_padding_mask = self.padding_mask(tgt)
+        x = self._embed(self.tgt_embed, tgt, offset)
+        for i, layer in enumerate(self.decoder.layers):
+            x = layer(
+                x, memory, self_padding_mask=tgt_padding_mask,
+                memory_padding_mask=memory_padding_mask,
+                cache=cache[i] if cache is not None else None,
+            )
+        if self.decoder.norm is not None:
+            x = self.decoder.norm(x)
+        return self.lm_head(x)
+
+    def init_cache(self) -> DecoderCache:
+        """An empty cache for incremental decoding with :meth:`decode`."""
+        return DecoderCache(len(self.decoder.layers))
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_padding_mask: torch.Tensor | None = None,
+        tgt_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """src (B, Ls), tgt (B, Lt) token ids -> logits (B, Lt, vocab)."""
+        if src_padding_mask is None:
+            src_padding_mask = self.padding_mask(src)
+        memory = self.encode(src, src_padding_mask)
+        return self.decode(tgt, memory, src_padding_mask, tgt_padding_mask)

@@ -1,0 +1,104 @@
+"""Vision Transformer (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words").
+
+Image -> non-overlapping patches (a strided convolution) -> a class token in
+front -> learned positions -> pre-norm encoder blocks -> norm -> the class
+token's vector (or the mean of all tokens) -> a linear classifier.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import nn
+
+from zoo.families import Slot
+
+
+class ViTSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    image_size: int = Field(224, gt=0)
+    patch_size: int = Field(16, gt=0)
+    in_chans: int = Field(3, gt=0)
+    num_classes: int = Field(1000, ge=0)
+    d_model: int = Field(768, gt=0)
+    n_heads: int = Field(12, gt=0)
+    d_ff: int = Field(3072, gt=0)
+    depth: int = Field(12, ge=0)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    class_token: bool = True
+    pool: Literal["token", "mean"] = "token"
+
+    @model_validator(mode="after")
+    def _check(self) -> "ViTSettings":
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}"
+            )
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.pool == "token" and not self.class_token:
+            raise ValueError("pool 'token' needs class_token: true (or use pool: mean)")
+        return self
+
+
+class VisionTransformer(nn.Module):
+    """forward(images (B, C, H, W)) -> logits (B, num_classes)."""
+
+    Settings = ViTSettings
+    slots = {
+        "attention": Slot("attention"),
+        "kernel": Slot("kernel", default="sdpa"),
+        "positional": Slot("positional", default="learned"),
+        "norm": Slot("norm", default="layernorm"),
+        "ffn": Slot("ffn", default="gelu"),
+        "block": Slot("block", {"role": "encoder"}, default="vit"),
+    }
+
+    def __init__(self, settings: ViTSettings, parts) -> None:
+        super().__init__()
+        s = self.settings = settings
+        self.num_patches = (s.image_size // s.patch_size) ** 2
+        self.num_prefix = int(s.class_token)
+        self.patch_embed = nn.Conv2d(s.in_chans, s.d_model, s.patch_size, stride=s.patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, s.d_model)) if s.class_token else None
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        self.positional = parts.make(
+            "positional", d_model=s.d_model, max_len=self.num_patches + self.num_prefix
+        )
+        self.drop = nn.Dropout(s.dropout)
+        make_attention = partial(
+            parts.make, "attention", d_model=s.d_model, n_heads=s.n_heads,
+            dropout=s.attention_dropout, kernel=parts.load("kernel"),
+        )
+        norm = partial(parts.make, "norm", dim=s.d_model)
+        ffn = partial(parts.make, "ffn", d_model=s.d_model, d_ff=s.d_ff, dropout=s.dropout)
+        self.blocks = nn.ModuleList(
+            parts.make(
+                "block", d_model=s.d_model, dropout=s.dropout, norm_first=True,
+                make_attention=make_attention, make_norm=norm, make_ffn=ffn,
+            )
+            for _ in range(s.depth)
+        )
+        self.norm = norm()
+        self.head = nn.Linear(s.d_model, s.num_classes) if s.num_classes else nn.Identity()
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> tokens (B, prefix + patches, d), normed."""
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, N, d)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = self.drop(self.positional(x))
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.forward_features(images)
+        pooled = x[:, 0] if self.settings.pool == "token" else x[:, self.num_prefix:].mean(1)
+        return self.head(pooled)

@@ -1,0 +1,25 @@
+"""Transformer blocks (layers)."""
+
+from zoo import hookimpl
+
+
+@hookimpl
+def register_blocks(register):
+    register(
+        "encoder",
+        "zoo.plugins.blocks.encoder:EncoderBlock",
+        description="Self-attention + feed-forward, each in a residual with a norm (pre or post)",
+        capabilities={"role": "encoder"},
+    )
+    register(
+        "decoder",
+        "zoo.plugins.blocks.decoder:DecoderBlock",
+        description="Causal self-attention + cross-attention + feed-forward, residual, normed",
+        capabilities={"role": "decoder"},
+    )
+    register(
+        "vit",
+        "zoo.plugins.blocks.vit:ViTBlock",
+        description="The pre-norm encoder block of ViT, with optional LayerScale (CaiT, DeiT III)",
+        capabilities={"role": "encoder"},
+    )

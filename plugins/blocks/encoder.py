@@ -1,0 +1,49 @@
+"""The encoder layer (Vaswani et al. 2017, sec. 3.1), post-norm or pre-norm.
+
+post: x = norm1(x + drop(attn(x)));       x = norm2(x + drop(ffn(x)))
+pre:  x = x + drop(attn(norm1(x)));       x = x + drop(ffn(norm2(x)))
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention and feed-forward sublayers, each residual and normalised."""
+
+    def __init__(
+        self,
+        settings: None = None,
+        *,
+        d_model: int,
+        dropout: float,
+        norm_first: bool,
+        make_attention: Callable[..., nn.Module],
+        make_norm: Callable[[], nn.Module],
+        make_ffn: Callable[[], nn.Module],
+    ) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = make_attention()
+        self.norm1 = make_norm()
+        self.ffn = make_ffn()
+        self.norm2 = make_norm()
+        self.drop = nn.Dropout(dropout)
+
+    def _attend(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.drop(self.attn(x, key_padding_mask=key_padding_mask))
+
+    def _feed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.ffn(x))
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, d); key_padding_mask (B, L), True at padding."""
+        if self.norm_first:
+            x = x + self._attend(self.norm1(x), key_padding_mask)
+            return x + self._feed(self.norm2(x))
+        x = self.norm1(x + self._attend(x, key_padding_mask))
+        return self.norm2(x + self._feed(x))

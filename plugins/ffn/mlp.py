@@ -1,0 +1,29 @@
+"""The two-layer MLP that the ReLU and GELU feed-forward networks share."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+
+class MLPSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    bias: bool = True
+
+
+class MLP(nn.Module):
+    """fc2(dropout(act(fc1(x)))); subclasses set ``act``."""
+
+    def __init__(self, settings: MLPSettings, *, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff, bias=settings.bias)
+        self.act = self.make_activation(settings)
+        self.drop = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(d_ff, d_model, bias=settings.bias)
+
+    def make_activation(self, settings: MLPSettings) -> nn.Module:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.drop(self.act(self.fc1(x))))

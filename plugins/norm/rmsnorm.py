@@ -1,0 +1,25 @@
+"""RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * weight."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dimension; statistics in float32."""
+
+    class Settings(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        eps: float = Field(1e-6, gt=0.0)
+
+    def __init__(self, settings: Settings, *, dim: int) -> None:
+        super().__init__()
+        self.eps = settings.eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return h.to(x.dtype) * self.weight

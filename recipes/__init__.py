@@ -1,0 +1,1 @@
+"""Named recipes shipped with zoo (YAML files beside this one)."""

@@ -1,0 +1,102 @@
+"""``zoo.build``: a recipe name, file or object (plus overrides) to an ``nn.Module``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import MemoryBudgetError
+from .recipe import Recipe, get_recipe
+from .resolve import Resolved, resolve
+
+
+def _instantiate(resolved: Resolved) -> nn.Module:
+    model = resolved.architecture.load()(resolved.settings, resolved)
+    model.recipe = resolved.recipe
+    return model
+
+
+def build(
+    name: str | os.PathLike[str] | Recipe,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    **overrides: Any,
+) -> nn.Module:
+    """Build a model from a named recipe, a recipe file or a :class:`Recipe`.
+
+    Keyword overrides replace a slot's component (``norm="rmsnorm"``), an
+    architecture setting (``encoder_layers=3``) or a component setting
+    (``**{"norm.eps": 1e-5}``); each is validated before anything is built.
+    ``device="meta"`` builds without allocating memory.
+
+    >>> import zoo
+    >>> m = zoo.build("transformer-tiny", norm="rmsnorm")
+    >>> type(m.encoder.layers[0].norm1).__name__
+    'RMSNorm'
+    """
+    resolved = resolve(get_recipe(name), overrides, device=device)
+    if str(device) != "meta":
+        check_memory(resolved, device=device, dtype=dtype)
+    with torch.device(device or "cpu"):
+        model = _instantiate(resolved)
+    if dtype is not None:
+        model = model.to(dtype)
+    return model
+
+
+@dataclass
+class Footprint:
+    """Parameter count and the bytes the weights need."""
+
+    parameters: int
+    buffers: int
+    dtype: torch.dtype
+
+    @property
+    def bytes(self) -> int:
+        itemsize = torch.empty((), dtype=self.dtype, device="meta").element_size()
+        return (self.parameters + self.buffers) * itemsize
+
+
+def footprint(resolved: Resolved, dtype: torch.dtype | None = None) -> Footprint:
+    """Count the parameters of a resolved recipe by building it on the meta device."""
+    with torch.device("meta"):
+        model = _instantiate(resolved)
+    params = sum(p.numel() for p in model.parameters())
+    buffers = sum(b.numel() for b in model.buffers())
+    return Footprint(params, buffers, dtype or torch.get_default_dtype())
+
+
+def memory_available(device: str | torch.device | None = None) -> int:
+    """Bytes of memory of the device a model is built on (RAM for the CPU)."""
+    device = torch.device(device or "cpu")
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError
+
+
+def check_memory(resolved: Resolved, *, device: Any = None, dtype: torch.dtype | None = None) -> Footprint:
+    """Refuse a recipe whose weights need more memory than the device has."""
+    fp = footprint(resolved, dtype)
+    have = memory_available(device)
+    if fp.bytes > have:
+        raise MemoryBudgetError(
+            f"Recipe {resolved.recipe.name!r} needs about {format_bytes(fp.bytes)} for its "
+            f"weights alone ({fp.parameters:,} parameters in {fp.dtype}), more than the "
+            f"{format_bytes(have)} of memory on {device or 'cpu'}. Nothing was allocated. "
+            "Make it smaller (d_model, layers, vocab_size) or build it on device='meta'."
+        )
+    return fp

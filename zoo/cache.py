@@ -1,0 +1,56 @@
+"""Caches for incremental decoding (the ``cache=`` argument of attention)."""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """Keys and values an attention layer has seen, shaped (B, H, L, D).
+
+    Self-attention appends each step's keys and values; cross-attention stores
+    the projected memory once and reuses it.
+    """
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    @property
+    def empty(self) -> bool:
+        return self.k is None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.k is not None:
+            k = torch.cat([self.k, k], dim=-2)
+            v = torch.cat([self.v, v], dim=-2)
+        self.k, self.v = k, v
+        return k, v
+
+    def set(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k, self.v = k, v
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (beam search)."""
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+
+
+class DecoderCache(list):
+    """One ``{"self": KVCache, "cross": KVCache}`` per decoder layer."""
+
+    def __init__(self, layers: int) -> None:
+        super().__init__({"self": KVCache(), "cross": KVCache()} for _ in range(layers))
+
+    @property
+    def offset(self) -> int:
+        """How many target positions have been decoded."""
+        return len(self[0]["self"]) if self else 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        for layer in self:
+            for cache in layer.values():
+                cache.reorder(index)

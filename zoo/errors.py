@@ -1,0 +1,31 @@
+"""The errors zoo raises. Each names what is wrong and what would be right."""
+
+from __future__ import annotations
+
+
+class ZooError(Exception):
+    """Base class of every error zoo raises on purpose."""
+
+
+class UnknownNameError(ZooError, LookupError):
+    """A component, family or recipe name that nothing registered."""
+
+
+class DuplicateComponentError(ZooError, ValueError):
+    """A second registration of a name without ``override=True``."""
+
+
+class RecipeError(ZooError, ValueError):
+    """A recipe (or an override of one) that cannot be built."""
+
+
+class CapabilityError(RecipeError):
+    """Components that each exist but cannot work together."""
+
+
+class MemoryBudgetError(RecipeError):
+    """A recipe whose weights would not fit in this machine's memory."""
+
+
+class PluginError(ZooError, RuntimeError):
+    """A plugin that could not be loaded or broke while registering."""

@@ -1,0 +1,165 @@
+"""The component families, their call contracts and capability models.
+
+A family is a kind of interchangeable part. Every member honours the family's
+call contract (written here, and in ``docs/concepts.md``) and declares what it
+can do as a capabilities record: plain data, checked against a recipe before
+anything is built. This module imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Capabilities(BaseModel):
+    """Base of every family's capability record: frozen, no unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AttentionCapabilities(Capabilities):
+    causal: bool = True
+    """Can attend causally (a decoder's self-attention)."""
+    cross_attention: bool = True
+    """Can take keys and values from another sequence."""
+    padding_mask: bool = True
+    """Honours a key padding mask."""
+    arbitrary_mask: bool = True
+    """Honours an arbitrary boolean ``attn_mask``."""
+    kv_cache: bool = True
+    """Supports incremental decoding with a cache."""
+    uses_kernel: bool = True
+    """Computes its scores through the ``kernel`` slot."""
+    positions: tuple[str, ...] = ()
+    """Positional kinds it applies inside attention (``rotary``, ``bias``...)."""
+    needs_cuda: bool = False
+
+
+class KernelCapabilities(Capabilities):
+    causal: bool = True
+    arbitrary_mask: bool = True
+    dropout: bool = True
+    needs_cuda: bool = False
+    requires_package: str | None = None
+    """Import name of an optional dependency the kernel needs."""
+
+
+class PositionalCapabilities(Capabilities):
+    kind: Literal["absolute", "rotary", "bias", "relative", "none"] = "absolute"
+    """``absolute`` is added to the embeddings; the others act inside attention."""
+    learned: bool = False
+    max_length: bool = False
+    """True when the component only covers positions below a set ``max_len``."""
+
+
+class NormCapabilities(Capabilities):
+    centered: bool = True
+    """Subtracts the mean (LayerNorm) or not (RMSNorm)."""
+    bias: bool = True
+
+
+class FFNCapabilities(Capabilities):
+    gated: bool = False
+
+
+class BlockCapabilities(Capabilities):
+    role: Literal["encoder", "decoder"]
+
+
+class ArchitectureCapabilities(Capabilities):
+    inputs: Literal["tokens", "images"]
+    outputs: Literal["tokens", "classes"]
+
+
+class TaskCapabilities(Capabilities):
+    architectures: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    summary: str
+    capabilities: type[Capabilities]
+    hook: str
+    """The pluggy hook through which plugins register members."""
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            "attention",
+            "Attention mechanisms: projections, positions inside attention, KV cache. "
+            "Built as cls(settings, d_model=, n_heads=, dropout=, kernel=, positional=, "
+            "causal=, cross=); called as module(x, context=None, *, key_padding_mask=None, "
+            "attn_mask=None, cache=None) -> (B, Lq, d_model).",
+            AttentionCapabilities,
+            "register_attention",
+        ),
+        Family(
+            "kernel",
+            "Attention kernels: a function fn(q, k, v, *, attn_mask=None, is_causal=False, "
+            "dropout_p=0.0, scale=None) over (B, H, L, D) tensors -> (B, H, Lq, D). "
+            "attn_mask is boolean, True where attention is allowed.",
+            KernelCapabilities,
+            "register_kernels",
+        ),
+        Family(
+            "positional",
+            "Positional encodings. absolute: cls(settings, d_model=, max_len=) called as "
+            "module(x, offset=0) -> x plus positions.",
+            PositionalCapabilities,
+            "register_positionals",
+        ),
+        Family(
+            "norm",
+            "Normalisation over the last dimension: cls(settings, dim=); module(x) -> x.",
+            NormCapabilities,
+            "register_norms",
+        ),
+        Family(
+            "ffn",
+            "Position-wise feed-forward networks: cls(settings, d_model=, d_ff=, dropout=); "
+            "module(x) -> x.",
+            FFNCapabilities,
+            "register_ffns",
+        ),
+        Family(
+            "block",
+            "Transformer layers built from an attention, a norm and an ffn factory. "
+            "encoder: module(x, key_padding_mask=None) -> x; decoder: module(x, memory, "
+            "self_padding_mask=None, memory_padding_mask=None, cache=None) -> x.",
+            BlockCapabilities,
+            "register_blocks",
+        ),
+        Family(
+            "architecture",
+            "Whole models. cls(settings, parts) where parts builds each slot's component.",
+            ArchitectureCapabilities,
+            "register_architectures",
+        ),
+        Family(
+            "task",
+            "Training tasks: data, collate, loss and metrics.",
+            TaskCapabilities,
+            "register_tasks",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place in an architecture that a recipe fills with a component.
+
+    ``requires`` maps capability fields to the values this slot needs, e.g.
+    ``{"causal": True}``; ``why`` says in words what needs them.
+    """
+
+    family: str
+    requires: dict[str, object] = field(default_factory=dict)
+    why: str = ""
+    default: str | None = None

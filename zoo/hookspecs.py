@@ -1,0 +1,56 @@
+"""The hooks a zoo plugin may implement.
+
+Each hook receives a ``register`` callback bound to one family::
+
+    register(name, target, *, description="", capabilities=None, override=False)
+
+``target`` is a class (or builder) or a ``"module:attribute"`` string imported
+on first use; pass strings to keep ``import`` of your plugin free of torch.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("zoo")
+hookimpl = pluggy.HookimplMarker("zoo")
+
+
+@hookspec
+def register_attention(register):
+    """Register attention mechanisms (family ``attention``)."""
+
+
+@hookspec
+def register_kernels(register):
+    """Register attention kernels (family ``kernel``)."""
+
+
+@hookspec
+def register_positionals(register):
+    """Register positional encodings (family ``positional``)."""
+
+
+@hookspec
+def register_norms(register):
+    """Register normalisation layers (family ``norm``)."""
+
+
+@hookspec
+def register_ffns(register):
+    """Register feed-forward networks (family ``ffn``)."""
+
+
+@hookspec
+def register_blocks(register):
+    """Register Transformer blocks (family ``block``)."""
+
+
+@hookspec
+def register_architectures(register):
+    """Register whole-model architectures (family ``architecture``)."""
+
+
+@hookspec
+def register_tasks(register):
+    """Register training tasks (family ``task``)."""

@@ -1,0 +1,179 @@
+"""Finding and loading plugins (pluggy, entry-point group ``zoo``).
+
+Plugins load on the first registry lookup, not on ``import zoo``. Each one is
+imported and asked to register on its own: a plugin that raises is recorded
+with its error (``zoo plugins`` shows it), its partial registrations are
+undone, and the others keep working.
+
+Environment:
+  ``ZOO_DISABLE_PLUGIN_AUTOLOAD=1``  load no entry-point plugin (the built-in
+  ones included); add plugins with :func:`register_plugin`.
+  ``ZOO_PLUGINS=a,b``  load only these entry points (by entry-point name or
+  distribution name); set but empty loads none.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .families import FAMILIES
+from .registry import registry
+
+ENTRY_POINT_GROUP = "zoo"
+
+
+@dataclass
+class PluginInfo:
+    """What ``zoo plugins`` shows for one plugin."""
+
+    name: str
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+    registered: list[tuple[str, str]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class PluginManager:
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager("zoo")
+        self.pm.add_hookspecs(hookspecs)
+        self.infos: dict[str, PluginInfo] = {}
+        self._loaded = False
+        self._loading = False
+
+    # -- loading -------------------------------------------------------------------------------
+    def ensure_loaded(self) -> None:
+        if self._loaded or self._loading:
+            return
+        self._loading = True
+        try:
+            if os.environ.get("ZOO_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0"):
+                return
+            allow = os.environ.get("ZOO_PLUGINS")
+            allowed = None if allow is None else {a.strip() for a in allow.split(",") if a.strip()}
+            for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+                dist = ep.dist.name if ep.dist else None
+                if allowed is not None and ep.name not in allowed and dist not in allowed:
+                    continue
+                if ep.name in self.infos:
+                    continue
+                info = PluginInfo(
+                    ep.name, ep.value, dist, ep.dist.version if ep.dist else None
+                )
+                self.infos[ep.name] = info
+                try:
+                    plugin = ep.load()
+                except Exception as exc:
+                    info.error = _describe(exc, f"importing {ep.value}")
+                    continue
+                self._add(plugin, info)
+        finally:
+            self._loading = False
+            self._loaded = True
+
+    def register_plugin(self, plugin: Any, name: str | None = None) -> PluginInfo:
+        """Add a plugin object (module, class or instance with hookimpls) at run time."""
+        self.ensure_loaded()
+        module = getattr(plugin, "__name__", None) or type(plugin).__module__
+        name = name or self.pm.get_canonical_name(plugin)
+        if name in self.infos and self.infos[name].ok:
+            raise ValueError(
+                f"A plugin named {name!r} is already registered ({self.infos[name].module}); "
+                "pass another name=."
+            )
+        info = PluginInfo(name, module, *_distribution_of(module))
+        self.infos[name] = info
+        self._add(plugin, info)
+        if info.error:
+            from .errors import PluginError
+
+            raise PluginError(f"Plugin {name!r} failed: {info.error}")
+        return info
+
+    def _add(self, plugin: Any, info: PluginInfo) -> None:
+        try:
+            self.pm.register(plugin, name=info.name)
+            self.pm.check_pending()
+        except Exception as exc:
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+            info.error = _describe(exc, "registering its hooks")
+            return
+        for family in FAMILIES.values():
+            for impl in getattr(self.pm.hook, family.hook).get_hookimpls():
+                if impl.plugin is not plugin:
+                    continue
+                register = functools.partial(self._register, info, family.name)
+                try:
+                    impl.function(register=register)
+                except Exception as exc:
+                    info.error = _describe(exc, f"{family.hook}()")
+                    for fam, comp in info.registered:
+                        registry.unregister(fam, comp)
+                    info.registered.clear()
+                    self.pm.unregister(plugin)
+                    return
+
+    def _register(self, info: PluginInfo, family: str, name: str, target: Any, **kw: Any):
+        component = registry.register(family, name, target, plugin=info.name, **kw)
+        info.registered.append((family, name))
+        return component
+
+    def plugin_names(self) -> list[str]:
+        return [n for n, i in self.infos.items() if i.ok]
+
+
+def _describe(exc: BaseException, during: str) -> str:
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {frame.filename}:{frame.lineno}" if frame else ""
+    return f"{type(exc).__name__} while {during}: {exc}{where}"
+
+
+def _distribution_of(module: str) -> tuple[str | None, str | None]:
+    top = module.split(".")[0]
+    dists = metadata.packages_distributions().get(top) or []
+    if not dists:
+        return None, None
+    try:
+        return dists[0], metadata.version(dists[0])
+    except metadata.PackageNotFoundError:
+        return dists[0], None
+
+
+manager = PluginManager()
+
+
+def reset() -> PluginManager:
+    """Forget every plugin and component and load again on next use (for tests)."""
+    global manager
+    for family in registry._components.values():
+        family.clear()
+    manager = PluginManager()
+    return manager
+
+
+def get_manager() -> PluginManager:
+    return manager
+
+
+def register_plugin(plugin: Any, name: str | None = None) -> PluginInfo:
+    """Register a plugin object at run time; see :class:`PluginManager`."""
+    return manager.register_plugin(plugin, name)
+
+
+def list_plugins() -> list[PluginInfo]:
+    manager.ensure_loaded()
+    return list(manager.infos.values())

@@ -1,0 +1,185 @@
+"""Recipes: data that names an architecture and a component for each slot.
+
+A recipe is a pydantic model stored as YAML (read with ``yaml.safe_load``) or
+JSON. It names registered components and gives their settings; it can never
+name a Python path or carry code. ``load_recipe(save_recipe(r, p)) == r``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
+
+from ._text import did_you_mean, quoted
+from .errors import RecipeError, UnknownNameError
+from .registry import NAME_RE, describe_validation_error, natural_key
+
+RECIPE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+RECIPE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class ComponentRef(BaseModel):
+    """A registered component by name, with its settings. ``"rmsnorm"`` is short for
+    ``{"name": "rmsnorm"}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    settings: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("name")
+    @classmethod
+    def _registry_name(cls, name: str) -> str:
+        if not NAME_RE.match(name):
+            raise ValueError(
+                f"{name!r} is not a component name: recipes name registered components "
+                "(lower-case letters, digits and dashes, e.g. 'rmsnorm'), never Python "
+                "paths, files or code"
+            )
+        return name
+
+
+class Recipe(BaseModel):
+    """A named model: an architecture, its settings and a component per slot."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    architecture: ComponentRef
+    components: dict[str, ComponentRef] = Field(default_factory=dict)
+    requires: list[str] = Field(default_factory=list)
+    """Plugin distributions the recipe needs (``pip install`` names)."""
+
+    @field_validator("name")
+    @classmethod
+    def _recipe_name(cls, name: str) -> str:
+        if not RECIPE_NAME_RE.match(name):
+            raise ValueError(
+                f"{name!r} is not a recipe name: use lower-case letters, digits, dots, "
+                "dashes and underscores, e.g. 'transformer-base'"
+            )
+        return name
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "recipe") -> "Recipe":
+        if not isinstance(data, dict):
+            raise RecipeError(
+                f"{source}: a recipe is a mapping with keys {quoted(cls.model_fields)}, "
+                f"got {type(data).__name__}."
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise RecipeError(describe_validation_error(exc, source, cls)) from None
+
+
+# -- files -------------------------------------------------------------------------------------
+def parse_recipe_text(text: str, source: str, suffix: str = ".yaml") -> Recipe:
+    """A recipe from YAML or JSON text; YAML tags that would build objects are refused."""
+    try:
+        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+    except yaml.constructor.ConstructorError as exc:
+        raise RecipeError(
+            f"{source}: {exc.problem} ({exc.problem_mark}). Recipes are plain data "
+            "(mappings, lists, strings, numbers, booleans); YAML tags such as "
+            "!!python/object are refused. Remove the tag."
+        ) from None
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise RecipeError(f"{source}: not valid {suffix.lstrip('.').upper()}: {exc}") from None
+    return Recipe.from_dict(data, source)
+
+
+def load_recipe(path: str | os.PathLike[str]) -> Recipe:
+    """Read a recipe file (``.yaml``, ``.yml`` or ``.json``)."""
+    path = Path(path)
+    if path.suffix not in RECIPE_SUFFIXES:
+        raise RecipeError(f"{path}: recipe files end in {quoted(RECIPE_SUFFIXES)}.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeError(f"Cannot read recipe {path}: {exc.strerror}.") from None
+    return parse_recipe_text(text, str(path), path.suffix)
+
+
+def dump_recipe(recipe: Recipe, suffix: str = ".yaml") -> str:
+    data = recipe.to_dict()
+    if suffix == ".json":
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_recipe(recipe: Recipe, path: str | os.PathLike[str]) -> Path:
+    """Write a recipe as YAML or JSON (by suffix), atomically."""
+    path = Path(path)
+    if path.suffix not in RECIPE_SUFFIXES:
+        raise RecipeError(f"{path}: recipe files end in {quoted(RECIPE_SUFFIXES)}.")
+    return atomic_write_text(path, dump_recipe(recipe, path.suffix))
+
+
+# -- named recipes -------------------------------------------------------------------------------
+def _builtin_recipe_files() -> dict[str, Any]:
+    files = {}
+    for entry in resources.files("zoo.recipes").iterdir():
+        if entry.name.endswith(RECIPE_SUFFIXES):
+            files[entry.name.rsplit(".", 1)[0]] = entry
+    return files
+
+
+def list_recipes(pattern: str = "*") -> list[str]:
+    """Names of the built-in recipes matching ``pattern`` (fnmatch), naturally sorted."""
+    names = [n for n in _builtin_recipe_files() if fnmatch.fnmatchcase(n, pattern)]
+    return sorted(names, key=natural_key)
+
+
+def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
+    """A recipe by name (built-in), or from a ``.yaml``/``.json`` path."""
+    if isinstance(name, Recipe):
+        return name.model_copy(deep=True)
+    text = os.fspath(name)
+    if text.endswith(RECIPE_SUFFIXES) or os.sep in text:
+        return load_recipe(text)
+    files = _builtin_recipe_files()
+    if text not in files:
+        raise UnknownNameError(
+            f"Unknown recipe {text!r}.{did_you_mean(text, files)} Recipes: "
+            f"{quoted(sorted(files, key=natural_key))}. A recipe file is given by its path "
+            "(ending in .yaml or .json)."
+        )
+    entry = files[text]
+    suffix = "." + entry.name.rsplit(".", 1)[1]
+    return parse_recipe_text(entry.read_text(encoding="utf-8"), f"recipe {text!r}", suffix)

@@ -1,0 +1,204 @@
+"""From a recipe and overrides to checked parts, before any module is built.
+
+``resolve(recipe, overrides)`` applies the overrides, validates every setting
+against its component's pydantic model and checks the declared capabilities
+of the chosen components against what each slot needs. Whatever cannot work
+is refused here with one error naming the part, the reason and what would work.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from ._text import did_you_mean, quoted
+from .errors import CapabilityError, RecipeError
+from .families import Slot
+from .recipe import ComponentRef, Recipe
+from .registry import Component, registry
+
+
+@dataclass
+class Part:
+    slot: str
+    component: Component
+    settings: BaseModel | None
+
+
+@dataclass
+class Resolved:
+    """A recipe whose every part exists, is configured, and fits with the rest."""
+
+    recipe: Recipe
+    architecture: Component
+    settings: BaseModel
+    parts: dict[str, Part]
+
+    def make(self, slot: str, **context: Any) -> Any:
+        """Build the component in ``slot`` with ``context`` (what the architecture knows)."""
+        part = self.parts[slot]
+        return part.component.load()(part.settings, **context)
+
+    def load(self, slot: str) -> Any:
+        """The slot's component itself (a kernel function, a class)."""
+        return self.parts[slot].component.load()
+
+
+def _slots_of(architecture: Component) -> dict[str, Slot]:
+    return dict(getattr(architecture.load(), "slots", {}))
+
+
+def override_keys(recipe: Recipe) -> list[str]:
+    """The keys ``zoo.build(name, **overrides)`` accepts for this recipe."""
+    arch = registry.get("architecture", recipe.architecture.name)
+    fields = list(arch.settings_model.model_fields) if arch.settings_model else []
+    return list(_slots_of(arch)) + fields
+
+
+def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
+    """A copy of ``recipe`` with overrides applied.
+
+    Keys: a slot (``norm="rmsnorm"`` or ``norm={"name": ..., "settings": {...}}``), an
+    architecture setting (``encoder_layers=3``), or ``slot.setting`` (``"norm.eps": 1e-5``).
+    """
+    recipe = recipe.model_copy(deep=True)
+    if not overrides:
+        return recipe
+    arch = registry.get("architecture", recipe.architecture.name)
+    slots = _slots_of(arch)
+    fields = set(arch.settings_model.model_fields) if arch.settings_model else set()
+    for key, value in overrides.items():
+        slot, _, setting = key.partition(".")
+        if slot in slots and setting:
+            ref = recipe.components.get(slot) or ComponentRef(name=slots[slot].default or "")
+            ref.settings[setting] = value
+            recipe.components[slot] = ref
+        elif key in slots:
+            new = _as_ref(key, value)
+            old = recipe.components.get(key)
+            if old is not None and isinstance(value, str):
+                # keep the settings the new component also understands (eps, bias, ...)
+                model = registry.get(slots[key].family, new.name).settings_model
+                known = model.model_fields if model is not None else {}
+                new.settings = {k: v for k, v in old.settings.items() if k in known}
+            recipe.components[key] = new
+        elif key in fields:
+            recipe.architecture.settings[key] = value
+        else:
+            valid = list(slots) + sorted(fields)
+            raise RecipeError(
+                f"Unknown override {key!r} for recipe {recipe.name!r} (architecture "
+                f"{recipe.architecture.name!r}).{did_you_mean(key, valid)} Valid keys: "
+                f"{quoted(valid)}, or 'slot.setting' such as 'norm.eps'."
+            )
+    return recipe
+
+
+def _as_ref(slot: str, value: Any) -> ComponentRef:
+    if isinstance(value, ComponentRef):
+        return value.model_copy(deep=True)
+    if isinstance(value, (str, dict)):
+        return Recipe.model_validate(
+            {"name": "x", "architecture": "x", "components": {slot: value}}
+        ).components[slot]
+    raise RecipeError(
+        f"Override {slot!r} takes a component name or {{'name': ..., 'settings': {{...}}}}, "
+        f"got {value!r}."
+    )
+
+
+def resolve(
+    recipe: Recipe, overrides: dict[str, Any] | None = None, *, device: Any = None
+) -> Resolved:
+    """Validate a recipe (with overrides) into :class:`Resolved` parts."""
+    recipe = apply_overrides(recipe, overrides or {})
+    arch = registry.get("architecture", recipe.architecture.name)
+    settings = arch.validate_settings(recipe.architecture.settings)
+    slots = _slots_of(arch)
+    unknown = [s for s in recipe.components if s not in slots]
+    if unknown:
+        raise RecipeError(
+            f"Recipe {recipe.name!r}: architecture {arch.name!r} has no slot "
+            f"{quoted(unknown)}.{did_you_mean(unknown[0], slots)} Its slots: {quoted(slots)}."
+        )
+    parts: dict[str, Part] = {}
+    for slot_name, slot in slots.items():
+        ref = recipe.components.get(slot_name)
+        if ref is None:
+            if slot.default is None:
+                raise RecipeError(
+                    f"Recipe {recipe.name!r} leaves slot {slot_name!r} empty; name a "
+                    f"{slot.family} component for it, e.g. {quoted(registry.names(slot.family)[:5])}."
+                )
+            ref = ComponentRef(name=slot.default)
+        component = registry.get(slot.family, ref.name)
+        _check_requirements(recipe, slot_name, slot, component)
+        try:
+            part_settings = component.validate_settings(ref.settings)
+        except RecipeError as exc:
+            raise RecipeError(f"Recipe {recipe.name!r}, slot {slot_name!r}: {exc}") from None
+        parts[slot_name] = Part(slot_name, component, part_settings)
+    resolved = Resolved(recipe, arch, settings, parts)
+    _check_together(resolved, device)
+    check = getattr(arch.load(), "check", None)
+    if check is not None:
+        check(resolved)
+    return resolved
+
+
+def _check_requirements(recipe: Recipe, slot_name: str, slot: Slot, component: Component) -> None:
+    caps = component.capabilities
+    missing = {k: v for k, v in slot.requires.items() if getattr(caps, k, None) != v}
+    if not missing:
+        return
+    fits = [
+        c.name
+        for c in registry.list(slot.family)
+        if all(getattr(c.capabilities, k, None) == v for k, v in slot.requires.items())
+    ]
+    needs = ", ".join(f"{k}={v}" for k, v in missing.items())
+    raise CapabilityError(
+        f"Recipe {recipe.name!r}: {slot.family} {component.name!r} cannot fill slot "
+        f"{slot_name!r} of architecture {recipe.architecture.name!r}, which needs {needs}"
+        f"{' (' + slot.why + ')' if slot.why else ''}. {slot.family.capitalize()} components "
+        f"that can: {quoted(fits)}."
+    )
+
+
+def _check_together(resolved: Resolved, device: Any) -> None:
+    """Rules that involve more than one slot, or the device."""
+    name = resolved.recipe.name
+    parts = resolved.parts
+    on_cuda = device is not None and str(device).startswith("cuda")
+    for part in parts.values():
+        caps = part.component.capabilities
+        if getattr(caps, "needs_cuda", False) and not on_cuda:
+            alternatives = [
+                c.name for c in registry.list(part.component.family)
+                if not getattr(c.capabilities, "needs_cuda", False)
+            ]
+            raise CapabilityError(
+                f"Recipe {name!r}: {part.component.family} {part.component.name!r} in slot "
+                f"{part.slot!r} needs a CUDA device, and the model is built on "
+                f"{device or 'cpu'}. Build with device='cuda', or use one of {quoted(alternatives)}."
+            )
+        package = getattr(caps, "requires_package", None)
+        if package and importlib.util.find_spec(package) is None:
+            raise CapabilityError(
+                f"Recipe {name!r}: {part.component.family} {part.component.name!r} needs the "
+                f"package {package!r}, which is not installed (pip install {package})."
+            )
+    attention, positional = parts.get("attention"), parts.get("positional")
+    if attention and positional:
+        kind = positional.component.capabilities.kind
+        supported = attention.component.capabilities.positions
+        if kind not in ("absolute", "none") and kind not in supported:
+            able = [c.name for c in registry.list("attention") if kind in c.capabilities.positions]
+            raise CapabilityError(
+                f"Recipe {name!r}: positional {positional.component.name!r} acts inside "
+                f"attention ({kind}), and attention {attention.component.name!r} cannot apply "
+                f"{kind} positions. Attentions that can: {quoted(able)}."
+            )
