@@ -22,4 +22,4 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return h.to(x.dtype) * self.weight
+        return (h * self.weight).to(x.dtype)

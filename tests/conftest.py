@@ -1,0 +1,67 @@
+"""Shared fixtures: a clean registry per test that changes it, and the fixture
+plugin packages installed (really, with pip) into a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from zoo import plugin_manager
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def fresh_registry():
+    """A registry reloaded from the entry points before and after the test."""
+    plugin_manager.reset()
+    yield plugin_manager.get_manager()
+    plugin_manager.reset()
+
+
+@pytest.fixture(scope="session")
+def plugin_site(tmp_path_factory) -> Path:
+    """The two fixture plugin packages, pip-installed into a folder of their own."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--no-index", "--target", str(target),
+         str(FIXTURES / "zoo-plugin-example"), str(FIXTURES / "zoo-plugin-broken")],
+        check=True,
+    )
+    return target
+
+
+@pytest.fixture
+def with_plugins(plugin_site, monkeypatch):
+    """The fixture plugins importable in this process, the registry reloaded."""
+    monkeypatch.syspath_prepend(str(plugin_site))
+    plugin_manager.reset()
+    yield plugin_site
+    monkeypatch.undo()
+    for name in [m for m in sys.modules if m.startswith("zoo_plugin_")]:
+        del sys.modules[name]
+    plugin_manager.reset()
+
+
+def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | None = None):
+    """Run the installed ``zoo`` command line in a fresh process."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    if pythonpath is not None:
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(pythonpath), full_env.get("PYTHONPATH")) if p
+        )
+    return subprocess.run(
+        [sys.executable, "-m", "zoo", *args], capture_output=True, text=True, env=full_env
+    )

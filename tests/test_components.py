@@ -1,0 +1,307 @@
+"""Every registered component, parametrised over the registry, plus references:
+attention vs torch.nn.MultiheadAttention, kernels vs the formula, norms vs
+torch.nn, positions vs the paper's formula."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import zoo
+
+D, H = 32, 4
+
+
+def names(family):
+    return [c.name for c in zoo.list_components(family)]
+
+
+def kernel(name):
+    return zoo.get_component("kernel", name).load()
+
+
+def attention(name, kernel_name="sdpa", **context):
+    return zoo.get_component("attention", name).build(
+        None, d_model=D, n_heads=H, kernel=kernel(kernel_name), **context
+    ).eval()
+
+
+def reference_attention(q, k, v, allowed):
+    """softmax(q k^T / sqrt(d) masked) v, written from eq. 1 of the paper."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+# -- kernels ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", names("kernel"))
+def test_kernel_matches_formula(name):
+    q, k, v = torch.randn(3, 2, H, 6, 8).unbind(0)
+    k, v = torch.randn(2, H, 9, 8), torch.randn(2, H, 9, 8)
+    allowed = torch.rand(2, 1, 6, 9) > 0.3
+    allowed[..., 0] = True
+    out = kernel(name)(q, k, v, attn_mask=allowed)
+    torch.testing.assert_close(out, reference_attention(q, k, v, allowed), atol=1e-5, rtol=1e-5)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    q6, k6, v6 = torch.randn(3, 2, H, 6, 8).unbind(0)
+    torch.testing.assert_close(kernel(name)(q6, k6, v6, is_causal=True),
+                               reference_attention(q6, k6, v6, causal), atol=1e-5, rtol=1e-5)
+
+
+# -- attention, for every mechanism and kernel --------------------------------------------------
+ATTENTION_KERNEL = [(a, k) for a in names("attention") for k in names("kernel")]
+
+
+@pytest.mark.parametrize("name,kern", ATTENTION_KERNEL)
+def test_attention_causal_contract(name, kern):
+    if not zoo.get_component("attention", name).capabilities.causal:
+        pytest.skip("not causal")
+    attn = attention(name, kern, causal=True)
+    x = torch.randn(2, 7, D)
+    y = x.clone()
+    y[:, 4] += 1.0
+    a, b = attn(x), attn(y)
+    torch.testing.assert_close(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+@pytest.mark.parametrize("name,kern", ATTENTION_KERNEL)
+def test_attention_padding_keys_change_nothing(name, kern):
+    if not zoo.get_component("attention", name).capabilities.padding_mask:
+        pytest.skip("no padding mask")
+    attn = attention(name, kern)
+    x = torch.randn(2, 6, D)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[0, 4:] = True
+    y = x.clone()
+    y[0, 4:] = torch.randn(2, D) * 5
+    a, b = attn(x, key_padding_mask=pad), attn(y, key_padding_mask=pad)
+    torch.testing.assert_close(a[0, :4], b[0, :4])
+    torch.testing.assert_close(a[1], b[1])
+
+
+@pytest.mark.parametrize("name,kern", ATTENTION_KERNEL)
+def test_attention_kv_cache_equals_full_forward(name, kern):
+    caps = zoo.get_component("attention", name).capabilities
+    if not caps.kv_cache:
+        pytest.skip("no KV cache")
+    self_attn = attention(name, kern, causal=True)
+    x = torch.randn(2, 6, D)
+    full = self_attn(x)
+    cache = zoo.KVCache()
+    steps = [self_attn(x[:, :3], cache=cache)] + [self_attn(x[:, t:t + 1], cache=cache)
+                                                   for t in range(3, 6)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    if caps.cross_attention:
+        cross = attention(name, kern, cross=True)
+        memory = torch.randn(2, 5, D)
+        cache = zoo.KVCache()
+        steps = [cross(x[:, t:t + 1], memory, cache=cache) for t in range(6)]
+        torch.testing.assert_close(torch.cat(steps, 1), cross(x, memory), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,kern", ATTENTION_KERNEL)
+def test_attention_gradients_flow(name, kern):
+    attn = attention(name, kern, causal=True).train()
+    x = torch.randn(2, 5, D, requires_grad=True)
+    attn(x).square().mean().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    for pname, p in attn.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+
+
+def _mha_from(attn: nn.Module) -> nn.MultiheadAttention:
+    mha = nn.MultiheadAttention(D, H, batch_first=True).eval()
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([attn.q_proj.weight, attn.kv_proj.weight]))
+        mha.in_proj_bias.copy_(torch.cat([attn.q_proj.bias, attn.kv_proj.bias]))
+        mha.out_proj.weight.copy_(attn.out_proj.weight)
+        mha.out_proj.bias.copy_(attn.out_proj.bias)
+    return mha
+
+
+@pytest.mark.parametrize("kern", names("kernel"))
+def test_vanilla_equals_torch_multihead_attention(kern):
+    attn = attention("vanilla", kern)
+    mha = _mha_from(attn)
+    x, mem = torch.randn(3, 7, D), torch.randn(3, 5, D)
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[1, 3:] = True
+    pad[2, 1:] = True
+    # cross-attention with a key padding mask
+    cross = attention("vanilla", kern, cross=True)
+    cross.load_state_dict(attn.state_dict())
+    expected, _ = mha(x, mem, mem, key_padding_mask=pad, need_weights=False)
+    torch.testing.assert_close(cross(x, mem, key_padding_mask=pad), expected, atol=1e-5, rtol=1e-5)
+    # causal self-attention with padding
+    causal = attention("vanilla", kern, causal=True)
+    causal.load_state_dict(attn.state_dict())
+    self_pad = torch.zeros(3, 7, dtype=torch.bool)
+    self_pad[0, 5:] = True
+    mask = nn.Transformer.generate_square_subsequent_mask(7)
+    expected, _ = mha(x, x, x, attn_mask=mask, key_padding_mask=self_pad, need_weights=False)
+    torch.testing.assert_close(causal(x, key_padding_mask=self_pad), expected, atol=1e-5, rtol=1e-5)
+    expected, _ = mha(x, x, x, attn_mask=mask, need_weights=False, is_causal=True)
+    torch.testing.assert_close(causal(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_eager_and_sdpa_agree_with_dropout_off_and_masks():
+    a, b = attention("vanilla", "eager", causal=True), attention("vanilla", "sdpa", causal=True)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 9, D)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[1, 6:] = True
+    allowed = torch.rand(9, 9) > 0.2
+    allowed.fill_diagonal_(True)
+    for kwargs in ({}, {"key_padding_mask": pad}, {"attn_mask": allowed}):
+        torch.testing.assert_close(a(x, **kwargs), b(x, **kwargs), atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_has_its_own_weights():
+    model = zoo.build("transformer-tiny")
+    layer = model.decoder.layers[0]
+    assert layer.self_attn.kv_proj.weight.data_ptr() != layer.cross_attn.kv_proj.weight.data_ptr()
+    assert layer.self_attn.q_proj.weight.data_ptr() != layer.cross_attn.q_proj.weight.data_ptr()
+
+
+def test_heads_must_divide_d_model():
+    with pytest.raises(zoo.RecipeError, match="d_model 30 is not divisible by n_heads 4"):
+        zoo.get_component("attention", "vanilla").build(
+            None, d_model=30, n_heads=4, kernel=kernel("sdpa"))
+
+
+# -- norms ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", names("norm"))
+def test_norm_contract(name):
+    norm = zoo.get_component("norm", name).build(None, dim=D)
+    x = torch.randn(2, 5, D, requires_grad=True) * 3 + 1
+    y = norm(x)
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    y.square().sum().backward()
+    assert all(p.grad is not None for p in norm.parameters())
+    assert norm(x.detach().bfloat16()).dtype == torch.bfloat16
+    # normalising is per position: one position's values do not affect another's
+    x2 = x.detach().clone()
+    x2[:, 0] *= 10
+    torch.testing.assert_close(norm(x2)[:, 1:], norm(x.detach())[:, 1:])
+
+
+def _perturbed(module):
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return module
+
+
+def test_layernorm_equals_torch():
+    ours = _perturbed(zoo.get_component("norm", "layernorm").build({"eps": 1e-6}, dim=D))
+    ref = nn.LayerNorm(D, eps=1e-6)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(4, 3, D) * 5 + 2
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+def test_rmsnorm_equals_torch():
+    ours = _perturbed(zoo.get_component("norm", "rmsnorm").build({"eps": 1e-6}, dim=D))
+    ref = nn.RMSNorm(D, eps=1e-6)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(4, 3, D) * 5 + 2
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+# -- feed-forward ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", names("ffn"))
+def test_ffn_is_position_wise(name):
+    ffn = zoo.get_component("ffn", name).build(None, d_model=D, d_ff=64, dropout=0.0)
+    x = torch.randn(2, 6, D, requires_grad=True)
+    perm = torch.randperm(6)
+    torch.testing.assert_close(ffn(x)[:, perm], ffn(x[:, perm]))
+    ffn(x).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in ffn.parameters())
+
+
+def test_ffn_formulas():
+    x = torch.randn(3, D)
+    relu = zoo.get_component("ffn", "relu").build(None, d_model=D, d_ff=64)
+    torch.testing.assert_close(relu(x), F.relu(x @ relu.fc1.weight.T + relu.fc1.bias)
+                               @ relu.fc2.weight.T + relu.fc2.bias)
+    gelu = zoo.get_component("ffn", "gelu").build({"approximate": "tanh"}, d_model=D, d_ff=64)
+    h = x @ gelu.fc1.weight.T + gelu.fc1.bias
+    h = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
+    torch.testing.assert_close(gelu(x), h @ gelu.fc2.weight.T + gelu.fc2.bias)
+    swiglu = zoo.get_component("ffn", "swiglu").build(None, d_model=D, d_ff=64)
+    g, u = x @ swiglu.fc1_g.weight.T, x @ swiglu.fc1_x.weight.T
+    torch.testing.assert_close(swiglu(x), (g * torch.sigmoid(g) * u) @ swiglu.fc2.weight.T)
+
+
+# -- positions ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", names("positional"))
+def test_positional_offset_contract(name):
+    comp = zoo.get_component("positional", name)
+    if comp.capabilities.kind not in ("absolute", "none"):
+        pytest.skip("acts inside attention")
+    pos = comp.build(None, d_model=D, max_len=32)
+    x = torch.randn(2, 10, D)
+    full = pos(x)
+    assert full.shape == x.shape
+    torch.testing.assert_close(pos(x[:, 6:], offset=6), full[:, 6:])
+    if comp.capabilities.kind == "absolute":
+        assert not torch.allclose(full[:, 0] - x[:, 0], full[:, 1] - x[:, 1])
+
+
+def test_sinusoidal_equals_paper_formula():
+    d = 16
+    pos = zoo.get_component("positional", "sinusoidal").build(None, d_model=d, max_len=8)
+    table = pos(torch.zeros(1, 50, d))[0]  # grows past max_len on demand
+    for p in (0, 1, 7, 49):
+        for i in range(d // 2):
+            angle = p / 10000 ** (2 * i / d)
+            assert table[p, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+            assert table[p, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def test_learned_positions_refuse_beyond_max_len():
+    pos = zoo.get_component("positional", "learned").build(None, d_model=D, max_len=4)
+    with pytest.raises(ValueError, match="raise max_len"):
+        pos(torch.zeros(1, 5, D))
+
+
+# -- blocks ---------------------------------------------------------------------------------------
+def _block(name, norm_first):
+    role = zoo.get_component("block", name).capabilities.role
+    make_attention = partial(attention, "vanilla", "sdpa")
+    return role, zoo.get_component("block", name).build(
+        None, d_model=D, dropout=0.0, norm_first=norm_first,
+        make_attention=make_attention,
+        make_norm=partial(zoo.get_component("norm", "layernorm").build, None, dim=D),
+        make_ffn=partial(zoo.get_component("ffn", "relu").build, None, d_model=D, d_ff=64),
+    ).eval()
+
+
+@pytest.mark.parametrize("name", names("block"))
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_block_contracts(name, norm_first):
+    role, block = _block(name, norm_first)
+    x = torch.randn(2, 6, D, requires_grad=True)
+    if role == "encoder":
+        pad = torch.zeros(2, 6, dtype=torch.bool)
+        pad[0, 4:] = True
+        y = x.detach().clone()
+        y[0, 4:] += 3.0
+        a, b = block(x, key_padding_mask=pad), block(y, key_padding_mask=pad)
+        torch.testing.assert_close(a[0, :4], b[0, :4])
+    else:
+        memory = torch.randn(2, 5, D)
+        y = x.detach().clone()
+        y[:, 3] += 3.0
+        a, b = block(x, memory), block(y, memory)
+        torch.testing.assert_close(a[:, :3], b[:, :3])
+        assert not torch.allclose(a[:, 3:], b[:, 3:])
+    assert a.shape == x.shape
+    a.sum().backward()
+    assert all(p.grad is not None for p in block.parameters())

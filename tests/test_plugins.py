@@ -1,0 +1,172 @@
+"""Plugins: entry points, run-time registration, failures, allow-lists, and a real
+third-party package installed by pip."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo import hookspecs, plugin_manager
+from zoo.families import FAMILIES
+
+from .conftest import run_zoo
+
+ROOT = Path(__file__).parents[1]
+BUILTIN = {"architectures", "attention", "blocks", "ffn", "kernels", "norm", "positional"}
+
+
+def test_builtin_plugins_come_from_entry_points():
+    infos = {i.name: i for i in zoo.list_plugins()}
+    assert BUILTIN <= set(infos)
+    for name in BUILTIN:
+        assert infos[name].ok and infos[name].distribution == "zoo-transformers"
+        assert infos[name].module == f"zoo.plugins.{name}"
+    assert ("attention", "vanilla") in infos["attention"].registered
+
+
+def test_core_never_imports_a_plugin_by_name():
+    for path in (ROOT / "zoo").glob("*.py"):
+        assert "zoo.plugins" not in path.read_text(), path
+
+
+def test_every_hook_is_a_family_hook_and_documented():
+    specs = {n for n, f in inspect.getmembers(hookspecs, inspect.isfunction)
+             if hasattr(f, "zoo_spec")}
+    assert specs == {f.hook for f in FAMILIES.values()}
+    docs = (ROOT / "docs" / "plugins.md").read_text()
+    for hook in specs:
+        assert f"`{hook}`" in docs, f"{hook} undocumented in docs/plugins.md"
+
+
+REQUIRED_CAPABILITIES = {"block": {"role": "encoder"},
+                         "architecture": {"inputs": "tokens", "outputs": "tokens"}}
+
+
+def test_every_hook_registers_into_its_own_family(fresh_registry):
+    def impl(family):
+        def hook(register):
+            register(f"probe-{family}", "zoo.plugins.norm.rmsnorm:RMSNorm",
+                     capabilities=REQUIRED_CAPABILITIES.get(family))
+        return zoo.hookimpl(hook)
+
+    plugin = types.SimpleNamespace(**{f.hook: impl(f.name) for f in FAMILIES.values()})
+    info = zoo.register_plugin(plugin, name="probe")
+    assert sorted(info.registered) == sorted((f, f"probe-{f}") for f in FAMILIES)
+    for family in FAMILIES:
+        assert zoo.get_component(family, f"probe-{family}").plugin == "probe"
+
+
+def test_register_plugin_object_at_run_time(fresh_registry):
+    class Doubler(torch.nn.Module):
+        """Doubles its input (a deliberately simple norm)."""
+
+        def __init__(self, settings, *, dim):
+            super().__init__()
+
+        def forward(self, x):
+            return 2 * x
+
+    plugin = types.SimpleNamespace(
+        register_norms=zoo.hookimpl(lambda register: register("doubler", Doubler)),
+        register_tasks=zoo.hookimpl(lambda register: None),
+    )
+    info = zoo.register_plugin(plugin, name="mine")
+    assert info.registered == [("norm", "doubler")]
+    model = zoo.build("transformer-tiny", norm="doubler", dropout=0.0)
+    assert isinstance(model.encoder.layers[0].norm1, Doubler)
+    assert zoo.get_component("norm", "doubler").description.startswith("Doubles")
+
+
+def test_plugin_failing_in_registration_is_rolled_back_and_reported(fresh_registry):
+    def register_norms(register):
+        register("half-done", "zoo.plugins.norm.rmsnorm:RMSNorm")
+        raise RuntimeError("boom")
+
+    plugin = types.SimpleNamespace(register_norms=zoo.hookimpl(register_norms))
+    with pytest.raises(zoo.PluginError, match="RuntimeError while register_norms\\(\\): boom"):
+        zoo.register_plugin(plugin, name="flaky")
+    assert "half-done" not in [c.name for c in zoo.list_components("norm")]
+    info = {i.name: i for i in zoo.list_plugins()}["flaky"]
+    assert "boom" in info.error
+    assert zoo.build("transformer-tiny").__class__.__name__ == "Seq2Seq"
+
+
+def test_misspelled_hook_is_reported(fresh_registry):
+    plugin = types.SimpleNamespace(register_norm=zoo.hookimpl(lambda register: None))
+    with pytest.raises(zoo.PluginError, match="register_norm"):
+        zoo.register_plugin(plugin, name="typo")
+
+
+def test_third_party_package_adds_attention_and_norm(with_plugins):
+    infos = {i.name: i for i in zoo.list_plugins()}
+    example = infos["example"]
+    assert example.ok and example.distribution == "zoo-plugin-example" and example.version == "1.2.3"
+    assert set(example.registered) == {("attention", "multi-query"), ("norm", "scalenorm")}
+    model = zoo.build("transformer-tiny", attention="multi-query", norm="scalenorm", dropout=0.0)
+    layer = model.encoder.layers[0]
+    assert type(layer.attn).__name__ == "MultiQueryAttention"
+    assert type(layer.norm1).__name__ == "ScaleNorm"
+    # the plugin's norm behaves as its formula says, inside a zoo model
+    x = torch.randn(2, 5, 64)
+    expected = layer.norm1.g * x / x.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(layer.norm1(x), expected)
+    src, tgt = torch.randint(1, 1000, (2, 7)), torch.randint(1, 1000, (2, 6))
+    assert model(src, tgt).shape == (2, 6, 1000)
+    # its declared capabilities are checked like anyone's: no KV cache is fine for training
+    assert not zoo.get_component("attention", "multi-query").capabilities.kv_cache
+
+
+def test_broken_plugin_is_reported_and_the_rest_work(with_plugins):
+    infos = {i.name: i for i in zoo.list_plugins()}
+    broken = infos["broken"]
+    assert not broken.ok
+    assert "ImportError while importing zoo_plugin_broken" in broken.error
+    assert "not-installed-anywhere" in broken.error
+    assert all(infos[n].ok for n in BUILTIN | {"example"})
+    assert zoo.build("transformer-tiny") is not None
+
+
+def test_zoo_plugins_command_shows_versions_and_errors(plugin_site):
+    result = run_zoo("plugins", pythonpath=plugin_site)
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()[2:]}
+    assert "zoo-plugin-example" in lines["example"] and "1.2.3" in lines["example"]
+    assert "attention:multi-query" in lines["example"]
+    assert "FAILED: ImportError" in lines["broken"]
+    as_json = json.loads(run_zoo("plugins", "--json", pythonpath=plugin_site).stdout)
+    assert {p["name"] for p in as_json} >= BUILTIN | {"example", "broken"}
+
+
+def test_disable_autoload_and_allow_list(plugin_site):
+    code = "import zoo; print(sorted(i.name for i in zoo.list_plugins()))"
+    def plugins_with(env):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**env, "PYTHONPATH": str(plugin_site),
+                                  "PATH": "/usr/bin:/bin"})
+        assert out.returncode == 0, out.stderr
+        return eval(out.stdout)
+
+    assert plugins_with({"ZOO_DISABLE_PLUGIN_AUTOLOAD": "1"}) == []
+    assert plugins_with({"ZOO_PLUGINS": "example,norm"}) == ["example", "norm"]
+    assert plugins_with({"ZOO_PLUGINS": "zoo-transformers"}) == sorted(BUILTIN)
+    assert plugins_with({"ZOO_PLUGINS": ""}) == []
+    assert set(plugins_with({})) == BUILTIN | {"example", "broken"}
+
+
+def test_disabled_autoload_then_register_plugin_explicitly(monkeypatch, fresh_registry):
+    monkeypatch.setenv("ZOO_DISABLE_PLUGIN_AUTOLOAD", "1")
+    plugin_manager.reset()
+    with pytest.raises(zoo.UnknownNameError, match="Installed plugins: \\(none\\)"):
+        zoo.get_component("norm", "rmsnorm")
+    import zoo.plugins.norm as builtin_norms
+
+    zoo.register_plugin(builtin_norms)
+    assert zoo.get_component("norm", "rmsnorm").plugin == "zoo.plugins.norm"

@@ -1,0 +1,55 @@
+"""Converters from other libraries' checkpoints to zoo's parameter names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import torch
+
+from .errors import ZooError
+
+_VIT_RENAMES = [
+    (r"^pos_embed$", "positional.weight"),
+    (r"^patch_embed\.proj\.", "patch_embed."),
+    (r"^blocks\.(\d+)\.attn\.proj\.", r"blocks.\1.attn.out_proj."),
+    (r"^blocks\.(\d+)\.mlp\.", r"blocks.\1.ffn."),
+    (r"^blocks\.(\d+)\.ls([12])\.gamma$", r"blocks.\1.ls\2"),
+    (r"^(cls_token|norm\.weight|norm\.bias|head\.weight|head\.bias)$", r"\1"),
+    (r"^blocks\.(\d+)\.(norm[12]\.(weight|bias))$", r"blocks.\1.\2"),
+]
+_QKV = re.compile(r"^blocks\.(\d+)\.attn\.qkv\.(weight|bias)$")
+
+
+def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A timm ``VisionTransformer`` state dict renamed for zoo's ``vit`` architecture.
+
+    timm's fused ``qkv`` projection is split into zoo's ``q_proj`` (the first
+    third) and ``kv_proj`` (keys then values); ``pos_embed`` (1, N, d) becomes the
+    learned positions' (N, d) table. A key with no counterpart raises.
+    """
+    out: dict[str, torch.Tensor] = {}
+    unknown = []
+    for key, value in state_dict.items():
+        match = _QKV.match(key)
+        if match:
+            layer, kind = match.groups()
+            dim = value.shape[0] // 3
+            out[f"blocks.{layer}.attn.q_proj.{kind}"] = value[:dim].clone()
+            out[f"blocks.{layer}.attn.kv_proj.{kind}"] = value[dim:].clone()
+            continue
+        for pattern, replacement in _VIT_RENAMES:
+            if re.match(pattern, key):
+                new = re.sub(pattern, replacement, key)
+                out[new] = value[0].clone() if key == "pos_embed" else value
+                break
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ZooError(
+            f"timm ViT weights hold tensors zoo's vit has no place for: {unknown[:8]}"
+            f"{' ...' if len(unknown) > 8 else ''}. zoo converts the plain ViT (class token, "
+            "learned positions, token pooling, optional LayerScale); models with register "
+            "tokens, fc_norm or attention pooling are not supported yet."
+        )
+    return out
