@@ -1,0 +1,200 @@
+"""Every recipe builds, runs forward and backward and keeps its contracts; the
+paper's models equal torch.nn.Transformer, the ViTs equal timm."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import zoo
+
+RECIPES = zoo.list_recipes()
+
+
+def batch_for(model, batch=2):
+    s = model.settings
+    if model.recipe.architecture.name == "vit":
+        return (torch.randn(batch, s.in_chans, s.image_size, s.image_size),)
+    return (torch.randint(1, s.vocab_size, (batch, 9)), torch.randint(1, s.vocab_size, (batch, 7)))
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_builds_runs_and_learns(name):
+    model = zoo.build(name, dropout=0.0)
+    assert model.recipe.name == name
+    inputs = batch_for(model)
+    out = model(*inputs)
+    if model.recipe.architecture.name == "vit":
+        assert out.shape == (2, model.settings.num_classes)
+    else:
+        assert out.shape == (2, 7, model.settings.vocab_size)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum()]
+    assert not missing, f"no gradient reaches {missing[:5]}"
+
+
+@pytest.mark.parametrize("name", [n for n in RECIPES if n.startswith("transformer")])
+def test_decoder_causal_contract(name):
+    model = zoo.build(name, dropout=0.0, encoder_layers=1, decoder_layers=2).eval()
+    src, tgt = batch_for(model)
+    changed = tgt.clone()
+    changed[:, 4] = (changed[:, 4] + 1) % model.settings.vocab_size + 1
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+def test_bf16_forward_keeps_dtype():
+    model = zoo.build("vit-tiny-patch4-28", dtype=torch.bfloat16)
+    out = model(torch.randn(2, 1, 28, 28, dtype=torch.bfloat16))
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+def test_source_padding_changes_nothing():
+    model = zoo.build("transformer-tiny", dropout=0.0).eval()
+    src, tgt = torch.randint(1, 1000, (1, 6)), torch.randint(1, 1000, (1, 5))
+    padded = torch.cat([src, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, tgt), model(padded, tgt), atol=1e-5, rtol=1e-5)
+
+
+# -- transformer-base: the formula and torch.nn.Transformer ---------------------------------------
+def paper_parameter_count(vocab, d, d_ff, n_enc, n_dec):
+    attention = 4 * (d * d + d)
+    ffn = 2 * d * d_ff + d_ff + d
+    norm = 2 * d
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    return vocab * d + n_enc * encoder_layer + n_dec * decoder_layer  # one shared embedding
+
+
+@pytest.mark.parametrize("name", ["transformer-base", "transformer-big", "transformer-tiny"])
+def test_parameter_count_matches_formula(name):
+    model = zoo.build(name, device="meta")
+    s = model.settings
+    expected = paper_parameter_count(s.vocab_size, s.d_model, s.d_ff, s.encoder_layers,
+                                     s.decoder_layers)
+    assert sum(p.numel() for p in model.parameters()) == expected
+    if name == "transformer-base":
+        assert expected == 63_082_496  # Table 3 reports ~65M with its own vocabulary
+
+
+def copy_into_torch(model, ref: nn.Transformer) -> None:
+    """Load zoo seq2seq weights into torch.nn.Transformer (q|kv -> in_proj)."""
+
+    def attn(dst: nn.MultiheadAttention, src):
+        dst.in_proj_weight.copy_(torch.cat([src.q_proj.weight, src.kv_proj.weight]))
+        dst.in_proj_bias.copy_(torch.cat([src.q_proj.bias, src.kv_proj.bias]))
+        dst.out_proj.weight.copy_(src.out_proj.weight)
+        dst.out_proj.bias.copy_(src.out_proj.bias)
+
+    def ffn(dst, src):
+        dst.linear1.load_state_dict(src.ffn.fc1.state_dict())
+        dst.linear2.load_state_dict(src.ffn.fc2.state_dict())
+
+    with torch.no_grad():
+        for dst, src in zip(ref.encoder.layers, model.encoder.layers):
+            attn(dst.self_attn, src.attn)
+            ffn(dst, src)
+            dst.norm1.load_state_dict(src.norm1.state_dict())
+            dst.norm2.load_state_dict(src.norm2.state_dict())
+        for dst, src in zip(ref.decoder.layers, model.decoder.layers):
+            attn(dst.self_attn, src.self_attn)
+            attn(dst.multihead_attn, src.cross_attn)
+            ffn(dst, src)
+            for i in (1, 2, 3):
+                getattr(dst, f"norm{i}").load_state_dict(getattr(src, f"norm{i}").state_dict())
+        for stack in ("encoder", "decoder"):
+            norm = getattr(model, stack).norm
+            if norm is not None:
+                getattr(ref, stack).norm.load_state_dict(norm.state_dict())
+
+
+@pytest.mark.parametrize("placement", ["post", "pre"])
+def test_transformer_base_equals_torch_nn_transformer(placement):
+    model = zoo.build("transformer-base", dropout=0.0, norm_placement=placement,
+                      final_norm=True).eval()
+    s = model.settings
+    ref = nn.Transformer(
+        d_model=s.d_model, nhead=s.n_heads, num_encoder_layers=s.encoder_layers,
+        num_decoder_layers=s.decoder_layers, dim_feedforward=s.d_ff, dropout=0.0,
+        activation="relu", batch_first=True, norm_first=placement == "pre", layer_norm_eps=1e-6,
+    ).eval()
+    copy_into_torch(model, ref)
+    src = torch.randint(1, s.vocab_size, (2, 11))
+    tgt = torch.randint(1, s.vocab_size, (2, 8))
+    src[1, 8:] = 0  # padding
+    with torch.no_grad():
+        src_x = model.positional(model.src_embed(src) * model.embed_scale)
+        tgt_x = model.positional(model.tgt_embed(tgt) * model.embed_scale)
+        pad = src.eq(0)
+        expected = ref(
+            src_x, tgt_x, tgt_mask=nn.Transformer.generate_square_subsequent_mask(8),
+            src_key_padding_mask=pad, memory_key_padding_mask=pad, tgt_is_causal=True,
+        )
+        expected = model.lm_head(expected)
+        ours = model(src, tgt)
+    torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_post_norm_has_no_final_norm_by_default_and_pre_norm_does():
+    assert zoo.build("transformer-tiny").encoder.norm is None
+    assert zoo.build("transformer-tiny", norm_placement="pre").encoder.norm is not None
+
+
+def test_embeddings_are_shared_and_scaled():
+    model = zoo.build("transformer-tiny")
+    assert model.src_embed is model.tgt_embed
+    assert model.lm_head.weight is model.tgt_embed.weight
+    assert model.embed_scale == pytest.approx(64**0.5)
+    separate = zoo.build("transformer-tiny", share_embeddings=False, src_vocab_size=500)
+    assert separate.src_embed.weight.shape == (500, 64)
+    assert separate.lm_head.weight is separate.tgt_embed.weight
+
+
+@pytest.mark.parametrize("kern", ["eager", "sdpa"])
+def test_incremental_decoding_with_cache_equals_full_decode(kern):
+    model = zoo.build("transformer-tiny", kernel=kern, dropout=0.0).eval()
+    src, tgt = torch.randint(1, 1000, (3, 9)), torch.randint(1, 1000, (3, 7))
+    src[2, 6:] = 0
+    with torch.no_grad():
+        pad = model.padding_mask(src)
+        memory = model.encode(src, pad)
+        full = model.decode(tgt, memory, pad)
+        cache = model.init_cache()
+        steps = [model.decode(tgt[:, :2], memory, pad, cache=cache)]
+        steps += [model.decode(tgt[:, t:t + 1], memory, pad, cache=cache) for t in range(2, 7)]
+    assert cache.offset == 7
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+# -- ViT: timm's counts and logits ----------------------------------------------------------------
+TIMM_COUNTS = {
+    "vit-tiny-patch16-224": 5_717_416,
+    "vit-small-patch16-224": 22_050_664,
+    "vit-base-patch16-224": 86_567_656,
+}
+
+
+@pytest.mark.parametrize("name", TIMM_COUNTS)
+def test_vit_matches_timm(name):
+    timm = pytest.importorskip("timm")
+    ref = timm.create_model(name.replace("-", "_"), pretrained=False).eval()
+    ours = zoo.build(name).eval()
+    assert sum(p.numel() for p in ours.parameters()) == TIMM_COUNTS[name]
+    assert sum(p.numel() for p in ref.parameters()) == TIMM_COUNTS[name]
+    with torch.no_grad():
+        for p in ref.parameters():  # timm's zero-initialised parts made non-trivial
+            p.add_(torch.randn_like(p) * 0.02)
+    ours.load_state_dict(zoo.convert_timm_vit(ref.state_dict()), strict=True)
+    images = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(images), ref(images), atol=1e-4, rtol=1e-4)
+
+
+def test_timm_converter_refuses_what_it_cannot_place():
+    with pytest.raises(zoo.ZooError, match="reg_token"):
+        zoo.convert_timm_vit({"reg_token": torch.zeros(1, 4, 8)})
