@@ -1,7 +1,7 @@
 """zoo: a plugin-based zoo of Transformer models in PyTorch.
 
 >>> import zoo
->>> zoo.list_recipes("vit-*")[:2]
+>>> zoo.list_recipes("vit-tiny-*")
 ['vit-tiny-patch4-28', 'vit-tiny-patch16-224']
 
 Attributes load on first use, so ``import zoo`` (and ``zoo --help``) stays free
@@ -26,7 +26,7 @@ _LAZY = {
     "get_recipe": "zoo.recipe",
     "load_recipe": "zoo.recipe",
     "save_recipe": "zoo.recipe",
-    "resolve": "zoo.resolve",
+    "resolve": "zoo.resolver",
     "register_plugin": "zoo.plugin_manager",
     "list_plugins": "zoo.plugin_manager",
     "list_components": "zoo.api",

@@ -11,7 +11,7 @@ from torch import nn
 
 from .errors import MemoryBudgetError
 from .recipe import Recipe, get_recipe
-from .resolve import Resolved, resolve
+from .resolver import Resolved, resolve
 
 
 def _instantiate(resolved: Resolved) -> nn.Module:

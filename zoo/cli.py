@@ -72,7 +72,7 @@ def cmd_components(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from .builder import footprint, format_bytes, memory_available
     from .recipe import dump_recipe, get_recipe
-    from .resolve import resolve
+    from .resolver import resolve
 
     import torch
 

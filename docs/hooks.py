@@ -1,0 +1,43 @@
+"""mkdocs hook: fill the recipe and component tables from the live registry, so
+the lists in the docs are never out of date."""
+
+from __future__ import annotations
+
+
+def _components() -> str:
+    import zoo
+    from zoo.cli import _caps
+
+    out = []
+    for family in zoo.list_families():
+        members = zoo.list_components(family.name)
+        out.append(f"## {family.name}\n\n{family.summary}\n")
+        if not members:
+            out.append("*No built-in member yet; plugins add them through "
+                       f"`{family.hook}`.*\n")
+            continue
+        out.append("| name | plugin | capabilities | description |\n|---|---|---|---|")
+        for c in members:
+            out.append(f"| `{c.name}` | {c.plugin} | {_caps(c)} | {c.description} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _recipes() -> str:
+    import zoo
+
+    rows = ["| recipe | architecture | parameters | description |", "|---|---|---|---|"]
+    for name in zoo.list_recipes():
+        recipe = zoo.get_recipe(name)
+        params = zoo.footprint(zoo.resolve(recipe)).parameters
+        rows.append(f"| `{name}` | {recipe.architecture.name} | {params:,} | "
+                    f"{recipe.description} |")
+    return "\n".join(rows)
+
+
+def on_page_markdown(markdown, page, config, files):
+    if "<!-- zoo:components -->" in markdown:
+        markdown = markdown.replace("<!-- zoo:components -->", _components())
+    if "<!-- zoo:recipes -->" in markdown:
+        markdown = markdown.replace("<!-- zoo:recipes -->", _recipes())
+    return markdown

@@ -1,0 +1,85 @@
+"""The command line, run as a user runs it: in a fresh process."""
+
+from __future__ import annotations
+
+import doctest
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zoo
+import zoo.builder
+
+from .conftest import run_zoo
+
+
+def test_help_does_not_import_torch():
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "zoo", "--help"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "zoo info" not in result.stdout and "info" in result.stdout
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
+    assert "torch" not in imported and "zoo.cli" in imported
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).parent / "zoo"
+    assert script.exists() or shutil.which("zoo")
+    result = subprocess.run([str(script) if script.exists() else "zoo", "--version"],
+                            capture_output=True, text=True)
+    assert result.stdout.strip() == f"zoo {zoo.__version__}"
+
+
+def test_list_with_pattern():
+    result = run_zoo("list", "vit-*")
+    assert result.returncode == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()[2:]]
+    assert names == zoo.list_recipes("vit-*")
+
+
+def test_info_shows_recipe_components_parameters_memory():
+    result = run_zoo("info", "transformer-base")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "parameters: 63,082,496" in out
+    weights = (63_082_496 + 1024 * 512) * 4 / 2**20  # parameters + the sinusoid table, fp32
+    assert f"weights in float32: {weights:.1f} MiB" in out
+    assert "vanilla" in out and "layernorm" in out and "memory on this machine" in out
+    result = run_zoo("info", "transformer-base", "--set", "norm=rmsnorm", "--set", "encoder_layers=3")
+    assert "rmsnorm" in result.stdout
+
+
+def test_components_lists_every_family_member():
+    out = run_zoo("components", "norm").stdout
+    assert [line.split()[1] for line in out.splitlines()[2:]] == ["layernorm", "rmsnorm"]
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["info", "transformer-bse"], "Did you mean 'transformer-base'"),
+    (["info", "transformer-base", "--set", "norm=rms"], "Did you mean 'rmsnorm'"),
+    (["info", "transformer-base", "--set", "d_model=100"], "not divisible by n_heads 8"),
+])
+def test_errors_are_one_line_and_exit_2(args, expected):
+    result = run_zoo(*args)
+    assert result.returncode == 2
+    assert expected in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("module", [zoo, zoo.builder])
+def test_docstring_examples_run(module):
+    failures, tried = doctest.testmod(module)
+    assert tried and not failures
+
+
+def test_public_names_are_not_shadowed_by_submodules():
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(zoo.__path__):
+        if info.name != "__main__":
+            importlib.import_module(f"zoo.{info.name}")
+    for name in zoo.__all__:
+        assert not isinstance(getattr(zoo, name), type(zoo)), f"zoo.{name} is a module"
