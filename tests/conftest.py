@@ -65,3 +65,12 @@ def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | No
     return subprocess.run(
         [sys.executable, "-m", "zoo", *args], capture_output=True, text=True, env=full_env
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
