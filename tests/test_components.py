@@ -198,17 +198,10 @@ def _perturbed(module):
     return module
 
 
-def test_layernorm_equals_torch():
-    ours = _perturbed(zoo.get_component("norm", "layernorm").build({"eps": 1e-6}, dim=D))
-    ref = nn.LayerNorm(D, eps=1e-6)
-    ref.load_state_dict(ours.state_dict())
-    x = torch.randn(4, 3, D) * 5 + 2
-    torch.testing.assert_close(ours(x), ref(x))
-
-
-def test_rmsnorm_equals_torch():
-    ours = _perturbed(zoo.get_component("norm", "rmsnorm").build({"eps": 1e-6}, dim=D))
-    ref = nn.RMSNorm(D, eps=1e-6)
+@pytest.mark.parametrize("name,reference", [("layernorm", nn.LayerNorm), ("rmsnorm", nn.RMSNorm)])
+def test_norm_equals_torch(name, reference):
+    ours = _perturbed(zoo.get_component("norm", name).build({"eps": 1e-6}, dim=D))
+    ref = reference(D, eps=1e-6)
     ref.load_state_dict(ours.state_dict())
     x = torch.randn(4, 3, D) * 5 + 2
     torch.testing.assert_close(ours(x), ref(x))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
@@ -45,6 +46,20 @@ class Resolved:
     def load(self, slot: str) -> Any:
         """The slot's component itself (a kernel function, a class)."""
         return self.parts[slot].component.load()
+
+    def layer_factories(
+        self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float
+    ) -> dict[str, Any]:
+        """The ``make_attention``, ``make_norm`` and ``make_ffn`` a block is built with,
+        from the ``attention``, ``kernel``, ``norm`` and ``ffn`` slots."""
+        return dict(
+            make_attention=partial(
+                self.make, "attention", d_model=d_model, n_heads=n_heads,
+                dropout=attention_dropout, kernel=self.load("kernel"),
+            ),
+            make_norm=partial(self.make, "norm", dim=d_model),
+            make_ffn=partial(self.make, "ffn", d_model=d_model, d_ff=d_ff, dropout=dropout),
+        )
 
 
 def _slots_of(architecture: Component) -> dict[str, Slot]:

@@ -8,7 +8,6 @@ Padding masks come from ``pad_id``; the decoder's self-attention is causal.
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import Literal
 
 import torch
@@ -105,16 +104,13 @@ class Seq2Seq(nn.Module):
         self.positional = parts.make("positional", d_model=s.d_model, max_len=s.max_len)
         self.drop = nn.Dropout(s.dropout)
 
-        attention = partial(
-            parts.make, "attention", d_model=s.d_model, n_heads=s.n_heads,
-            dropout=s.attention_dropout, kernel=parts.load("kernel"),
+        factories = parts.layer_factories(
+            d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
+            attention_dropout=s.attention_dropout,
         )
-        norm = partial(parts.make, "norm", dim=s.d_model)
-        ffn = partial(parts.make, "ffn", d_model=s.d_model, d_ff=s.d_ff, dropout=s.dropout)
-        block = dict(
-            d_model=s.d_model, dropout=s.dropout, norm_first=s.norm_placement == "pre",
-            make_attention=attention, make_norm=norm, make_ffn=ffn,
-        )
+        block = dict(d_model=s.d_model, dropout=s.dropout, norm_first=s.norm_placement == "pre",
+                     **factories)
+        norm = factories["make_norm"]
         final = s.norm_placement == "pre" if s.final_norm is None else s.final_norm
         self.encoder = Stack(
             [parts.make("encoder_block", **block) for _ in range(s.encoder_layers)],

@@ -7,7 +7,6 @@ token's vector (or the mean of all tokens) -> a linear classifier.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Literal
 
 import torch
@@ -72,20 +71,15 @@ class VisionTransformer(nn.Module):
             "positional", d_model=s.d_model, max_len=self.num_patches + self.num_prefix
         )
         self.drop = nn.Dropout(s.dropout)
-        make_attention = partial(
-            parts.make, "attention", d_model=s.d_model, n_heads=s.n_heads,
-            dropout=s.attention_dropout, kernel=parts.load("kernel"),
+        factories = parts.layer_factories(
+            d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
+            attention_dropout=s.attention_dropout,
         )
-        norm = partial(parts.make, "norm", dim=s.d_model)
-        ffn = partial(parts.make, "ffn", d_model=s.d_model, d_ff=s.d_ff, dropout=s.dropout)
         self.blocks = nn.ModuleList(
-            parts.make(
-                "block", d_model=s.d_model, dropout=s.dropout, norm_first=True,
-                make_attention=make_attention, make_norm=norm, make_ffn=ffn,
-            )
+            parts.make("block", d_model=s.d_model, dropout=s.dropout, norm_first=True, **factories)
             for _ in range(s.depth)
         )
-        self.norm = norm()
+        self.norm = factories["make_norm"]()
         self.head = nn.Linear(s.d_model, s.num_classes) if s.num_classes else nn.Identity()
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
