@@ -96,12 +96,12 @@ def copy_into_torch(model, ref: nn.Transformer) -> None:
         dst.linear2.load_state_dict(src.ffn.fc2.state_dict())
 
     with torch.no_grad():
-        for dst, src in zip(ref.encoder.layers, model.encoder.layers):
+        for dst, src in zip(ref.encoder.layers, model.encoder.layers, strict=True):
             attn(dst.self_attn, src.attn)
             ffn(dst, src)
             dst.norm1.load_state_dict(src.norm1.state_dict())
             dst.norm2.load_state_dict(src.norm2.state_dict())
-        for dst, src in zip(ref.decoder.layers, model.decoder.layers):
+        for dst, src in zip(ref.decoder.layers, model.decoder.layers, strict=True):
             attn(dst.self_attn, src.self_attn)
             attn(dst.multihead_attn, src.cross_attn)
             ffn(dst, src)
