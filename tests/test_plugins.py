@@ -170,3 +170,29 @@ def test_disabled_autoload_then_register_plugin_explicitly(monkeypatch, fresh_re
 
     zoo.register_plugin(builtin_norms)
     assert zoo.get_component("norm", "rmsnorm").plugin == "zoo.plugins.norm"
+
+
+def test_entry_point_name_clash_is_reported(tmp_path, monkeypatch):
+    package = tmp_path / "src"
+    (package / "clashing").mkdir(parents=True)
+    (package / "clashing" / "__init__.py").write_text("")
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "zoo-plugin-clash"\nversion = "0.1"\n'
+        '[project.entry-points.zoo]\nnorm = "clashing"\n'
+        '[tool.setuptools]\npackages = ["clashing"]\n'
+    )
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--target", str(site), str(package)],
+                   check=True)
+    monkeypatch.syspath_prepend(str(site))
+    plugin_manager.reset()
+    try:
+        infos = {i.name: i for i in zoo.list_plugins()}
+        assert infos["norm"].ok and infos["norm"].distribution == "zoo-transformers"
+        clash = [i for i in infos.values() if i.distribution == "zoo-plugin-clash"]
+        assert len(clash) == 1 and "already taken by zoo-transformers" in clash[0].error
+    finally:
+        monkeypatch.undo()
+        plugin_manager.reset()

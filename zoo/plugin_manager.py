@@ -68,11 +68,18 @@ class PluginManager:
                 dist = ep.dist.name if ep.dist else None
                 if allowed is not None and ep.name not in allowed and dist not in allowed:
                     continue
+                version = ep.dist.version if ep.dist else None
                 if ep.name in self.infos:
+                    first = self.infos[ep.name]
+                    if (first.module, first.distribution) == (ep.value, dist):
+                        continue  # the same distribution seen twice on sys.path
+                    self.infos[f"{dist}:{ep.name}"] = PluginInfo(
+                        ep.name, ep.value, dist, version,
+                        error=f"entry point name {ep.name!r} is already taken by "
+                        f"{first.distribution} ({first.module}); rename one of them",
+                    )
                     continue
-                info = PluginInfo(
-                    ep.name, ep.value, dist, ep.dist.version if ep.dist else None
-                )
+                info = PluginInfo(ep.name, ep.value, dist, version)
                 self.infos[ep.name] = info
                 try:
                     plugin = ep.load()
