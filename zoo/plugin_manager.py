@@ -69,18 +69,14 @@ class PluginManager:
                 if allowed is not None and ep.name not in allowed and dist not in allowed:
                     continue
                 version = ep.dist.version if ep.dist else None
-                if ep.name in self.infos:
-                    first = self.infos[ep.name]
+                name = ep.name
+                if name in self.infos:
+                    first = self.infos[name]
                     if (first.module, first.distribution) == (ep.value, dist):
                         continue  # the same distribution seen twice on sys.path
-                    self.infos[f"{dist}:{ep.name}"] = PluginInfo(
-                        ep.name, ep.value, dist, version,
-                        error=f"entry point name {ep.name!r} is already taken by "
-                        f"{first.distribution} ({first.module}); rename one of them",
-                    )
-                    continue
-                info = PluginInfo(ep.name, ep.value, dist, version)
-                self.infos[ep.name] = info
+                    name = f"{dist}:{ep.name}"  # entry-point names are per distribution
+                info = PluginInfo(name, ep.value, dist, version)
+                self.infos[name] = info
                 try:
                     plugin = ep.load()
                 except Exception as exc:
