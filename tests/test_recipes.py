@@ -192,3 +192,13 @@ def test_too_big_for_memory_is_refused_with_the_estimate(monkeypatch):
     assert f"{expected:,} parameters" in message and "needs about 3.7 TiB" in message
     assert "parameters in torch.float32" in message and "Nothing was allocated" in message
     assert all(device.type == "meta" for device in allocated)
+
+
+@pytest.mark.parametrize("value,expected", [
+    (3, "takes a component name"),
+    ("my.module:Cls", "never Python paths"),
+    ({"name": "gelu", "setings": {}}, "unknown key 'setings'"),
+])
+def test_bad_slot_override_values(value, expected):
+    with pytest.raises(RecipeError, match=expected):
+        zoo.build("transformer-tiny", ffn=value)

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ._text import did_you_mean, quoted
 from .errors import CapabilityError, RecipeError
 from .families import Slot
 from .recipe import ComponentRef, Recipe
-from .registry import Component, registry
+from .registry import Component, describe_validation_error, registry
 
 
 @dataclass
@@ -66,13 +66,6 @@ def _slots_of(architecture: Component) -> dict[str, Slot]:
     return dict(getattr(architecture.load(), "slots", {}))
 
 
-def override_keys(recipe: Recipe) -> list[str]:
-    """The keys ``zoo.build(name, **overrides)`` accepts for this recipe."""
-    arch = registry.get("architecture", recipe.architecture.name)
-    fields = list(arch.settings_model.model_fields) if arch.settings_model else []
-    return list(_slots_of(arch)) + fields
-
-
 def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     """A copy of ``recipe`` with overrides applied.
 
@@ -88,7 +81,9 @@ def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     for key, value in overrides.items():
         slot, _, setting = key.partition(".")
         if slot in slots and setting:
-            ref = recipe.components.get(slot) or ComponentRef(name=slots[slot].default or "")
+            ref = recipe.components.get(slot)
+            if ref is None:
+                ref = _as_ref(slot, slots[slot].default or "")
             ref.settings[setting] = value
             recipe.components[slot] = ref
         elif key in slots:
@@ -113,12 +108,14 @@ def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
 
 
 def _as_ref(slot: str, value: Any) -> ComponentRef:
-    if isinstance(value, ComponentRef):
-        return value.model_copy(deep=True)
-    if isinstance(value, (str, dict)):
-        return Recipe.model_validate(
-            {"name": "x", "architecture": "x", "components": {slot: value}}
-        ).components[slot]
+    """An override's value as a component reference, or one clear error."""
+    if isinstance(value, (str, dict, ComponentRef)):
+        try:
+            return ComponentRef.model_validate(value).model_copy(deep=True)
+        except ValidationError as exc:
+            raise RecipeError(
+                describe_validation_error(exc, f"override {slot!r}", ComponentRef)
+            ) from None
     raise RecipeError(
         f"Override {slot!r} takes a component name or {{'name': ..., 'settings': {{...}}}}, "
         f"got {value!r}."
