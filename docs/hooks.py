@@ -6,7 +6,6 @@ from __future__ import annotations
 
 def _components() -> str:
     import zoo
-    from zoo.cli import _caps
 
     out = []
     for family in zoo.list_families():
@@ -18,7 +17,7 @@ def _components() -> str:
             continue
         out.append("| name | plugin | capabilities | description |\n|---|---|---|---|")
         for c in members:
-            out.append(f"| `{c.name}` | {c.plugin} | {_caps(c)} | {c.description} |")
+            out.append(f"| `{c.name}` | {c.plugin} | {c.capability_summary()} | {c.description} |")
         out.append("")
     return "\n".join(out)
 

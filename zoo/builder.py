@@ -57,10 +57,13 @@ class Footprint:
     buffers: int
     dtype: torch.dtype
 
+    def bytes_in(self, dtype: torch.dtype) -> int:
+        """Bytes of parameters and buffers stored in ``dtype``."""
+        return (self.parameters + self.buffers) * dtype.itemsize
+
     @property
     def bytes(self) -> int:
-        itemsize = torch.empty((), dtype=self.dtype, device="meta").element_size()
-        return (self.parameters + self.buffers) * itemsize
+        return self.bytes_in(self.dtype)
 
 
 def footprint(resolved: Resolved, dtype: torch.dtype | None = None) -> Footprint:

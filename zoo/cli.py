@@ -31,17 +31,6 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _caps(component) -> str:
-    fields = component.capabilities.model_dump()
-    shown = []
-    for key, value in fields.items():
-        if value is True:
-            shown.append(key)
-        elif value not in (False, None, (), []):
-            shown.append(f"{key}={','.join(value) if isinstance(value, (list, tuple)) else value}")
-    return " ".join(shown) or "-"
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     from .recipe import get_recipe, list_recipes
 
@@ -64,7 +53,7 @@ def cmd_components(args: argparse.Namespace) -> int:
     rows = []
     for family in families:
         for c in list_components(family, args.pattern):
-            rows.append([family, c.name, c.plugin, _caps(c), c.description])
+            rows.append([family, c.name, c.plugin, c.capability_summary(), c.description])
     print(_table(rows, ["family", "name", "plugin", "capabilities", "description"]))
     return 0
 
@@ -89,7 +78,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print()
     print(f"parameters: {fp.parameters:,}")
     for dtype in (torch.float32, torch.bfloat16):
-        size = format_bytes((fp.parameters + fp.buffers) * dtype.itemsize)
+        size = format_bytes(fp.bytes_in(dtype))
         print(f"weights in {str(dtype).removeprefix('torch.')}: {size}")
     print(f"memory on this machine: {format_bytes(memory_available())}")
     return 0

@@ -58,6 +58,17 @@ class Component:
             self._loaded = target
         return self._loaded
 
+    def capability_summary(self) -> str:
+        """The capabilities in one line: true flags by name, other values as key=value."""
+        shown = []
+        for key, value in self.capabilities.model_dump().items():
+            if value is True:
+                shown.append(key)
+            elif value not in (False, None, (), []):
+                text = ",".join(value) if isinstance(value, (list, tuple)) else value
+                shown.append(f"{key}={text}")
+        return " ".join(shown) or "-"
+
     @property
     def settings_model(self) -> type[BaseModel] | None:
         """The pydantic model of this component's settings (``cls.Settings``)."""
