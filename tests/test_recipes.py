@@ -155,7 +155,8 @@ def test_impossible_capabilities_rejected_before_building(fresh_registry):
         zoo.build("transformer-tiny", attention="bidirectional-only")
     message = str(err.value)
     assert "cannot fill slot 'attention'" in message and "causal=True" in message
-    assert "that can: 'vanilla'" in message
+    assert "that can: " in message and "'vanilla'" in message
+    assert "'bidirectional-only'" not in message.split("that can: ")[1]
     # the same mechanism is fine where nothing needs causality
     assert zoo.build("vit-tiny-patch4-28", attention="bidirectional-only") is not None
 
@@ -175,10 +176,10 @@ def test_missing_kernel_package_is_named(fresh_registry):
 
 
 def test_in_attention_positions_need_an_attention_that_applies_them(fresh_registry):
-    zoo.register_component("positional", "rotary-probe", "zoo.plugins.positional.none:NoPositions",
-                           capabilities={"kind": "rotary"})
-    with pytest.raises(CapabilityError, match="cannot apply rotary positions"):
-        zoo.build("transformer-tiny", positional="rotary-probe")
+    zoo.register_component("positional", "relative-probe", "zoo.plugins.positional.none:NoPositions",
+                           capabilities={"kind": "relative"})
+    with pytest.raises(CapabilityError, match="'linear' cannot apply relative positions.*'vanilla'"):
+        zoo.build("transformer-tiny", attention="linear", positional="relative-probe")
 
 
 def test_too_big_for_memory_is_refused_with_the_estimate(monkeypatch):

@@ -6,22 +6,27 @@ import torch
 
 
 class KVCache:
-    """Keys and values an attention layer has seen, shaped (B, H, L, D).
+    """What an attention layer keeps between decoding steps.
 
-    Self-attention appends each step's keys and values; cross-attention stores
-    the projected memory once and reuses it.
+    Softmax attention keeps keys and values, shaped (B, H, L, D): self-attention
+    appends each step's, cross-attention stores the projected memory once.
+    Mechanisms with a recurrent state (linear attention, Performer) keep fixed-size
+    tensors in ``state`` instead and count positions with :meth:`advance`.
     """
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+        self.state: dict[str, torch.Tensor] = {}
+        self._seen = 0
 
     def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
+        """Positions seen so far."""
+        return self.k.shape[-2] if self.k is not None else self._seen
 
     @property
     def empty(self) -> bool:
-        return self.k is None
+        return self.k is None and not self.state
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.k is not None:
@@ -33,10 +38,15 @@ class KVCache:
     def set(self, k: torch.Tensor, v: torch.Tensor) -> None:
         self.k, self.v = k, v
 
+    def advance(self, n: int) -> None:
+        """Count ``n`` more positions (for state-only mechanisms)."""
+        self._seen += n
+
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search)."""
         if self.k is not None:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+        self.state = {name: t.index_select(0, index) for name, t in self.state.items()}
 
 
 class DecoderCache(list):

@@ -42,6 +42,8 @@ class KernelCapabilities(Capabilities):
     causal: bool = True
     arbitrary_mask: bool = True
     dropout: bool = True
+    bias: bool = True
+    """Accepts a float ``attn_mask`` added to the scores (ALiBi, T5 bias)."""
     needs_cuda: bool = False
     requires_package: str | None = None
     """Import name of an optional dependency the kernel needs."""
@@ -53,6 +55,9 @@ class PositionalCapabilities(Capabilities):
     learned: bool = False
     max_length: bool = False
     """True when the component only covers positions below a set ``max_len``."""
+    per_layer: bool = False
+    """Inside-attention kinds: one module (own parameters) per attention layer, rather
+    than one shared by all layers of a stack (as T5 shares its bias)."""
 
 
 class NormCapabilities(Capabilities):
@@ -103,14 +108,19 @@ FAMILIES: dict[str, Family] = {
             "kernel",
             "Attention kernels: a function fn(q, k, v, *, attn_mask=None, is_causal=False, "
             "dropout_p=0.0, scale=None) over (B, H, L, D) tensors -> (B, H, Lq, D). "
-            "attn_mask is boolean, True where attention is allowed.",
+            "attn_mask is boolean (True where attention is allowed) or float (added to "
+            "the scores), broadcastable to (B, H, Lq, Lk).",
             KernelCapabilities,
             "register_kernels",
         ),
         Family(
             "positional",
             "Positional encodings. absolute: cls(settings, d_model=, max_len=) called as "
-            "module(x, offset=0) -> x plus positions.",
+            "module(x, offset=0) -> x plus positions. Inside attention: cls(settings, "
+            "d_model=, n_heads=, max_len=, causal=), handed to each self-attention as "
+            "positional=; rotary: rotate(x (B, H, L, D), positions (L,)); bias: "
+            "bias(rel) -> (H, *rel.shape) added to the scores, rel = key position - query "
+            "position; relative: scores(q, rel) and values(weights, rel) (Shaw et al.).",
             PositionalCapabilities,
             "register_positionals",
         ),

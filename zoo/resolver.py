@@ -47,16 +47,58 @@ class Resolved:
         """The slot's component itself (a kernel function, a class)."""
         return self.parts[slot].component.load()
 
+    @property
+    def position_kind(self) -> str:
+        """The positional slot's kind: ``absolute``, ``none``, or one acting inside attention."""
+        part = self.parts.get("positional")
+        return part.component.capabilities.kind if part is not None else "none"
+
+    def embedding_positions(self, *, d_model: int, max_len: int) -> Any:
+        """The module that adds positions to the embeddings: the positional slot's when it
+        is absolute, else one that adds nothing (the positions then act inside attention)."""
+        if self.position_kind in ("absolute", "none"):
+            return self.make("positional", d_model=d_model, max_len=max_len)
+        from ._modules import PassThrough
+
+        return PassThrough()
+
     def layer_factories(
-        self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float
+        self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
+        max_len: int = 1024,
     ) -> dict[str, Any]:
         """The ``make_attention``, ``make_norm`` and ``make_ffn`` a block is built with,
-        from the ``attention``, ``kernel``, ``norm`` and ``ffn`` slots."""
+        from the ``attention`` (``cross_attention`` where the architecture has one),
+        ``kernel``, ``positional``, ``norm`` and ``ffn`` slots.
+
+        Positions that act inside attention are handed to each self-attention: one
+        module per layer when the component says ``per_layer``, else one shared by
+        every layer of a stack (a stack being told apart by ``causal``)."""
+        inside = self.position_kind not in ("absolute", "none")
+        per_layer = inside and self.parts["positional"].component.capabilities.per_layer
+        shared: dict[bool, Any] = {}
+        kernel = self.load("kernel")
+
+        def positions(causal: bool) -> Any:
+            if not inside:
+                return None
+            if per_layer or causal not in shared:
+                module = self.make("positional", d_model=d_model, n_heads=n_heads,
+                                   max_len=max_len, causal=causal)
+                if per_layer:
+                    return module
+                shared[causal] = module
+            return shared[causal]
+
+        def make_attention(*, causal: bool = False, cross: bool = False) -> Any:
+            slot = "cross_attention" if cross and "cross_attention" in self.parts else "attention"
+            return self.make(
+                slot, d_model=d_model, n_heads=n_heads, dropout=attention_dropout,
+                kernel=kernel, causal=causal, cross=cross,
+                positional=None if cross else positions(causal),
+            )
+
         return dict(
-            make_attention=partial(
-                self.make, "attention", d_model=d_model, n_heads=n_heads,
-                dropout=attention_dropout, kernel=self.load("kernel"),
-            ),
+            make_attention=make_attention,
             make_norm=partial(self.make, "norm", dim=d_model),
             make_ffn=partial(self.make, "ffn", d_model=d_model, d_ff=d_ff, dropout=dropout),
         )
@@ -187,21 +229,26 @@ def _check_together(resolved: Resolved, device: Any) -> None:
     on_cuda = device is not None and str(device).startswith("cuda")
     for part in parts.values():
         caps = part.component.capabilities
-        if getattr(caps, "needs_cuda", False) and not on_cuda:
-            alternatives = [
-                c.name for c in registry.list(part.component.family)
-                if not getattr(c.capabilities, "needs_cuda", False)
-            ]
-            raise CapabilityError(
-                f"Recipe {name!r}: {part.component.family} {part.component.name!r} in slot "
-                f"{part.slot!r} needs a CUDA device, and the model is built on "
-                f"{device or 'cpu'}. Build with device='cuda', or use one of {quoted(alternatives)}."
-            )
+        reasons = []
         package = getattr(caps, "requires_package", None)
         if package and importlib.util.find_spec(package) is None:
+            reasons.append(f"the package {package!r}, which is not installed "
+                           f"(pip install {package})")
+        if getattr(caps, "needs_cuda", False) and not on_cuda:
+            reasons.append(f"a CUDA device, and the model is built on {device or 'cpu'} "
+                           "(build with device='cuda' where there is one)")
+        if reasons:
+            family = part.component.family
+            alternatives = [
+                c.name for c in registry.list(family)
+                if not getattr(c.capabilities, "needs_cuda", False)
+                and not getattr(c.capabilities, "requires_package", None)
+            ]
             raise CapabilityError(
-                f"Recipe {name!r}: {part.component.family} {part.component.name!r} needs the "
-                f"package {package!r}, which is not installed (pip install {package})."
+                f"Recipe {name!r}: {family} {part.component.name!r} in slot {part.slot!r} "
+                f"needs {' and '.join(reasons)}. What runs here: {quoted(alternatives)}"
+                + (" ('auto' picks the fastest that runs at each call)."
+                   if "auto" in alternatives else ".")
             )
     attention, positional = parts.get("attention"), parts.get("positional")
     if attention and positional:
@@ -213,4 +260,13 @@ def _check_together(resolved: Resolved, device: Any) -> None:
                 f"Recipe {name!r}: positional {positional.component.name!r} acts inside "
                 f"attention ({kind}), and attention {attention.component.name!r} cannot apply "
                 f"{kind} positions. Attentions that can: {quoted(able)}."
+            )
+        kernel = parts.get("kernel")
+        if (kind == "bias" and kernel and attention.component.capabilities.uses_kernel
+                and not kernel.component.capabilities.bias):
+            able = [c.name for c in registry.list("kernel") if c.capabilities.bias]
+            raise CapabilityError(
+                f"Recipe {name!r}: positional {positional.component.name!r} adds a bias to the "
+                f"scores, and kernel {kernel.component.name!r} takes no float bias. Kernels "
+                f"that do: {quoted(able)}."
             )

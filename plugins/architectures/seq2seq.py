@@ -17,7 +17,8 @@ from torch import nn
 from zoo.cache import DecoderCache
 from zoo.families import Slot
 
-TOKEN_ATTENTION = {"causal": True, "cross_attention": True, "padding_mask": True}
+SELF_ATTENTION = {"causal": True, "padding_mask": True}
+CROSS_ATTENTION = {"cross_attention": True, "padding_mask": True}
 
 
 class Seq2SeqSettings(BaseModel):
@@ -75,8 +76,10 @@ class Seq2Seq(nn.Module):
 
     Settings = Seq2SeqSettings
     slots = {
-        "attention": Slot("attention", TOKEN_ATTENTION, "the decoder attends causally, "
-                          "across to the encoder, and skips padding"),
+        "attention": Slot("attention", SELF_ATTENTION, "the decoder's self-attention is "
+                          "causal, and padding is skipped"),
+        "cross_attention": Slot("attention", CROSS_ATTENTION, "the decoder attends to the "
+                                "encoder's output, skipping its padding", default="vanilla"),
         "kernel": Slot("kernel", {"causal": True, "arbitrary_mask": True},
                        "padding and causal masks", default="sdpa"),
         "positional": Slot("positional", default="sinusoidal"),
@@ -101,12 +104,12 @@ class Seq2Seq(nn.Module):
         self.lm_head = nn.Linear(s.d_model, s.vocab_size, bias=False)
         if s.share_embeddings or s.tie_output:
             self.lm_head.weight = self.tgt_embed.weight
-        self.positional = parts.make("positional", d_model=s.d_model, max_len=s.max_len)
+        self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
         self.drop = nn.Dropout(s.dropout)
 
         factories = parts.layer_factories(
             d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
-            attention_dropout=s.attention_dropout,
+            attention_dropout=s.attention_dropout, max_len=s.max_len,
         )
         block = dict(d_model=s.d_model, dropout=s.dropout, norm_first=s.norm_placement == "pre",
                      **factories)

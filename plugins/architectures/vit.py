@@ -67,13 +67,12 @@ class VisionTransformer(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, s.d_model)) if s.class_token else None
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
-        self.positional = parts.make(
-            "positional", d_model=s.d_model, max_len=self.num_patches + self.num_prefix
-        )
+        tokens = self.num_patches + self.num_prefix
+        self.positional = parts.embedding_positions(d_model=s.d_model, max_len=tokens)
         self.drop = nn.Dropout(s.dropout)
         factories = parts.layer_factories(
             d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
-            attention_dropout=s.attention_dropout,
+            attention_dropout=s.attention_dropout, max_len=tokens,
         )
         self.blocks = nn.ModuleList(
             parts.make("block", d_model=s.d_model, dropout=s.dropout, norm_first=True, **factories)

@@ -1,6 +1,8 @@
-"""Attention mechanisms."""
+"""Attention mechanisms: dense, sparse and linear."""
 
 from zoo import hookimpl
+
+SOFTMAX_POSITIONS = ("rotary", "bias")
 
 
 @hookimpl
@@ -9,11 +11,33 @@ def register_attention(register):
         "vanilla",
         "zoo.plugins.attention.vanilla:VanillaAttention",
         description="Multi-head scaled dot-product attention (Vaswani et al. 2017)",
-        capabilities={
-            "causal": True,
-            "cross_attention": True,
-            "padding_mask": True,
-            "arbitrary_mask": True,
-            "kv_cache": True,
-        },
+        capabilities={"positions": ("rotary", "bias", "relative")},
+    )
+    register(
+        "sliding-window",
+        "zoo.plugins.attention.sliding_window:SlidingWindowAttention",
+        description="Local attention within a window, with optional global tokens "
+                    "(Longformer, Beltagy et al. 2020)",
+        capabilities={"cross_attention": False, "arbitrary_mask": False,
+                      "positions": SOFTMAX_POSITIONS},
+    )
+    register(
+        "bigbird",
+        "zoo.plugins.attention.bigbird:BigBirdAttention",
+        description="Block-sparse window + global + random attention (BigBird, Zaheer et al. 2020)",
+        capabilities={"cross_attention": False, "arbitrary_mask": False,
+                      "positions": SOFTMAX_POSITIONS},
+    )
+    register(
+        "performer",
+        "zoo.plugins.attention.performer:PerformerAttention",
+        description="FAVOR+ positive orthogonal random features (Performer, Choromanski et al. 2021)",
+        capabilities={"arbitrary_mask": False, "uses_kernel": False, "positions": ("rotary",)},
+    )
+    register(
+        "linear",
+        "zoo.plugins.attention.linear:LinearAttention",
+        description="elu(x)+1 feature-map linear attention with a recurrent state "
+                    "(Katharopoulos et al. 2020)",
+        capabilities={"arbitrary_mask": False, "uses_kernel": False, "positions": ("rotary",)},
     )

@@ -1,4 +1,4 @@
-"""Attention kernels: eager (the formula, in PyTorch ops) and sdpa."""
+"""Attention kernels: eager (the formula, in PyTorch ops), sdpa, xformers, auto."""
 
 from zoo import hookimpl
 
@@ -14,4 +14,15 @@ def register_kernels(register):
         "sdpa",
         "zoo.plugins.kernels.sdpa:sdpa_attention",
         description="torch.nn.functional.scaled_dot_product_attention (Flash/memory-efficient on GPU)",
+    )
+    register(
+        "xformers",
+        "zoo.plugins.kernels.xformers:xformers_attention",
+        description="xFormers memory_efficient_attention (CUDA; extra 'xformers')",
+        capabilities={"needs_cuda": True, "requires_package": "xformers"},
+    )
+    register(
+        "auto",
+        "zoo.plugins.kernels.auto:auto_attention",
+        description="Picks at each call: xformers for fp16/bf16 CUDA tensors when installed, else sdpa",
     )

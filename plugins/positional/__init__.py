@@ -1,4 +1,4 @@
-"""Positional encodings added to the embeddings."""
+"""Positional encodings: added to the embeddings, or applied inside attention."""
 
 from zoo import hookimpl
 
@@ -22,4 +22,29 @@ def register_positionals(register):
         "zoo.plugins.positional.none:NoPositions",
         description="No positional information (the model sees a bag of tokens)",
         capabilities={"kind": "none"},
+    )
+    register(
+        "rope",
+        "zoo.plugins.positional.rope:RotaryPositions",
+        description="Rotary position embedding of queries and keys (RoFormer, Su et al. 2021)",
+        capabilities={"kind": "rotary"},
+    )
+    register(
+        "alibi",
+        "zoo.plugins.positional.alibi:ALiBi",
+        description="Linear distance biases with per-head slopes (ALiBi, Press et al. 2022)",
+        capabilities={"kind": "bias"},
+    )
+    register(
+        "t5-bias",
+        "zoo.plugins.positional.t5:T5RelativeBias",
+        description="Bucketed relative position bias shared across layers (T5, Raffel et al. 2020)",
+        capabilities={"kind": "bias", "learned": True},
+    )
+    register(
+        "shaw",
+        "zoo.plugins.positional.shaw:ShawRelativePositions",
+        description="Learned key/value vectors of clipped relative distance "
+                    "(Shaw et al. 2018)",
+        capabilities={"kind": "relative", "learned": True, "per_layer": True},
     )

@@ -1,0 +1,176 @@
+"""What every built-in attention mechanism shares: the projections, the heads,
+positions applied inside attention, the KV cache and the mask conventions.
+
+A mechanism subclasses :class:`MultiHeadAttention` and implements ``_attend``
+(queries, keys and values already split into heads, rotated when the positions
+are rotary, and extended by the cache).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from zoo.cache import KVCache
+from zoo.errors import RecipeError
+
+
+class AttentionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    bias: bool = True
+    """Biases in the query, key, value and output projections."""
+
+
+def relative_positions(lq: int, lk: int, offset: int, device) -> torch.Tensor:
+    """(Lq, Lk) key position - query position, queries at offset .. offset + Lq - 1."""
+    q_pos = torch.arange(offset, offset + lq, device=device)
+    return torch.arange(lk, device=device)[None, :] - q_pos[:, None]
+
+
+def boolean_mask(
+    lq: int, lk: int, *, causal: bool, key_padding_mask: torch.Tensor | None,
+    attn_mask: torch.Tensor | None, device,
+) -> torch.Tensor | None:
+    """One boolean mask, True where attending is allowed, broadcastable to (B, H, Lq, Lk);
+    causal is bottom-right aligned (the last query sees every key)."""
+    mask = None
+    if attn_mask is not None:
+        mask = attn_mask if attn_mask.dim() == 2 else attn_mask[:, None]
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask[:, None, None, :]
+        mask = keep if mask is None else mask & keep
+    if causal:
+        tri = torch.ones(lq, lk, dtype=torch.bool, device=device).tril(lk - lq)
+        mask = tri if mask is None else mask & tri
+    return mask
+
+
+class MultiHeadAttention(nn.Module):
+    """Projections and bookkeeping; subclasses say how queries meet keys."""
+
+    Settings = AttentionSettings
+
+    def __init__(
+        self,
+        settings: AttentionSettings | None,
+        *,
+        d_model: int,
+        n_heads: int,
+        kernel: Callable[..., torch.Tensor] | None = None,
+        dropout: float = 0.0,
+        causal: bool = False,
+        cross: bool = False,
+        positional: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        settings = settings or self.Settings()
+        if d_model % n_heads:
+            raise RecipeError(
+                f"d_model {d_model} is not divisible by n_heads {n_heads}; pick n_heads among "
+                f"{[h for h in range(1, min(d_model, 64) + 1) if d_model % h == 0]}."
+            )
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.causal, self.cross, self.dropout = causal, cross, dropout
+        self.kernel = kernel
+        # positions act in self-attention only: a query and a key of two different
+        # sequences have no relative position
+        self.positional = None if cross else positional
+        self.position_kind = getattr(self.positional, "kind", None)
+        self.q_proj = nn.Linear(d_model, d_model, bias=settings.bias)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=settings.bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=settings.bias)
+
+    # -- shapes -----------------------------------------------------------------------------------
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape  # (B, L, H*D) -> (B, H, L, D)
+        return x.view(b, n, -1, self.head_dim).transpose(1, 2)
+
+    def _merge(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, n, _ = x.shape  # (B, H, L, D) -> (B, L, H*D)
+        return x.transpose(1, 2).reshape(b, n, self.d_model)
+
+    def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = self.kv_proj(source).chunk(2, dim=-1)
+        return self._heads(k), self._heads(v)
+
+    def _rotate(self, x: torch.Tensor, offset: int) -> torch.Tensor:
+        if self.position_kind != "rotary":
+            return x
+        positions = torch.arange(offset, offset + x.shape[-2], device=x.device)
+        return self.positional.rotate(x, positions)
+
+    # -- the call ---------------------------------------------------------------------------------
+    def _project(
+        self, x: torch.Tensor, context: torch.Tensor | None, cache: KVCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """Queries, keys, values (B, H, L, D) and the position of x's first token."""
+        q = self._heads(self.q_proj(x))
+        if self.cross:
+            if cache is not None and not cache.empty:
+                return q, cache.k, cache.v, 0
+            if context is None:
+                raise ValueError("cross-attention needs a context (the encoder's output)")
+            k, v = self._keys_values(context)
+            if cache is not None:
+                cache.set(k, v)
+            return q, k, v, 0
+        offset = len(cache) if cache is not None else 0
+        k, v = self._keys_values(x)
+        q, k = self._rotate(q, offset), self._rotate(k, offset)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        return q, k, v, offset
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        key_padding_mask: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """x (B, Lq, d); context (B, Lk, d) for cross-attention; key_padding_mask (B, Lk),
+        True at padding; attn_mask (Lq, Lk) or (B, Lq, Lk), True where attending is allowed."""
+        q, k, v, offset = self._project(x, context, cache)
+        out = self._attend(q, k, v, offset=offset, key_padding_mask=key_padding_mask,
+                           attn_mask=attn_mask)
+        return self.out_proj(self._merge(out))
+
+    def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- shared by the softmax mechanisms ---------------------------------------------------------
+    def _dense(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+        *, offset: int, is_causal: bool = False,
+    ) -> torch.Tensor:
+        """softmax attention over all keys with a boolean ``mask`` and the positions."""
+        lq, lk = q.shape[-2], k.shape[-2]
+        dropout = self.dropout if self.training else 0.0
+        if is_causal and self.position_kind in ("relative", "bias"):
+            tri = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()
+            mask, is_causal = (tri if mask is None else mask & tri), False
+        if self.position_kind == "relative":
+            return self._relative(q, k, v, mask, offset=offset, dropout=dropout)
+        if self.position_kind == "bias":
+            rel = relative_positions(lq, lk, offset, q.device)
+            bias = self.positional.bias(rel).to(q.dtype)[None]  # (1, H, Lq, Lk)
+            if mask is not None:
+                bias = bias.masked_fill(~mask, float("-inf"))
+            return self.kernel(q, k, v, attn_mask=bias, dropout_p=dropout)
+        return self.kernel(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout)
+
+    def _relative(self, q, k, v, mask, *, offset: int, dropout: float) -> torch.Tensor:
+        """Shaw et al.'s attention, written out (no kernel computes its value term)."""
+        rel = relative_positions(q.shape[-2], k.shape[-2], offset, q.device)
+        scores = (q @ k.transpose(-2, -1) + self.positional.scores(q, rel)) * self.head_dim**-0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        if dropout > 0.0:
+            weights = nn.functional.dropout(weights, p=dropout)
+        return weights @ v + self.positional.values_term(weights, rel)
