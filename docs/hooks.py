@@ -4,6 +4,15 @@ the lists in the docs are never out of date."""
 from __future__ import annotations
 
 
+def _family_table(family: str) -> str:
+    import zoo
+
+    rows = ["| name | plugin | capabilities | description |", "|---|---|---|---|"]
+    for c in zoo.list_components(family):
+        rows.append(f"| `{c.name}` | {c.plugin} | {c.capability_summary()} | {c.description} |")
+    return "\n".join(rows)
+
+
 def _components() -> str:
     import zoo
 
@@ -35,6 +44,10 @@ def _recipes() -> str:
 
 
 def on_page_markdown(markdown, page, config, files):
+    import re
+
+    markdown = re.sub(r"<!-- zoo:components (\w+) -->", lambda m: _family_table(m.group(1)),
+                      markdown)
     if "<!-- zoo:components -->" in markdown:
         markdown = markdown.replace("<!-- zoo:components -->", _components())
     if "<!-- zoo:recipes -->" in markdown:

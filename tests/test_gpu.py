@@ -37,3 +37,31 @@ def test_bf16_sdpa_agrees_with_eager_on_cuda():
     tgt = torch.randint(1, 37000, (8, 64), device="cuda")
     with torch.no_grad():
         torch.testing.assert_close(a(src, tgt).float(), b(src, tgt).float(), atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("name", [c.name for c in zoo.list_components("attention")])
+def test_every_attention_on_cuda_equals_cpu(name):
+    settings = {"bigbird": {"block_size": 4}, "sliding-window": {"window": 8}}.get(name, {})
+    kw = dict(attention={"name": name, "settings": settings}, positional="rope", dropout=0.0)
+    cpu = zoo.build("transformer-tiny", **kw).eval()
+    gpu = zoo.build("transformer-tiny", device="cuda", **kw).eval()
+    gpu.load_state_dict(cpu.state_dict())
+    src, tgt = torch.randint(1, 1000, (2, 40)), torch.randint(1, 1000, (2, 33))
+    with torch.no_grad():
+        torch.testing.assert_close(gpu(src.cuda(), tgt.cuda()).cpu(), cpu(src, tgt),
+                                   atol=1e-3, rtol=1e-3)
+
+
+def test_xformers_and_auto_kernels_agree_with_sdpa_in_bf16():
+    pytest.importorskip("xformers")
+    ref = zoo.build("transformer-tiny", kernel="sdpa", positional="alibi", dropout=0.0,
+                    device="cuda", dtype=torch.bfloat16).eval()
+    src = torch.randint(1, 1000, (4, 48), device="cuda")
+    tgt = torch.randint(1, 1000, (4, 40), device="cuda")
+    for kernel in ("xformers", "auto"):
+        other = zoo.build("transformer-tiny", kernel=kernel, positional="alibi", dropout=0.0,
+                          device="cuda", dtype=torch.bfloat16).eval()
+        other.load_state_dict(ref.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(other(src, tgt).float(), ref(src, tgt).float(),
+                                       atol=0.05, rtol=0.05)

@@ -104,6 +104,63 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size(text: str) -> int:
+    """'8GiB', '512MiB', '2G' or a number of bytes."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB, 512MiB)") from None
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") \
+            from None
+
+
+def cmd_bench_attention(args: argparse.Namespace) -> int:
+    import torch
+
+    from .bench import attention as bench
+    from .registry import registry
+
+    mechanisms = args.mechanisms.split(",") if args.mechanisms else list(bench.MECHANISMS)
+    for spec in mechanisms:  # unknown names fail here, with suggestions, before any work
+        name, kernel = bench.parse_mechanism(spec)
+        registry.get("attention", name)
+        registry.get("kernel", kernel)
+    dtype = getattr(torch, args.dtype)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    mode = "forward+backward" if args.backward else "forward"
+    print(f"attention bench: batch {args.batch}, d_model {args.d_model}, {args.heads} heads, "
+          f"{'causal' if args.causal else 'bidirectional'}, {mode}, {args.dtype}, "
+          f"{args.device}, {torch.get_num_threads()} threads, memory bound "
+          f"{args.memory_bound / 2**30:.1f} GiB", flush=True)
+    results = bench.run(
+        mechanisms, args.lengths, batch=args.batch, d_model=args.d_model, n_heads=args.heads,
+        causal=args.causal, backward=args.backward, repeat=args.repeat,
+        memory_bound=args.memory_bound, device=args.device, dtype=dtype,
+        progress=(lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+        if args.verbose else None,
+    )
+    print(bench.table(results))
+    if args.json:
+        rows = bench.records(results, dtype=dtype, backward=args.backward, device=args.device)
+        from .recipe import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(rows, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        bench.plot(results, args.plot, title=f"attention, d_model {args.d_model}, "
+                   f"{args.heads} heads, batch {args.batch}, {mode}, {args.device}")
+        print(f"wrote {args.plot}")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zoo",
@@ -131,6 +188,29 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="installed plugins: what each registered, or its error")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("bench", help="benchmarks, side by side in one run")
+    bench = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    b = bench.add_parser("attention", help="time and peak memory of each attention vs length")
+    b.add_argument("--mechanisms", help="comma-separated attention[:kernel], default: "
+                   "vanilla:eager,vanilla:sdpa,sliding-window,bigbird,performer,linear")
+    b.add_argument("--lengths", type=_int_list, default=[256, 512, 1024, 2048, 4096, 8192, 16384],
+                   help="comma-separated sequence lengths (default 256 ... 16384)")
+    b.add_argument("--batch", type=int, default=1)
+    b.add_argument("--d-model", type=int, default=512)
+    b.add_argument("--heads", type=int, default=8)
+    b.add_argument("--causal", action="store_true", help="causal self-attention")
+    b.add_argument("--backward", action="store_true", help="time forward and backward")
+    b.add_argument("--repeat", type=int, default=3, help="timed calls per point (median)")
+    b.add_argument("--memory-bound", type=_size, default=_size("8GiB"),
+                   help="stop a mechanism before it would pass this (default 8GiB)")
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    b.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    b.add_argument("--json", metavar="OUT", help="write the measurements as JSON")
+    b.add_argument("--plot", metavar="OUT.png", help="write a PNG plot")
+    b.add_argument("-v", "--verbose", action="store_true", help="say what runs")
+    b.set_defaults(func=cmd_bench_attention)
     return parser
 
 
