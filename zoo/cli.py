@@ -161,6 +161,80 @@ def cmd_bench_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from .training.loop import Interrupted, train
+
+    if args.resume and args.recipe:
+        raise SystemExit("zoo: give a recipe or --resume RUN, not both")
+    if not args.resume and not args.recipe:
+        raise SystemExit("zoo train: name a recipe (zoo train sort) or --resume RUN; "
+                         "built-in recipes: " + ", ".join(_train_recipes()))
+    try:
+        result = train(args.recipe, overrides=_parse_sets(args.set), run_dir=args.out,
+                       resume=args.resume, device=args.device, progress=not args.no_progress)
+    except Interrupted as exc:
+        print(f"zoo: {exc}", file=sys.stderr)
+        return 130
+    if result.metrics:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
+        print(f"{result.run_dir}: step {result.step}; test: {shown}")
+    return 0
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from .training.runs import load_run
+
+    run = load_run(args.run, device=args.device)
+    if not hasattr(run.task, "translate"):
+        raise SystemExit(f"zoo: the task of {args.run} ({run.recipe.task.name}) does not "
+                         "decode text")
+    for line in run.task.translate(run.model, args.text, beam_size=args.beam,
+                                   max_new_tokens=args.max_new_tokens):
+        print(line)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .plots import plot_run
+
+    print(f"wrote {plot_run(args.run, args.out)}")
+    return 0
+
+
+def cmd_attention_map(args: argparse.Namespace) -> int:
+    import torch
+
+    from .decoding import greedy
+    from .plots import attention_weights, plot_attention
+    from .training.runs import load_run
+
+    run = load_run(args.run, device=args.device)
+    task, model = run.task, run.model
+    if not hasattr(task, "parse_input"):
+        raise SystemExit(f"zoo: attention maps are drawn for sequence tasks; {args.run} is a "
+                         f"{run.recipe.task.name} run")
+    device = next(model.parameters()).device
+    src = torch.tensor([task.parse_input(args.text)], device=device)
+    out = greedy(model, src, max_new_tokens=args.max_new_tokens, bos_id=task.bos_id,
+                 eos_id=task.eos_id)[0].tolist()
+    if task.eos_id in out:
+        out = out[: out.index(task.eos_id) + 1]
+    tgt_in = torch.tensor([[task.bos_id, *out[:-1]]] if out else [[task.bos_id]], device=device)
+    weights = attention_weights(model, src, tgt_in)
+    path = plot_attention(weights, task.token_strings(src[0].tolist()),
+                          task.token_strings(tgt_in[0].tolist()),
+                          args.out or f"{args.run}/attention.png", layer=args.layer)
+    print(f"output: {task.render_output(out)}")
+    print(f"wrote {path}")
+    return 0
+
+
+def _train_recipes() -> list[str]:
+    from .training.config import list_train_recipes
+
+    return list_train_recipes()
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zoo",
@@ -188,6 +262,40 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="installed plugins: what each registered, or its error")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("train", help="train a recipe (zoo train sort), or --resume a run")
+    p.add_argument("recipe", nargs="?", help="a training recipe name (sort, translate-de-en, "
+                   "fashion-mnist-vit) or YAML file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override: model.attention=rope, train.steps=2000, optimizer.lr=5e-4, "
+                   "task.seq_len=10")
+    p.add_argument("--out", help="run folder (default runs/NAME, or runs/NAME-2 when taken)")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when there is one)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("translate", help="decode text with a trained run (translation, sort)")
+    p.add_argument("run", help="a run folder (runs/translate-de-en)")
+    p.add_argument("text", nargs="+", help="one or more inputs")
+    p.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("plot", help="PNG curves of a run's loss, learning rate and metrics")
+    p.add_argument("run")
+    p.add_argument("--out", help="PNG path (default RUN/curves.png)")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("attention-map", help="PNG of a trained model's attention for an input")
+    p.add_argument("run")
+    p.add_argument("text", help="the input, e.g. 'Was wird jetzt aus uns?' or '3 1 4 1 5'")
+    p.add_argument("--layer", type=int, default=-1, help="which layer (default: the last)")
+    p.add_argument("--out", help="PNG path (default RUN/attention.png)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_attention_map)
 
     p = sub.add_parser("bench", help="benchmarks, side by side in one run")
     bench = p.add_subparsers(dest="bench", metavar="BENCH", required=True)

@@ -94,6 +94,11 @@ class Recipe(BaseModel):
 # -- files -------------------------------------------------------------------------------------
 def parse_recipe_text(text: str, source: str, suffix: str = ".yaml") -> Recipe:
     """A recipe from YAML or JSON text; YAML tags that would build objects are refused."""
+    return Recipe.from_dict(parse_data(text, source, suffix), source)
+
+
+def parse_data(text: str, source: str, suffix: str = ".yaml") -> Any:
+    """Plain data from YAML or JSON text; YAML tags that would build objects are refused."""
     try:
         data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
     except yaml.constructor.ConstructorError as exc:
@@ -104,7 +109,7 @@ def parse_recipe_text(text: str, source: str, suffix: str = ".yaml") -> Recipe:
         ) from None
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise RecipeError(f"{source}: not valid {suffix.lstrip('.').upper()}: {exc}") from None
-    return Recipe.from_dict(data, source)
+    return data
 
 
 def load_recipe(path: str | os.PathLike[str]) -> Recipe:

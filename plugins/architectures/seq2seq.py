@@ -13,6 +13,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from zoo.cache import DecoderCache
 from zoo.families import Slot
@@ -89,6 +90,9 @@ class Seq2Seq(nn.Module):
         "decoder_block": Slot("block", {"role": "decoder"}, default="decoder"),
     }
 
+    gradient_checkpointing = False
+    """Recompute each block in the backward pass instead of keeping its activations."""
+
     def __init__(self, settings: Seq2SeqSettings, parts) -> None:
         super().__init__()
         s = self.settings = settings
@@ -138,7 +142,10 @@ class Seq2Seq(nn.Module):
         mask = self.padding_mask(src) if src_padding_mask is None else src_padding_mask
         x = self._embed(self.src_embed, src)
         for layer in self.encoder.layers:
-            x = layer(x, key_padding_mask=mask)
+            if self.gradient_checkpointing and self.training:
+                x = checkpoint(layer, x, mask, use_reentrant=False)
+            else:
+                x = layer(x, key_padding_mask=mask)
         return self.encoder.norm(x) if self.encoder.norm is not None else x
 
     def decode(
@@ -156,6 +163,10 @@ class Seq2Seq(nn.Module):
             tgt_padding_mask = self.padding_mask(tgt)
         x = self._embed(self.tgt_embed, tgt, offset)
         for i, layer in enumerate(self.decoder.layers):
+            if self.gradient_checkpointing and self.training and cache is None:
+                x = checkpoint(layer, x, memory, tgt_padding_mask, memory_padding_mask,
+                               use_reentrant=False)
+                continue
             x = layer(
                 x, memory, self_padding_mask=tgt_padding_mask,
                 memory_padding_mask=memory_padding_mask,
@@ -168,6 +179,14 @@ class Seq2Seq(nn.Module):
     def init_cache(self) -> DecoderCache:
         """An empty cache for incremental decoding with :meth:`decode`."""
         return DecoderCache(len(self.decoder.layers))
+
+    def generate(self, src: torch.Tensor, *, strategy: str = "greedy", **kwargs) -> torch.Tensor:
+        """Decode ``src`` (B, Ls): ``greedy``, ``beam`` or ``sample`` (see zoo.decoding);
+        e.g. ``model.generate(src, strategy="beam", beam_size=4, max_new_tokens=64,
+        bos_id=1, eos_id=2)``."""
+        from zoo.decoding import generate
+
+        return generate(self, src, strategy=strategy, **kwargs)
 
     def forward(
         self,

@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from zoo.families import Slot
 
@@ -58,6 +59,9 @@ class VisionTransformer(nn.Module):
         "block": Slot("block", {"role": "encoder"}, default="vit"),
     }
 
+    gradient_checkpointing = False
+    """Recompute each block in the backward pass instead of keeping its activations."""
+
     def __init__(self, settings: ViTSettings, parts) -> None:
         super().__init__()
         s = self.settings = settings
@@ -88,7 +92,10 @@ class VisionTransformer(nn.Module):
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         x = self.drop(self.positional(x))
         for block in self.blocks:
-            x = block(x)
+            if self.gradient_checkpointing and self.training:
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return self.norm(x)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

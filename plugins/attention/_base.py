@@ -79,6 +79,10 @@ class MultiHeadAttention(nn.Module):
         # sequences have no relative position
         self.positional = None if cross else positional
         self.position_kind = getattr(self.positional, "kind", None)
+        self.record_weights = False
+        """When True, the softmax path keeps its attention weights in ``last_weights``
+        (B, H, Lq, Lk), for attention maps; it then computes them explicitly."""
+        self.last_weights: torch.Tensor | None = None
         self.q_proj = nn.Linear(d_model, d_model, bias=settings.bias)
         self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=settings.bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=settings.bias)
@@ -151,11 +155,11 @@ class MultiHeadAttention(nn.Module):
         """softmax attention over all keys with a boolean ``mask`` and the positions."""
         lq, lk = q.shape[-2], k.shape[-2]
         dropout = self.dropout if self.training else 0.0
-        if is_causal and self.position_kind in ("relative", "bias"):
+        if is_causal and (self.position_kind in ("relative", "bias") or self.record_weights):
             tri = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()
             mask, is_causal = (tri if mask is None else mask & tri), False
-        if self.position_kind == "relative":
-            return self._relative(q, k, v, mask, offset=offset, dropout=dropout)
+        if self.position_kind == "relative" or self.record_weights:
+            return self._explicit(q, k, v, mask, offset=offset, dropout=dropout)
         if self.position_kind == "bias":
             rel = relative_positions(lq, lk, offset, q.device)
             bias = self.positional.bias(rel).to(q.dtype)[None]  # (1, H, Lq, Lk)
@@ -164,13 +168,24 @@ class MultiHeadAttention(nn.Module):
             return self.kernel(q, k, v, attn_mask=bias, dropout_p=dropout)
         return self.kernel(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout)
 
-    def _relative(self, q, k, v, mask, *, offset: int, dropout: float) -> torch.Tensor:
-        """Shaw et al.'s attention, written out (no kernel computes its value term)."""
+    def _explicit(self, q, k, v, mask, *, offset: int, dropout: float) -> torch.Tensor:
+        """Attention written out, weights and all: for Shaw's positions (no kernel
+        computes their value term) and when the weights are recorded."""
         rel = relative_positions(q.shape[-2], k.shape[-2], offset, q.device)
-        scores = (q @ k.transpose(-2, -1) + self.positional.scores(q, rel)) * self.head_dim**-0.5
+        scores = q @ k.transpose(-2, -1)
+        if self.position_kind == "relative":
+            scores = scores + self.positional.scores(q, rel)
+        scores = scores * self.head_dim**-0.5
+        if self.position_kind == "bias":
+            scores = scores + self.positional.bias(rel).to(scores.dtype)[None]
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        if self.record_weights:
+            self.last_weights = weights.detach()
         if dropout > 0.0:
             weights = nn.functional.dropout(weights, p=dropout)
-        return weights @ v + self.positional.values_term(weights, rel)
+        out = weights @ v
+        if self.position_kind == "relative":
+            out = out + self.positional.values_term(weights, rel)
+        return out

@@ -1,0 +1,28 @@
+"""Training tasks: data, batching, loss and metrics."""
+
+from zoo import hookimpl
+
+
+@hookimpl
+def register_tasks(register):
+    for name, what in (("sort", "sorted"), ("copy", "copied"), ("reverse", "reversed")):
+        register(
+            name,
+            f"zoo.plugins.tasks.sequences:{name.capitalize()}Task",
+            description=f"Random digit sequences to the same sequence {what} (BOS/EOS/PAD); "
+                        "token and sequence accuracy",
+            capabilities={"architectures": ("seq2seq",)},
+        )
+    register(
+        "translate-de-en",
+        "zoo.plugins.tasks.translate:TranslateDeEn",
+        description="German-English sentence pairs from Debian's trans-de-en; BPE; BLEU and chrF",
+        capabilities={"architectures": ("seq2seq",)},
+    )
+    register(
+        "fashion-mnist",
+        "zoo.plugins.tasks.fashion_mnist:FashionMNIST",
+        description="Fashion-MNIST (60k/10k 28x28 images, 10 classes) from Debian's "
+                    "dataset-fashion-mnist; top-1 accuracy",
+        capabilities={"architectures": ("vit",)},
+    )

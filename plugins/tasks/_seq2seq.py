@@ -1,0 +1,87 @@
+"""Shared by the sequence-to-sequence tasks: padding, teacher forcing, token and
+sequence accuracy."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+def pad_batch(seqs: list[list[int]], pad: int = PAD) -> torch.Tensor:
+    width = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), width), pad, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+class Seq2SeqTask:
+    """src/tgt token-id pairs; the decoder reads BOS + tgt and predicts tgt + EOS."""
+
+    unit = "tokens"
+    pad_id, bos_id, eos_id = PAD, BOS, EOS
+
+    def parse_input(self, text: str) -> list[int]:
+        """A user's input (command line) as source token ids."""
+        raise NotImplementedError
+
+    def render_output(self, ids) -> str:
+        """Generated ids as text."""
+        raise NotImplementedError
+
+    def token_strings(self, ids) -> list[str]:
+        """One label per token id (attention maps)."""
+        return [str(i) for i in ids]
+
+    @torch.no_grad()
+    def translate(self, model, texts: list[str], *, beam_size: int = 1, device=None,
+                  max_new_tokens: int = 128) -> list[str]:
+        from zoo.decoding import beam_search, greedy
+
+        device = device or next(model.parameters()).device
+        src = self.collate([(self.parse_input(t), []) for t in texts])["src"].to(device)
+        if beam_size > 1:
+            ids = beam_search(model, src, beam_size=beam_size, max_new_tokens=max_new_tokens,
+                              bos_id=self.bos_id, eos_id=self.eos_id)
+        else:
+            ids = greedy(model, src, max_new_tokens=max_new_tokens, bos_id=self.bos_id,
+                         eos_id=self.eos_id)
+        return [self.render_output(row) for row in ids]
+
+    def collate(self, items: list[tuple[list[int], list[int]]]) -> dict:
+        src = pad_batch([s for s, _ in items])
+        tgt_in = pad_batch([[self.bos_id, *t] for _, t in items])
+        tgt_out = pad_batch([[*t, self.eos_id] for _, t in items])
+        return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
+
+    def loss(self, model, batch: dict, label_smoothing: float = 0.0):
+        logits = model(batch["src"], batch["tgt_in"])
+        target = batch["tgt_out"]
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(),
+                               ignore_index=self.pad_id, label_smoothing=label_smoothing)
+        return loss, int(target.ne(self.pad_id).sum())
+
+    @torch.no_grad()
+    def token_accuracy(self, model, batches) -> dict[str, float]:
+        """Teacher-forced: the share of target tokens (EOS included) predicted right,
+        and the mean cross-entropy per token."""
+        correct = total = 0
+        nll = 0.0
+        for batch in batches:
+            logits = model(batch["src"], batch["tgt_in"])
+            target = batch["tgt_out"]
+            keep = target.ne(self.pad_id)
+            correct += int((logits.argmax(-1).eq(target) & keep).sum())
+            total += int(keep.sum())
+            nll += float(F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(),
+                                         ignore_index=self.pad_id, reduction="sum"))
+        return {"token_accuracy": correct / max(total, 1), "loss": nll / max(total, 1)}
+
+    def batches(self, split: str, batch_size: int, device=None, limit: int | None = None):
+        data = self.dataset(split)
+        n = len(data) if limit is None else min(limit, len(data))
+        for start in range(0, n, batch_size):
+            batch = self.collate([data[i] for i in range(start, min(start + batch_size, n))])
+            yield {k: v.to(device) if device is not None else v for k, v in batch.items()}

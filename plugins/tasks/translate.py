@@ -1,0 +1,200 @@
+"""German to English translation on the example sentences of Debian's
+``trans-de-en`` package (the TU Chemnitz dictionary "Ding", GPL; read from the
+installed package at run time, never copied into this project).
+
+Each dictionary line is ``German :: English``, with ``|`` separating parallel
+sub-entries and ``;`` alternatives. A sub-entry pair is kept when both sides
+are sentences: a capital first letter, a final ``.``, ``!`` or ``?``, at least
+three words, and none of the dictionary's markup (``{m}``, ``[Am.]``,
+``jdm.``, ``sb.``, ``/abbr/``). Where both sides list the same number of
+alternatives they pair up in order. Duplicates are dropped; a seeded shuffle
+then splits off ``valid_size`` and ``test_size`` pairs. A byte-pair-encoding
+tokenizer (Hugging Face ``tokenizers``; one vocabulary for both languages) is
+trained on the training split only and saved in the run folder. Translation
+quality is measured on detokenised text with sacreBLEU's BLEU and chrF.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from zoo.task import missing_debian_package
+
+from ._seq2seq import BOS, EOS, PAD, Seq2SeqTask
+
+DATA = Path("/usr/share/trans/de-en")
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0, 1, 2, 3 = PAD, BOS, EOS, UNK
+_SENTENCE = re.compile(r"^[A-ZÄÖÜ\"'„»‚].*[.!?]$")
+_MARKUP = re.compile(r"[{}\[\]<>/~]|\bjd[mnrs]?\.|\betw\.|\bsb\.|\bsth\.")
+
+
+def _is_sentence(text: str) -> bool:
+    return bool(_SENTENCE.match(text)) and not _MARKUP.search(text) and len(text.split()) >= 3
+
+
+def sentence_pairs(path: Path = DATA) -> list[tuple[str, str]]:
+    """The clean (German, English) sentence pairs of the dictionary file, in file order."""
+    if not path.exists():
+        raise missing_debian_package("trans-de-en", path, "The translate-de-en task's data")
+    pairs, seen = [], set()
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("#") or " :: " not in line:
+                continue
+            german, english = line.rstrip("\n").split(" :: ", 1)
+            de_parts, en_parts = german.split(" | "), english.split(" | ")
+            if len(de_parts) != len(en_parts):
+                continue
+            for de, en in zip(de_parts, en_parts):
+                de_alts = [a.strip() for a in de.split(";")]
+                en_alts = [a.strip() for a in en.split(";")]
+                if len(de_alts) != len(en_alts):
+                    continue
+                for d, e in zip(de_alts, en_alts):
+                    if _is_sentence(d) and _is_sentence(e) and (d, e) not in seen:
+                        seen.add((d, e))
+                        pairs.append((d, e))
+    return pairs
+
+
+class TranslateSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    vocab_size: int = Field(8000, ge=100)
+    """BPE vocabulary, shared by German and English."""
+    valid_size: int = Field(1000, ge=1)
+    test_size: int = Field(1000, ge=1)
+    max_tokens: int = Field(64, ge=4)
+    """Pairs longer than this (either side, in BPE tokens) are left out of training."""
+    max_train: int | None = Field(None, ge=1)
+    """Use only this many training pairs (quick tests)."""
+    beam_size: int = Field(4, ge=1)
+    """Beam for the test-set BLEU (1: greedy)."""
+    split_seed: int = 1234
+    """The train/valid/test split's seed: fixed, so runs are comparable."""
+
+
+class TranslateDeEn(Seq2SeqTask):
+    Settings = TranslateSettings
+    metric = "bleu"
+
+    def __init__(self, settings: TranslateSettings | None = None, *, seed: int = 0,
+                 workdir: Path | None = None, data: Path = DATA) -> None:
+        self.settings = settings or TranslateSettings()
+        self.workdir = Path(workdir) if workdir is not None else None
+        self.data_path = data
+        self.tokenizer = None
+        self._splits: dict[str, list[tuple[str, str]]] = {}
+        self._encoded: dict[str, list] = {}
+
+    # -- data -------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        if self._splits:
+            return
+        pairs = sentence_pairs(self.data_path)
+        random.Random(self.settings.split_seed).shuffle(pairs)
+        v, t = self.settings.valid_size, self.settings.test_size
+        self._splits = {"test": pairs[:t], "valid": pairs[t:t + v], "train": pairs[t + v:]}
+        if self.settings.max_train is not None:
+            self._splits["train"] = self._splits["train"][: self.settings.max_train]
+        self.tokenizer = self._tokenizer()
+        for split, items in self._splits.items():
+            encoded = []
+            for de, en in items:
+                src, tgt = self.encode(de), self.encode(en)
+                if split == "train" and max(len(src), len(tgt)) + 1 > self.settings.max_tokens:
+                    continue
+                encoded.append((src[: self.settings.max_tokens], tgt[: self.settings.max_tokens - 1]))
+            self._encoded[split] = encoded
+
+    def _tokenizer(self):
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+        saved = self.workdir / "tokenizer.json" if self.workdir is not None else None
+        if saved is not None and saved.exists():
+            return Tokenizer.from_file(str(saved))
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.BpeTrainer(vocab_size=self.settings.vocab_size, special_tokens=SPECIALS,
+                                      min_frequency=2, show_progress=False)
+        texts = [s for pair in self._splits["train"] for s in pair]
+        tok.train_from_iterator(texts, trainer=trainer)
+        if saved is not None:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            tok.save(str(saved))
+        return tok
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def decode(self, ids) -> str:
+        ids = [i for i in (ids.tolist() if torch.is_tensor(ids) else ids) if i not in (PAD, BOS)]
+        if EOS in ids:
+            ids = ids[: ids.index(EOS)]
+        return self.tokenizer.decode(ids)
+
+    def parse_input(self, text: str) -> list[int]:
+        self.prepare()
+        return self.encode(text)[: self.settings.max_tokens]
+
+    def render_output(self, ids) -> str:
+        return self.decode(ids)
+
+    def token_strings(self, ids) -> list[str]:
+        return [self.tokenizer.id_to_token(int(i)) for i in ids]
+
+    def model_overrides(self) -> dict:
+        self.prepare()
+        return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": PAD}
+
+    def dataset(self, split: str) -> list:
+        self.prepare()
+        return self._encoded[split]
+
+    def references(self, split: str) -> list[tuple[str, str]]:
+        self.prepare()
+        return self._splits[split]
+
+    # -- metrics ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def translate(self, model, sentences: list[str], *, beam_size: int | None = None,
+                  batch_size: int = 64, device=None, max_new_tokens: int | None = None
+                  ) -> list[str]:
+        from zoo.decoding import beam_search, greedy
+
+        beam = self.settings.beam_size if beam_size is None else beam_size
+        device = device or next(model.parameters()).device
+        out = []
+        for start in range(0, len(sentences), batch_size):
+            chunk = sentences[start:start + batch_size]
+            src = self.collate([(self.encode(s)[: self.settings.max_tokens], []) for s in chunk])
+            src = src["src"].to(device)
+            limit = max_new_tokens or min(2 * src.shape[1] + 10, 3 * self.settings.max_tokens)
+            if beam > 1:
+                ids = beam_search(model, src, beam_size=beam, max_new_tokens=limit,
+                                  bos_id=BOS, eos_id=EOS)
+            else:
+                ids = greedy(model, src, max_new_tokens=limit, bos_id=BOS, eos_id=EOS)
+            out += [self.decode(row) for row in ids]
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, model, split: str, batch_size: int = 64, limit: int | None = None,
+                 device=None) -> dict[str, float]:
+        import sacrebleu
+
+        metrics = self.token_accuracy(model, self.batches(split, batch_size, device, limit))
+        pairs = self.references(split)[:limit]
+        # validation uses greedy decoding (fast); the test split the configured beam
+        hyps = self.translate(model, [de for de, _ in pairs], device=device,
+                              beam_size=1 if split == "valid" else None)
+        refs = [en for _, en in pairs]
+        metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [refs]).score
+        metrics["chrf"] = sacrebleu.corpus_chrf(hyps, [refs]).score
+        return metrics

@@ -1,0 +1,192 @@
+"""Decoding an encoder-decoder model: greedy, beam search and sampling.
+
+Each works on any model with ``encode(src)``, ``decode(tgt, memory,
+memory_padding_mask, cache=)``, ``init_cache()`` and ``padding_mask(src)`` (the
+``seq2seq`` architecture), and uses the attention family's caches, so a new token
+costs one decoder step. ``use_cache=False`` re-runs the decoder over the whole
+prefix instead: slower, the same results (a test holds them equal).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _start(model, src: torch.Tensor, repeat: int = 1):
+    mask = model.padding_mask(src)
+    memory = model.encode(src, mask)
+    if repeat > 1:
+        memory = memory.repeat_interleave(repeat, 0)
+        mask = mask.repeat_interleave(repeat, 0) if mask is not None else None
+    return memory, mask
+
+
+class _Stepper:
+    """Next-token log-probabilities, with or without the cache."""
+
+    def __init__(self, model, memory, mask, use_cache: bool) -> None:
+        self.model, self.memory, self.mask = model, memory, mask
+        self.cache = model.init_cache() if use_cache else None
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.cache is not None:
+            logits = self.model.decode(tokens[:, -1:], self.memory, self.mask, cache=self.cache)
+        else:
+            logits = self.model.decode(tokens, self.memory, self.mask)
+        return torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.memory = self.memory.index_select(0, index)
+        self.mask = self.mask.index_select(0, index) if self.mask is not None else None
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+def _finish(tokens: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
+    """Everything after the first EOS becomes padding."""
+    after = (tokens == eos_id).long().cumsum(1) - (tokens == eos_id).long()
+    return tokens.masked_fill(after > 0, pad_id)
+
+
+@torch.no_grad()
+def greedy(model, src: torch.Tensor, *, max_new_tokens: int, bos_id: int, eos_id: int,
+           use_cache: bool = True) -> torch.Tensor:
+    """(B, Ls) -> (B, T) generated ids (BOS not included), padding after EOS."""
+    pad_id = model.pad_id if model.pad_id is not None else eos_id
+    step = _Stepper(model, *_start(model, src), use_cache)
+    tokens = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_new_tokens):
+        nxt = step(tokens).argmax(-1)
+        nxt = nxt.masked_fill(done, pad_id)
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return _finish(tokens[:, 1:], eos_id, pad_id)
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, eq. 14)."""
+    return ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, src: torch.Tensor, *, beam_size: int = 4, max_new_tokens: int,
+                bos_id: int, eos_id: int, alpha: float = 0.6, use_cache: bool = True,
+                return_scores: bool = False):
+    """The highest-scoring sequence per source under log p(Y|X) / lp(Y).
+
+    Hypotheses end with EOS or at ``max_new_tokens``. The search stops when no live
+    hypothesis can still beat the k best finished ones (the bound uses the largest
+    length penalty a live one could reach), so with a beam as wide as the candidates
+    it returns the exact best."""
+    bsz, k = src.shape[0], beam_size
+    device = src.device
+    pad_id = model.pad_id if model.pad_id is not None else eos_id
+    step = _Stepper(model, *_start(model, src, k), use_cache)
+    tokens = torch.full((bsz * k, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.full((bsz, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(bsz)]
+    active = [True] * bsz
+    for t in range(1, max_new_tokens + 1):
+        logp = step(tokens).view(bsz, k, -1)
+        vocab = logp.shape[-1]
+        cand = (scores[:, :, None] + logp).view(bsz, -1)
+        top_scores, top_index = cand.topk(min(2 * k, cand.shape[1]), dim=1)
+        new_beam = torch.zeros(bsz, k, dtype=torch.long, device=device)
+        new_token = torch.full((bsz, k), pad_id, dtype=torch.long, device=device)
+        new_score = torch.full((bsz, k), float("-inf"), device=device)
+        for b in range(bsz):
+            if not active[b]:
+                continue
+            alive = 0
+            for score, index in zip(top_scores[b].tolist(), top_index[b].tolist()):
+                if score == float("-inf"):
+                    break
+                beam, token = divmod(index, vocab)
+                if token == eos_id:
+                    seq = tokens[b * k + beam, 1:].tolist() + [eos_id]
+                    finished[b].append((score / length_penalty(t, alpha), seq))
+                elif alive < k:
+                    new_beam[b, alive], new_token[b, alive], new_score[b, alive] = beam, token, score
+                    alive += 1
+            finished[b].sort(key=lambda h: -h[0])
+            del finished[b][k:]
+            best_alive = new_score[b].max().item()
+            bound = best_alive / length_penalty(max_new_tokens, alpha) if best_alive < 0 \
+                else best_alive
+            if alive == 0 or (len(finished[b]) >= k and finished[b][-1][0] >= bound):
+                active[b] = False
+        if not any(active):
+            break
+        index = (torch.arange(bsz, device=device)[:, None] * k + new_beam).flatten()
+        step.reorder(index)
+        tokens = torch.cat([tokens.index_select(0, index), new_token.flatten()[:, None]], dim=1)
+        scores = new_score.masked_fill(~torch.tensor(active, device=device)[:, None],
+                                       float("-inf"))
+    else:  # ran out of length: live hypotheses count as they are
+        for b in range(bsz):
+            if not active[b]:
+                continue
+            for j in range(k):
+                if scores[b, j] > float("-inf"):
+                    finished[b].append((scores[b, j].item() / length_penalty(max_new_tokens, alpha),
+                                        tokens[b * k + j, 1:].tolist()))
+            finished[b].sort(key=lambda h: -h[0])
+    best = [finished[b][0] if finished[b] else (float("-inf"), []) for b in range(bsz)]
+    width = max(1, max(len(seq) for _, seq in best))
+    out = torch.full((bsz, width), pad_id, dtype=torch.long, device=device)
+    for b, (_, seq) in enumerate(best):
+        if seq:
+            out[b, : len(seq)] = torch.tensor(seq, device=device)
+    if return_scores:
+        return out, torch.tensor([s for s, _ in best])
+    return out
+
+
+@torch.no_grad()
+def sample(model, src: torch.Tensor, *, max_new_tokens: int, bos_id: int, eos_id: int,
+           temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """Ancestral sampling with temperature, top-k and nucleus (top-p) filtering."""
+    pad_id = model.pad_id if model.pad_id is not None else eos_id
+    step = _Stepper(model, *_start(model, src), True)
+    tokens = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_new_tokens):
+        logits = step(tokens) / max(temperature, 1e-6)
+        logits = filter_logits(logits, top_k=top_k, top_p=top_p)
+        nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+        nxt = nxt.masked_fill(done, pad_id)
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return _finish(tokens[:, 1:], eos_id, pad_id)
+
+
+def filter_logits(logits: torch.Tensor, *, top_k: int | None = None,
+                  top_p: float | None = None) -> torch.Tensor:
+    """Keep the k most likely tokens and/or the smallest set whose probability reaches p."""
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # drop a token when the tokens before it already reach top_p
+        drop = probs.cumsum(-1) - probs >= top_p
+        drop[..., 0] = False
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+def generate(model, src: torch.Tensor, *, strategy: str = "greedy", **kwargs) -> torch.Tensor:
+    """``greedy``, ``beam`` or ``sample``; keyword arguments go to that function."""
+    functions = {"greedy": greedy, "beam": beam_search, "sample": sample}
+    if strategy not in functions:
+        raise ValueError(f"unknown decoding strategy {strategy!r}; one of {sorted(functions)}")
+    return functions[strategy](model, src, **kwargs)
+

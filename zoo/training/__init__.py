@@ -1,0 +1,1 @@
+"""Training: recipes, the loop, checkpoints and schedules (``zoo.train``)."""

@@ -1,0 +1,192 @@
+"""Training recipes: a model recipe with overrides, a task, the optimizer, the
+schedule, the batch, the length of the run and its precision. Data only, validated
+by pydantic like model recipes, stored as YAML (``recipes/train/*.yaml``)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+
+from .._text import did_you_mean, quoted
+from ..errors import RecipeError
+from ..recipe import ComponentRef, atomic_write_text, parse_data
+from ..registry import describe_validation_error
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Strict):
+    recipe: str
+    """A model recipe name (``zoo list``) or file."""
+    overrides: dict[str, JsonValue] = Field(default_factory=dict)
+    """Validated like ``zoo.build`` overrides: slots, settings, ``slot.setting``."""
+
+
+class OptimizerSpec(_Strict):
+    name: Literal["adamw", "adam", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0)
+    """Peak learning rate (reached at the end of warmup)."""
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = Field(1e-9, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    """Applied to matrices only (never to biases or norm gains)."""
+    momentum: float = Field(0.9, ge=0)
+    """sgd only."""
+
+
+class ScheduleSpec(_Strict):
+    name: Literal["inverse-sqrt", "cosine", "one-cycle", "constant"] = "inverse-sqrt"
+    """inverse-sqrt: the paper's (sec. 5.3); cosine: warmup then cosine to min_lr_ratio;
+    one-cycle: linear up over pct_start, cosine down; constant: warmup then flat."""
+    warmup_steps: int = Field(4000, ge=0)
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    pct_start: float = Field(0.3, gt=0, lt=1)
+
+
+class DecodeSpec(_Strict):
+    strategy: Literal["greedy", "beam"] = "greedy"
+    beam_size: int = Field(4, ge=1)
+    alpha: float = Field(0.6, ge=0)
+    """Length penalty exponent (GNMT)."""
+    max_new_tokens: int = Field(128, ge=1)
+
+
+class TrainRecipe(_Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec
+    task: ComponentRef
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
+    batch_size: int = Field(64, ge=1)
+    """Examples per optimizer step, over all micro-batches and processes."""
+    epochs: int | None = Field(None, ge=1)
+    steps: int | None = Field(None, ge=1)
+    """Length of the run: exactly one of epochs and steps."""
+    accumulate: int = Field(1, ge=1)
+    """Micro-batches per step (gradient accumulation)."""
+    clip_norm: float | None = Field(1.0, gt=0)
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """bf16: autocast on CPU and CUDA; fp16: autocast with a gradient scaler, CUDA only."""
+    seed: int = 0
+    eval_every: int | None = Field(None, ge=1)
+    """Steps between evaluations on the validation split; None: after every epoch."""
+    eval_limit: int | None = Field(None, ge=1)
+    """Validation examples used at each evaluation (None: all)."""
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int | None = Field(None, ge=1)
+    """Steps between checkpoints; None: after every epoch. The end always saves."""
+    keep_checkpoints: int = Field(2, ge=1)
+    target: float | None = None
+    """Stop once the task's validation metric reaches this (early stopping)."""
+    time_limit_minutes: float | None = Field(None, gt=0)
+    """Stop (evaluate, save) once training has run this long."""
+    compile: bool = False
+    activation_checkpointing: bool = False
+    distributed: Literal["ddp", "fsdp"] = "ddp"
+    """Under torchrun: DistributedDataParallel, or FSDP (fully_shard)."""
+    decode: DecodeSpec = Field(default_factory=DecodeSpec)
+
+    @model_validator(mode="after")
+    def _length(self) -> "TrainRecipe":
+        if (self.epochs is None) == (self.steps is None):
+            raise ValueError("give exactly one of epochs and steps (e.g. epochs: 50)")
+        if self.batch_size % self.accumulate:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by accumulate "
+                             f"{self.accumulate}")
+        return self
+
+
+SECTIONS = {"model", "task", "optimizer", "schedule", "decode", "train"}
+
+
+def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> TrainRecipe:
+    """``model.X`` (a model override), ``task.X`` (a task setting), ``optimizer.X``,
+    ``schedule.X``, ``decode.X``, ``train.X`` (a top-level field such as steps)."""
+    data = recipe.model_dump(mode="json")
+    for key, value in overrides.items():
+        section, _, rest = key.partition(".")
+        if section not in SECTIONS or not rest:
+            raise RecipeError(
+                f"Unknown training override {key!r}.{did_you_mean(section, SECTIONS)} Keys are "
+                f"'section.name' with section one of {quoted(sorted(SECTIONS))}, e.g. "
+                "model.attention=rope, train.steps=2000, optimizer.lr=5e-4, task.seq_len=10."
+            )
+        if section == "model":
+            data["model"]["overrides"][rest] = value
+        elif section == "task":
+            data["task"].setdefault("settings", {})[rest] = value
+        elif section == "train":
+            if rest not in TrainRecipe.model_fields or rest in SECTIONS:
+                fields = [f for f in TrainRecipe.model_fields if f not in SECTIONS]
+                raise RecipeError(f"Unknown training setting {rest!r}."
+                                  f"{did_you_mean(rest, fields)} Settings: {quoted(fields)}.")
+            data[rest] = value
+            if rest in ("epochs", "steps"):  # one replaces the other
+                data["steps" if rest == "epochs" else "epochs"] = None
+        else:
+            data[section][rest] = value
+    try:
+        return TrainRecipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(describe_validation_error(exc, f"training recipe {recipe.name!r}",
+                                                    TrainRecipe)) from None
+
+
+def load_train_recipe(path: str | Path) -> TrainRecipe:
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"No training recipe file {str(path)!r}.")
+    data = parse_data(path.read_text(encoding="utf-8"), str(path), path.suffix)
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a training recipe is a mapping (name, model, task, ...).")
+    data.setdefault("name", path.stem)
+    try:
+        return TrainRecipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(describe_validation_error(exc, f"training recipe {str(path)!r}",
+                                                    TrainRecipe)) from None
+
+
+def _builtin() -> dict[str, Any]:
+    folder = resources.files("zoo.recipes").joinpath("train")
+    return {p.name.rsplit(".", 1)[0]: p for p in folder.iterdir()
+            if p.name.endswith((".yaml", ".yml"))}
+
+
+def list_train_recipes() -> list[str]:
+    return sorted(_builtin())
+
+
+def get_train_recipe(name: str | Path | TrainRecipe) -> TrainRecipe:
+    """A built-in training recipe by name (``zoo train sort``), or a file."""
+    if isinstance(name, TrainRecipe):
+        return name
+    builtin = _builtin()
+    if str(name) in builtin:
+        text = builtin[str(name)].read_text(encoding="utf-8")
+        data = parse_data(text, str(name))
+        try:
+            return TrainRecipe.model_validate(data)
+        except ValidationError as exc:
+            raise RecipeError(describe_validation_error(exc, f"training recipe {name!r}",
+                                                        TrainRecipe)) from None
+    if Path(name).suffix in (".yaml", ".yml", ".json") or Path(name).exists():
+        return load_train_recipe(name)
+    raise RecipeError(f"No training recipe {str(name)!r}.{did_you_mean(str(name), builtin)} "
+                      f"Built-in: {quoted(sorted(builtin))}; or give a YAML file.")
+
+
+def dump_train_recipe(recipe: TrainRecipe) -> str:
+    return yaml.safe_dump(recipe.model_dump(mode="json", exclude_none=False), sort_keys=False)
+
+
+def save_train_recipe(recipe: TrainRecipe, path: str | Path) -> Path:
+    return atomic_write_text(path, dump_train_recipe(recipe))
