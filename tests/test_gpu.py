@@ -65,3 +65,20 @@ def test_xformers_and_auto_kernels_agree_with_sdpa_in_bf16():
         with torch.no_grad():
             torch.testing.assert_close(other(src, tgt).float(), ref(src, tgt).float(),
                                        atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_training_on_cuda_in_half_precision(tmp_path, precision):
+    overrides = {"model.d_model": 64, "model.n_heads": 4, "model.encoder_layers": 2,
+                 "model.decoder_layers": 2, "model.d_ff": 128, "task.num_samples": 2048,
+                 "train.steps": 120, "train.log_every": 10, "train.precision": precision,
+                 "train.target": None}
+    result = zoo.train("sort", overrides=overrides, run_dir=tmp_path / precision,
+                       device="cuda", progress=False)
+    import json
+
+    losses = [json.loads(line)["loss"] for line in
+              (result.run_dir / "metrics.jsonl").read_text().splitlines()
+              if json.loads(line)["split"] == "train"]
+    assert losses[-1] < 0.5 * losses[0]
+    assert result.metrics["token_accuracy"] > 0.5

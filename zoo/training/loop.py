@@ -207,6 +207,9 @@ def train(
             dist.dist.broadcast_object_list(names, src=0)
             run_dir = Path(names[0])
     run_dir = Path(run_dir)
+    if resume is None and (run_dir / "train.yaml").exists():
+        raise RecipeError(f"{run_dir} already holds a run; continue it with --resume {run_dir} "
+                          "(resume=...), or choose another folder.")
     if dist.main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_recipe(recipe, run_dir / "train.yaml")
@@ -225,7 +228,9 @@ def train(
     steps_per_epoch = math.ceil(n / recipe.batch_size)
     total = recipe.steps or recipe.epochs * steps_per_epoch
     optimizer = _optimizer(recipe.optimizer, model)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedules.make(recipe.schedule, total))
+    factor = schedules.make(recipe.schedule, total)
+    # the optimizer's first update is step 1 of the schedule (the paper counts from 1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: factor(i + 1))
 
     step, epoch, position, elapsed = 0, 0, 0, 0.0
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None

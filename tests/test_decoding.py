@@ -1,0 +1,137 @@
+"""Decoding: the cache changes speed, never results; beam search finds the best
+sequence (checked against exhaustive search); sampling filters as defined."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import zoo
+from zoo.decoding import beam_search, filter_logits, greedy, length_penalty, sample
+
+BOS, EOS = 1, 2
+
+
+def tiny(vocab=8, **kw):
+    torch.manual_seed(0)
+    model = zoo.build("transformer-tiny", vocab_size=vocab, dropout=0.0, **kw).eval()
+    with torch.no_grad():  # a sharper, less uniform distribution than at initialisation
+        for p in model.parameters():
+            p.mul_(1.5)
+    return model
+
+
+@pytest.mark.parametrize("attention", ["vanilla", "linear", "sliding-window"])
+def test_cache_changes_nothing(attention):
+    model = tiny(16, attention={"name": attention, "settings": {"window": 3}
+                                if attention == "sliding-window" else {}})
+    src = torch.randint(3, 16, (3, 7))
+    src[1, 5:] = 0  # padding
+    a = greedy(model, src, max_new_tokens=10, bos_id=BOS, eos_id=EOS)
+    b = greedy(model, src, max_new_tokens=10, bos_id=BOS, eos_id=EOS, use_cache=False)
+    assert torch.equal(a, b)
+    a = beam_search(model, src, beam_size=3, max_new_tokens=8, bos_id=BOS, eos_id=EOS)
+    b = beam_search(model, src, beam_size=3, max_new_tokens=8, bos_id=BOS, eos_id=EOS,
+                    use_cache=False)
+    assert torch.equal(a, b)
+
+
+def test_greedy_is_the_argmax_of_each_step():
+    model = tiny()
+    src = torch.randint(3, 8, (2, 5))
+    out = greedy(model, src, max_new_tokens=6, bos_id=BOS, eos_id=EOS)
+    for b in range(2):
+        prefix = [BOS]
+        for t in range(out.shape[1]):
+            logits = model(src[b:b + 1], torch.tensor([prefix]))[0, -1]
+            want = int(logits.argmax())
+            assert out[b, t].item() == want
+            if want == EOS:
+                assert (out[b, t + 1:] == model.pad_id).all()
+                break
+            prefix.append(want)
+
+
+def _exhaustive_best(model, src, vocab, max_len, alpha):
+    """Score every sequence of up to max_len tokens (ending in EOS, or cut at max_len)."""
+    best = (float("-inf"), None)
+    tokens = list(range(vocab))
+    for length in range(1, max_len + 1):
+        for seq in itertools.product(tokens, repeat=length):
+            if EOS in seq[:-1] or (length < max_len and seq[-1] != EOS):
+                continue
+            tgt_in = torch.tensor([[BOS, *seq[:-1]]])
+            logp = torch.log_softmax(model(src, tgt_in)[0].float(), -1)
+            score = sum(logp[i, s].item() for i, s in enumerate(seq))
+            norm = score / length_penalty(length, alpha)
+            if norm > best[0]:
+                best = (norm, list(seq))
+    return best
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_search_as_wide_as_the_vocabulary_finds_the_exact_best(alpha):
+    vocab, max_len = 5, 3
+    model = tiny(vocab)
+    for seed in range(3):
+        src = torch.randint(3, vocab, (1, 4), generator=torch.Generator().manual_seed(seed))
+        expected_score, expected = _exhaustive_best(model, src, vocab, max_len, alpha)
+        out, scores = beam_search(model, src, beam_size=vocab * vocab, max_new_tokens=max_len,
+                                  bos_id=BOS, eos_id=EOS, alpha=alpha, return_scores=True)
+        got = [t for t in out[0].tolist()]
+        got = got[: got.index(EOS) + 1] if EOS in got else got[:max_len]
+        assert got == expected
+        assert scores[0].item() == pytest.approx(expected_score, rel=1e-3, abs=1e-4)
+
+
+def test_beam_of_one_is_greedy():
+    model = tiny(16)
+    src = torch.randint(3, 16, (4, 6))
+    assert torch.equal(
+        beam_search(model, src, beam_size=1, max_new_tokens=9, bos_id=BOS, eos_id=EOS, alpha=0),
+        greedy(model, src, max_new_tokens=9, bos_id=BOS, eos_id=EOS)[:, :9])
+
+
+def test_batched_beam_equals_one_at_a_time():
+    model = tiny(16)
+    src = torch.randint(3, 16, (3, 6))
+    together = beam_search(model, src, beam_size=3, max_new_tokens=7, bos_id=BOS, eos_id=EOS)
+    for b in range(3):
+        alone = beam_search(model, src[b:b + 1], beam_size=3, max_new_tokens=7, bos_id=BOS,
+                            eos_id=EOS)
+        width = alone.shape[1]
+        assert together[b, :width].tolist() == alone[0].tolist()
+        assert (together[b, width:] == model.pad_id).all()
+
+
+def test_filter_logits_top_k_and_top_p():
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.10]]))
+    kept = filter_logits(logits, top_k=2).isfinite()
+    assert kept.tolist() == [[True, True, False, False]]
+    kept = filter_logits(logits, top_p=0.7).isfinite()  # 0.5 < 0.7, 0.75 reaches it
+    assert kept.tolist() == [[True, True, False, False]]
+    kept = filter_logits(logits, top_p=0.5).isfinite()
+    assert kept.tolist() == [[True, False, False, False]]
+
+
+def test_sampling_is_seeded_and_low_temperature_is_greedy():
+    model = tiny(16)
+    src = torch.randint(3, 16, (2, 6))
+    a = sample(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS,
+               generator=torch.Generator().manual_seed(1))
+    b = sample(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS,
+               generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b)
+    cold = sample(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS, temperature=1e-4)
+    assert torch.equal(cold, greedy(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS))
+
+
+def test_model_generate_front_door():
+    model = tiny(16)
+    src = torch.randint(3, 16, (2, 6))
+    assert torch.equal(model.generate(src, max_new_tokens=5, bos_id=BOS, eos_id=EOS),
+                       greedy(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS))
+    with pytest.raises(ValueError, match="unknown decoding strategy 'beem'"):
+        model.generate(src, strategy="beem")
