@@ -262,7 +262,7 @@ def train(
         bar = tqdm(total=total, initial=step, desc=recipe.name, unit="step", dynamic_ncols=True,
                    mininterval=1.0)
 
-    def save(reason: str = "") -> None:
+    def save() -> None:
         if dist.main:
             save_checkpoint(run_dir, step, model, optimizer, scheduler,
                             {"step": step, "epoch": epoch, "position": position,
