@@ -20,7 +20,7 @@ from zoo.families import FAMILIES
 from .conftest import run_zoo
 
 ROOT = Path(__file__).parents[1]
-BUILTIN = {"architectures", "attention", "blocks", "ffn", "kernels", "norm", "positional"}
+BUILTIN = {"architectures", "attention", "blocks", "ffn", "kernels", "norm", "positional", "tasks"}
 
 
 def test_builtin_plugins_come_from_entry_points():

@@ -261,7 +261,7 @@ def test_translation_pipeline_learns(tmp_path):
         "task.max_train": 3000, "task.vocab_size": 1000, "task.valid_size": 100,
         "task.test_size": 100, "task.beam_size": 2, "model.d_model": 64, "model.n_heads": 2,
         "model.d_ff": 128, "model.encoder_layers": 1, "model.decoder_layers": 1,
-        "train.steps": 400, "schedule.warmup_steps": 50, "train.log_every": 10,
+        "model.dropout": 0.1, "train.steps": 400, "schedule.warmup_steps": 50, "train.log_every": 10,
         "train.eval_every": 400, "train.eval_limit": 50})
     losses = [r["loss"] for r in rows(result.run_dir)]
     assert losses[-1] < 0.75 * losses[0]
@@ -276,11 +276,11 @@ def test_translation_pipeline_learns(tmp_path):
 
 @needs_fashion
 @pytest.mark.slow
-def test_fashion_mnist_vit_learns_in_one_short_epoch(tmp_path):
+def test_fashion_mnist_vit_learns_in_two_short_epochs(tmp_path):
     result = zoo.train("fashion-mnist-vit", run_dir=tmp_path / "f", progress=False, overrides={
-        "task.max_train": 8000, "train.epochs": 1, "schedule.warmup_steps": 20,
+        "task.max_train": 12000, "train.epochs": 2, "schedule.warmup_steps": 20,
         "train.log_every": 10})
-    assert result.metrics["accuracy"] > 0.70  # chance is 0.10
+    assert result.metrics["accuracy"] > 0.72  # chance is 0.10
 
 
 @pytest.mark.slow
