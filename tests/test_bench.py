@@ -8,9 +8,10 @@ import json
 import pytest
 import torch
 
-from .conftest import run_zoo
 from zoo.bench import attention as bench
 from zoo.bench.memory import PeakMemory, cpu_supported
+
+from .conftest import run_zoo
 
 
 @pytest.mark.skipif(not cpu_supported(), reason="needs Linux's /proc for CPU peak memory")

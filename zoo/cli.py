@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -221,11 +222,23 @@ def cmd_attention_map(args: argparse.Namespace) -> int:
         out = out[: out.index(task.eos_id) + 1]
     tgt_in = torch.tensor([[task.bos_id, *out[:-1]]] if out else [[task.bos_id]], device=device)
     weights = attention_weights(model, src, tgt_in)
-    path = plot_attention(weights, task.token_strings(src[0].tolist()),
-                          task.token_strings(tgt_in[0].tolist()),
-                          args.out or f"{args.run}/attention.png", layer=args.layer)
+    depth = len(next(iter(weights.values())))
+    layers = range(depth) if args.layer == "all" else [int(args.layer)]
     print(f"output: {task.render_output(out)}")
-    print(f"wrote {path}")
+    for layer in layers:
+        target = args.out or f"{args.run}/attention.png"
+        if args.layer == "all":
+            target = str(Path(target).with_name(f"{Path(target).stem}-layer{layer}.png"))
+        path = plot_attention(weights, task.token_strings(src[0].tolist()),
+                              task.token_strings(tgt_in[0].tolist()), target, layer=layer)
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_plot_positions(args: argparse.Namespace) -> int:
+    from .plots import plot_positions
+
+    print(f"wrote {plot_positions(args.out, d_model=args.d_model, length=args.length)}")
     return 0
 
 
@@ -291,11 +304,18 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("attention-map", help="PNG of a trained model's attention for an input")
     p.add_argument("run")
     p.add_argument("text", help="the input, e.g. 'Was wird jetzt aus uns?' or '3 1 4 1 5'")
-    p.add_argument("--layer", type=int, default=-1, help="which layer (default: the last)")
+    p.add_argument("--layer", default="-1", help="which layer (default: the last), or 'all' "
+                   "for one PNG per layer")
     p.add_argument("--out", help="PNG path (default RUN/attention.png)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--device")
     p.set_defaults(func=cmd_attention_map)
+
+    p = sub.add_parser("plot-positions", help="PNG of the sinusoidal position encoding")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--length", type=int, default=100)
+    p.add_argument("--out", default="positional_encoding.png")
+    p.set_defaults(func=cmd_plot_positions)
 
     p = sub.add_parser("bench", help="benchmarks, side by side in one run")
     bench = p.add_subparsers(dest="bench", metavar="BENCH", required=True)

@@ -122,3 +122,34 @@ def plot_attention(weights: dict[str, list], src_tokens: list[str], tgt_tokens: 
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_positions(out: str | Path, *, d_model: int = 128, length: int = 100,
+                   base: float = 10000.0, dims: tuple[int, ...] = (0, 1, 10, 11, 40, 41)) -> Path:
+    """The sinusoidal encoding of Vaswani et al. (sec. 3.5) as a heatmap (position x
+    dimension), and a few dimensions as curves along the positions."""
+    from .registry import registry
+
+    component = registry.get("positional", "sinusoidal")
+    module = component.build({"base": base}, d_model=d_model, max_len=length)
+    table = module(torch.zeros(1, length, d_model))[0]
+    plt = _pyplot()
+    fig, (ax_map, ax_lines) = plt.subplots(1, 2, figsize=(14, 5))
+    image = ax_map.imshow(table.numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+    ax_map.set_xlabel("dimension")
+    ax_map.set_ylabel("position")
+    ax_map.set_title(f"sinusoidal positions, d_model {d_model}")
+    fig.colorbar(image, ax=ax_map)
+    for dim in dims:
+        if dim < d_model:
+            ax_lines.plot(table[:, dim].numpy(), label=f"dim {dim}")
+    ax_lines.set_xlabel("position")
+    ax_lines.set_title("a few dimensions")
+    ax_lines.legend()
+    ax_lines.grid(True, alpha=0.3)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

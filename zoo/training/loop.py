@@ -32,8 +32,13 @@ from ..recipe import atomic_write_text, dump_recipe
 from ..registry import registry
 from . import schedules
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
-from .config import TrainRecipe, apply_train_overrides, get_train_recipe, load_train_recipe, \
-    save_train_recipe
+from .config import (
+    TrainRecipe,
+    apply_train_overrides,
+    get_train_recipe,
+    load_train_recipe,
+    save_train_recipe,
+)
 
 
 @dataclass
