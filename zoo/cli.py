@@ -60,11 +60,11 @@ def cmd_components(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    import torch
+
     from .builder import footprint, format_bytes, memory_available
     from .recipe import dump_recipe, get_recipe
     from .resolver import resolve
-
-    import torch
 
     resolved = resolve(get_recipe(args.name), _parse_sets(args.set))
     recipe = resolved.recipe

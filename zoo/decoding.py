@@ -48,22 +48,28 @@ def _finish(tokens: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
     return tokens.masked_fill(after > 0, pad_id)
 
 
-@torch.no_grad()
-def greedy(model, src: torch.Tensor, *, max_new_tokens: int, bos_id: int, eos_id: int,
-           use_cache: bool = True) -> torch.Tensor:
-    """(B, Ls) -> (B, T) generated ids (BOS not included), padding after EOS."""
+def _step_by_step(model, src: torch.Tensor, choose, *, max_new_tokens: int, bos_id: int,
+                  eos_id: int, use_cache: bool = True) -> torch.Tensor:
+    """One sequence per source, each next token ``choose(log_probs)``, until EOS."""
     pad_id = model.pad_id if model.pad_id is not None else eos_id
     step = _Stepper(model, *_start(model, src), use_cache)
     tokens = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for _ in range(max_new_tokens):
-        nxt = step(tokens).argmax(-1)
-        nxt = nxt.masked_fill(done, pad_id)
+        nxt = choose(step(tokens)).masked_fill(done, pad_id)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         done |= nxt == eos_id
         if done.all():
             break
     return _finish(tokens[:, 1:], eos_id, pad_id)
+
+
+@torch.no_grad()
+def greedy(model, src: torch.Tensor, *, max_new_tokens: int, bos_id: int, eos_id: int,
+           use_cache: bool = True) -> torch.Tensor:
+    """(B, Ls) -> (B, T) generated ids (BOS not included), padding after EOS."""
+    return _step_by_step(model, src, lambda logp: logp.argmax(-1), max_new_tokens=max_new_tokens,
+                         bos_id=bos_id, eos_id=eos_id, use_cache=use_cache)
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -151,20 +157,13 @@ def sample(model, src: torch.Tensor, *, max_new_tokens: int, bos_id: int, eos_id
            temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
            generator: torch.Generator | None = None) -> torch.Tensor:
     """Ancestral sampling with temperature, top-k and nucleus (top-p) filtering."""
-    pad_id = model.pad_id if model.pad_id is not None else eos_id
-    step = _Stepper(model, *_start(model, src), True)
-    tokens = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-    for _ in range(max_new_tokens):
-        logits = step(tokens) / max(temperature, 1e-6)
-        logits = filter_logits(logits, top_k=top_k, top_p=top_p)
-        nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
-        nxt = nxt.masked_fill(done, pad_id)
-        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
-        done |= nxt == eos_id
-        if done.all():
-            break
-    return _finish(tokens[:, 1:], eos_id, pad_id)
+
+    def choose(logp: torch.Tensor) -> torch.Tensor:
+        logits = filter_logits(logp / max(temperature, 1e-6), top_k=top_k, top_p=top_p)
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+
+    return _step_by_step(model, src, choose, max_new_tokens=max_new_tokens, bos_id=bos_id,
+                         eos_id=eos_id)
 
 
 def filter_logits(logits: torch.Tensor, *, top_k: int | None = None,

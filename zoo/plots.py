@@ -18,6 +18,16 @@ def _pyplot():
     return plt
 
 
+def _save(fig, out: str | Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return out
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
@@ -56,11 +66,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         ax.grid(True, alpha=0.3)
     fig.suptitle(Path(run_dir).name)
     fig.tight_layout()
-    out = Path(out) if out is not None else Path(run_dir) / "curves.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out if out is not None else Path(run_dir) / "curves.png")
 
 
 @torch.no_grad()
@@ -117,11 +123,7 @@ def plot_attention(weights: dict[str, list], src_tokens: list[str], tgt_tokens: 
             ax.set_yticks(range(len(ys)), ys, fontsize=6)
             ax.set_title(f"{kind}\nhead {h}" if h == 0 else f"head {h}", fontsize=8)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def plot_positions(out: str | Path, *, d_model: int = 128, length: int = 100,
@@ -148,8 +150,4 @@ def plot_positions(out: str | Path, *, d_model: int = 128, length: int = 100,
     ax_lines.legend()
     ax_lines.grid(True, alpha=0.3)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out)

@@ -76,6 +76,8 @@ class BlockSparseAttention(MultiHeadAttention):
                 allowed = allowed & refine
             glob = self._global_queries(length)
             glob = glob[glob < length]
+            if len(self._layouts) >= 16:  # lengths vary while training: keep the recent ones
+                self._layouts.pop(next(iter(self._layouts)))
             self._layouts[key] = (positions.to(device), allowed.to(device), glob.to(device))
         return self._layouts[key]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
+
+from ._inside import InsideAttention
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
@@ -30,7 +31,7 @@ def alibi_slopes(n_heads: int) -> list[float]:
     return power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_heads - closest]
 
 
-class ALiBi(nn.Module):
+class ALiBi(InsideAttention):
     """bias(rel) = -slope[h] * |rel| per head."""
 
     kind = "bias"
@@ -41,9 +42,6 @@ class ALiBi(nn.Module):
     ) -> None:
         super().__init__()
         self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False)
-
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return x
 
     def bias(self, rel: torch.Tensor) -> torch.Tensor:
         """rel (key - query positions, any shape) -> (H, *rel.shape) float."""

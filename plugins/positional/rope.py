@@ -13,12 +13,13 @@ from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
-from torch import nn
 
 from zoo.errors import RecipeError
 
+from ._inside import InsideAttention
 
-class RotaryPositions(nn.Module):
+
+class RotaryPositions(InsideAttention):
     """Rotates queries and keys inside attention; adds nothing to the embeddings."""
 
     kind = "rotary"
@@ -43,9 +44,6 @@ class RotaryPositions(nn.Module):
         self.layout = settings.layout
         inv_freq = settings.base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return x
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x (B, H, L, D) at ``positions`` (L,) -> x rotated, same dtype."""

@@ -16,8 +16,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
+from ._inside import InsideAttention
 
-class ShawRelativePositions(nn.Module):
+
+class ShawRelativePositions(InsideAttention):
     """Learned key and value vectors for each clipped relative distance."""
 
     kind = "relative"
@@ -37,9 +39,6 @@ class ShawRelativePositions(nn.Module):
         self.max_distance = settings.max_distance
         self.keys = nn.Parameter(torch.randn(2 * self.max_distance + 1, head_dim) * head_dim**-0.5)
         self.values = nn.Parameter(torch.randn(2 * self.max_distance + 1, head_dim) * head_dim**-0.5)
-
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return x
 
     def index(self, rel: torch.Tensor) -> torch.Tensor:
         return rel.clamp(-self.max_distance, self.max_distance) + self.max_distance

@@ -18,6 +18,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
+from ._inside import InsideAttention
+
 
 def relative_position_bucket(
     rel: torch.Tensor, *, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
@@ -38,7 +40,7 @@ def relative_position_bucket(
     return buckets + torch.where(exact, distance, far)
 
 
-class T5RelativeBias(nn.Module):
+class T5RelativeBias(InsideAttention):
     """bias(rel) = table[bucket(rel)] per head."""
 
     kind = "bias"
@@ -67,9 +69,6 @@ class T5RelativeBias(nn.Module):
         self.num_buckets, self.max_distance = settings.num_buckets, settings.max_distance
         self.relative_attention_bias = nn.Embedding(self.num_buckets, n_heads)
         nn.init.normal_(self.relative_attention_bias.weight, std=d_model**-0.5)
-
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return x
 
     def bias(self, rel: torch.Tensor) -> torch.Tensor:
         """rel (key - query positions, any shape) -> (H, *rel.shape)."""

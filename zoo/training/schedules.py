@@ -25,21 +25,8 @@ def constant(warmup: int) -> Callable[[int], float]:
     return lambda step: min(1.0, step / warmup) if warmup else 1.0
 
 
-def cosine(warmup: int, total: int, min_ratio: float = 0.0) -> Callable[[int], float]:
-    """Linear warmup, then half a cosine down to ``min_ratio`` at ``total``."""
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return step / warmup
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return factor
-
-
-def one_cycle(total: int, pct_start: float = 0.3, min_ratio: float = 0.0) -> Callable[[int], float]:
-    """Smith & Topin's one-cycle: up linearly from 0 over pct_start, then cosine down."""
-    up = max(1, int(total * pct_start))
+def _up_then_cosine(up: int, total: int, min_ratio: float) -> Callable[[int], float]:
+    """Linear from 0 to 1 over ``up`` steps, then half a cosine down to ``min_ratio``."""
 
     def factor(step: int) -> float:
         if step < up:
@@ -48,6 +35,16 @@ def one_cycle(total: int, pct_start: float = 0.3, min_ratio: float = 0.0) -> Cal
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return factor
+
+
+def cosine(warmup: int, total: int, min_ratio: float = 0.0) -> Callable[[int], float]:
+    """Linear warmup, then half a cosine down to ``min_ratio`` at ``total``."""
+    return _up_then_cosine(warmup, total, min_ratio)
+
+
+def one_cycle(total: int, pct_start: float = 0.3, min_ratio: float = 0.0) -> Callable[[int], float]:
+    """Smith & Topin's one-cycle: up linearly from 0 over pct_start, then cosine down."""
+    return _up_then_cosine(max(1, int(total * pct_start)), total, min_ratio)
 
 
 def make(spec, total: int) -> Callable[[int], float]:
