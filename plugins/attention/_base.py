@@ -150,28 +150,35 @@ class MultiHeadAttention(nn.Module):
     # -- shared by the softmax mechanisms ---------------------------------------------------------
     def _dense(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-        *, offset: int, is_causal: bool = False,
+        *, offset: int = 0, is_causal: bool = False, q_positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """softmax attention over all keys with a boolean ``mask`` and the positions."""
+        """softmax attention over all keys with a boolean ``mask`` and the positions.
+
+        The queries sit at ``offset`` .. ``offset + Lq - 1``, or at ``q_positions`` (the
+        global rows of a sparse mechanism, whose weights are not recorded)."""
         lq, lk = q.shape[-2], k.shape[-2]
         dropout = self.dropout if self.training else 0.0
-        if is_causal and (self.position_kind in ("relative", "bias") or self.record_weights):
+        record = self.record_weights and q_positions is None
+        if is_causal and (self.position_kind in ("relative", "bias") or record):
             tri = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()
             mask, is_causal = (tri if mask is None else mask & tri), False
-        if self.position_kind == "relative" or self.record_weights:
-            return self._explicit(q, k, v, mask, offset=offset, dropout=dropout)
-        if self.position_kind == "bias":
+        if q_positions is None:
             rel = relative_positions(lq, lk, offset, q.device)
+        else:
+            rel = torch.arange(lk, device=q.device)[None, :] - q_positions[:, None]
+        if self.position_kind == "relative" or record:
+            return self._explicit(q, k, v, mask, rel, dropout=dropout, record=record)
+        if self.position_kind == "bias":
             bias = self.positional.bias(rel).to(q.dtype)[None]  # (1, H, Lq, Lk)
             if mask is not None:
                 bias = bias.masked_fill(~mask, float("-inf"))
             return self.kernel(q, k, v, attn_mask=bias, dropout_p=dropout)
         return self.kernel(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout)
 
-    def _explicit(self, q, k, v, mask, *, offset: int, dropout: float) -> torch.Tensor:
+    def _explicit(self, q, k, v, mask, rel: torch.Tensor, *, dropout: float,
+                  record: bool) -> torch.Tensor:
         """Attention written out, weights and all: for Shaw's positions (no kernel
         computes their value term) and when the weights are recorded."""
-        rel = relative_positions(q.shape[-2], k.shape[-2], offset, q.device)
         scores = q @ k.transpose(-2, -1)
         if self.position_kind == "relative":
             scores = scores + self.positional.scores(q, rel)
@@ -181,7 +188,7 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        if self.record_weights:
+        if record:
             self.last_weights = weights.detach()
         if dropout > 0.0:
             weights = nn.functional.dropout(weights, p=dropout)

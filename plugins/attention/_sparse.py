@@ -133,18 +133,6 @@ class BlockSparseAttention(MultiHeadAttention):
             if key_padding_mask is not None:
                 keep = ~key_padding_mask[:, None, None, :]
                 mask = keep if mask is None else mask & keep
-            rows = self._dense_rows(qg, k, v, mask, glob)
+            rows = self._dense(qg, k, v, mask, q_positions=glob)
             out = out.index_copy(2, glob, rows)
         return out
-
-    def _dense_rows(self, qg, k, v, mask, glob) -> torch.Tensor:
-        """Attention of the queries at positions ``glob`` over every key."""
-        dropout = self.dropout if self.training else 0.0
-        if self.position_kind == "bias":
-            rel = torch.arange(k.shape[-2], device=k.device)[None, :] - glob[:, None]
-            bias = self.positional.bias(rel).to(qg.dtype)[None]
-            if mask is not None:
-                bias = bias.masked_fill(~mask, float("-inf"))
-            return self.kernel(qg, k, v, attn_mask=bias, dropout_p=dropout)
-        return self.kernel(qg, k, v, attn_mask=mask, dropout_p=dropout)
-
