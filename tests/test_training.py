@@ -244,6 +244,19 @@ def test_translation_pairs_are_clean_sentences():
 
 
 @needs_fashion
+def test_fashion_mnist_resume_replays_the_same_augmentation(tmp_path):
+    common = {"task.max_train": 512, "task.shift": 2, "train.batch_size": 64,
+              "train.steps": 12, "train.log_every": 1, "model.depth": 1}
+    full = zoo.train("fashion-mnist-vit", overrides=common, run_dir=tmp_path / "full",
+                     progress=False)
+    zoo.train("fashion-mnist-vit", overrides=common, run_dir=tmp_path / "part", progress=False,
+              stop_after_steps=5)
+    resumed = zoo.train(resume=tmp_path / "part", progress=False)
+    assert {r["step"]: r["loss"] for r in rows(full.run_dir)} == \
+        {r["step"]: r["loss"] for r in rows(resumed.run_dir)}
+
+
+@needs_fashion
 def test_fashion_mnist_is_the_full_set():
     task = zoo.get_component("task", "fashion-mnist").build(None, seed=0, workdir=None)
     sizes = {split: len(task.dataset(split)) for split in ("train", "valid", "test")}

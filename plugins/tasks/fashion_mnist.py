@@ -56,7 +56,6 @@ class FashionMNIST:
         self.settings = settings or FashionSettings()
         self.data_path = Path(data)
         self._splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.generator = torch.Generator().manual_seed(seed + 99)
 
     def prepare(self) -> None:
         if self._splits:
@@ -93,14 +92,16 @@ class FashionMNIST:
         return {"images": images, "labels": labels}
 
     def augment(self, images: torch.Tensor) -> torch.Tensor:
+        """Random flips and shifts from torch's global generator, which the training loop
+        seeds and checkpoints, so a resumed run draws the same ones."""
         s = self.settings
         if s.flip:
-            flip = torch.rand(len(images), generator=self.generator) < 0.5
+            flip = torch.rand(len(images)) < 0.5
             images = torch.where(flip[:, None, None, None].to(images.device),
                                  images.flip(-1), images)
         if s.shift:
             padded = F.pad(images, (s.shift,) * 4, value=-MEAN / STD)
-            dx, dy = torch.randint(0, 2 * s.shift + 1, (2,), generator=self.generator).tolist()
+            dx, dy = torch.randint(0, 2 * s.shift + 1, (2,)).tolist()
             images = padded[..., dy:dy + 28, dx:dx + 28]
         return images
 
