@@ -35,20 +35,35 @@ class Seq2SeqTask:
         """One label per token id (attention maps)."""
         return [str(i) for i in ids]
 
+    default_beam = 1
+    """Beam size when ``translate`` is not told one."""
+
+    def decode_limit(self, src: torch.Tensor) -> int:
+        """New tokens allowed for a batch of sources (B, Ls) when not told."""
+        return 128
+
     @torch.no_grad()
-    def translate(self, model, texts: list[str], *, beam_size: int = 1, device=None,
-                  max_new_tokens: int = 128) -> list[str]:
+    def translate(self, model, texts: list[str], *, beam_size: int | None = None,
+                  batch_size: int = 64, device=None, max_new_tokens: int | None = None
+                  ) -> list[str]:
+        """Decode ``texts`` (parsed with ``parse_input``) in batches; greedy for beam 1."""
         from zoo.decoding import beam_search, greedy
 
+        beam = self.default_beam if beam_size is None else beam_size
         device = device or next(model.parameters()).device
-        src = self.collate([(self.parse_input(t), []) for t in texts])["src"].to(device)
-        if beam_size > 1:
-            ids = beam_search(model, src, beam_size=beam_size, max_new_tokens=max_new_tokens,
-                              bos_id=self.bos_id, eos_id=self.eos_id)
-        else:
-            ids = greedy(model, src, max_new_tokens=max_new_tokens, bos_id=self.bos_id,
-                         eos_id=self.eos_id)
-        return [self.render_output(row) for row in ids]
+        out = []
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start:start + batch_size]
+            src = self.collate([(self.parse_input(t), []) for t in chunk])["src"].to(device)
+            limit = max_new_tokens or self.decode_limit(src)
+            if beam > 1:
+                ids = beam_search(model, src, beam_size=beam, max_new_tokens=limit,
+                                  bos_id=self.bos_id, eos_id=self.eos_id)
+            else:
+                ids = greedy(model, src, max_new_tokens=limit, bos_id=self.bos_id,
+                             eos_id=self.eos_id)
+            out += [self.render_output(row) for row in ids]
+        return out
 
     def collate(self, items: list[tuple[list[int], list[int]]]) -> dict:
         src = pad_batch([s for s, _ in items])

@@ -111,12 +111,22 @@ class TranslateDeEn(Seq2SeqTask):
                 encoded.append((src[: self.settings.max_tokens], tgt[: self.settings.max_tokens - 1]))
             self._encoded[split] = encoded
 
+    def _saved_tokenizer(self):
+        """The tokenizer this run saved, or None."""
+        saved = self.workdir / "tokenizer.json" if self.workdir is not None else None
+        if saved is None or not saved.exists():
+            return None
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(saved))
+
     def _tokenizer(self):
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+        saved_tokenizer = self._saved_tokenizer()
+        if saved_tokenizer is not None:
+            return saved_tokenizer
         saved = self.workdir / "tokenizer.json" if self.workdir is not None else None
-        if saved is not None and saved.exists():
-            return Tokenizer.from_file(str(saved))
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -139,14 +149,24 @@ class TranslateDeEn(Seq2SeqTask):
             ids = ids[: ids.index(EOS)]
         return self.tokenizer.decode(ids)
 
+    def _ensure_tokenizer(self) -> None:
+        """The run's saved tokenizer when there is one (decoding a trained run needs no
+        data), else everything ``prepare`` makes."""
+        if self.tokenizer is None:
+            self.tokenizer = self._saved_tokenizer()
+        if self.tokenizer is None:
+            self.prepare()
+
     def parse_input(self, text: str) -> list[int]:
-        self.prepare()
+        self._ensure_tokenizer()
         return self.encode(text)[: self.settings.max_tokens]
 
     def render_output(self, ids) -> str:
+        self._ensure_tokenizer()
         return self.decode(ids)
 
     def token_strings(self, ids) -> list[str]:
+        self._ensure_tokenizer()
         return [self.tokenizer.id_to_token(int(i)) for i in ids]
 
     def model_overrides(self) -> dict:
@@ -162,27 +182,12 @@ class TranslateDeEn(Seq2SeqTask):
         return self._splits[split]
 
     # -- metrics ----------------------------------------------------------------------------------
-    @torch.no_grad()
-    def translate(self, model, sentences: list[str], *, beam_size: int | None = None,
-                  batch_size: int = 64, device=None, max_new_tokens: int | None = None
-                  ) -> list[str]:
-        from zoo.decoding import beam_search, greedy
+    @property
+    def default_beam(self) -> int:
+        return self.settings.beam_size
 
-        beam = self.settings.beam_size if beam_size is None else beam_size
-        device = device or next(model.parameters()).device
-        out = []
-        for start in range(0, len(sentences), batch_size):
-            chunk = sentences[start:start + batch_size]
-            src = self.collate([(self.encode(s)[: self.settings.max_tokens], []) for s in chunk])
-            src = src["src"].to(device)
-            limit = max_new_tokens or min(2 * src.shape[1] + 10, 3 * self.settings.max_tokens)
-            if beam > 1:
-                ids = beam_search(model, src, beam_size=beam, max_new_tokens=limit,
-                                  bos_id=BOS, eos_id=EOS)
-            else:
-                ids = greedy(model, src, max_new_tokens=limit, bos_id=BOS, eos_id=EOS)
-            out += [self.decode(row) for row in ids]
-        return out
+    def decode_limit(self, src: torch.Tensor) -> int:
+        return min(2 * src.shape[1] + 10, 3 * self.settings.max_tokens)
 
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int = 64, limit: int | None = None,

@@ -33,8 +33,7 @@ def load_run(path: str | Path, device: str | None = None) -> Run:
         raise RecipeError(f"{path} is not a run folder (no train.yaml and model.yaml); "
                           "zoo train writes them in runs/NAME.")
     recipe = load_train_recipe(path / "train.yaml")
-    task = build_task(recipe, path)
-    task.prepare()
+    task = build_task(recipe, path)  # tasks read their data when it is first asked for
     model = build(load_recipe(path / "model.yaml"), device=device)
     weights = path / "model.safetensors"
     if not weights.exists():
