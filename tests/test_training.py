@@ -73,6 +73,21 @@ def test_training_overrides_are_validated():
         get_train_recipe("srot")
 
 
+def test_a_bad_model_override_fails_before_the_run_folder_exists(tmp_path):
+    result = run_zoo("train", "sort", "--set", "model.attention=performr", "--out",
+                     str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert "Did you mean 'performer'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_zoo_list_train_lists_the_training_recipes():
+    result = run_zoo("list", "--train")
+    assert result.returncode == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()[2:]]
+    assert names == zoo.list_train_recipes() == ["fashion-mnist-vit", "sort", "translate-de-en"]
+
+
 def test_every_builtin_training_recipe_resolves():
     for name in zoo.list_train_recipes():
         recipe = zoo.get_train_recipe(name)

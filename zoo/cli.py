@@ -35,6 +35,17 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     from .recipe import get_recipe, list_recipes
 
+    if args.train:
+        import fnmatch
+
+        from .training.config import get_train_recipe, list_train_recipes
+
+        recipes = [get_train_recipe(n) for n in list_train_recipes()
+                   if fnmatch.fnmatch(n, args.pattern)]
+        rows = [[r.name, r.task.name, r.model.recipe, r.description[:60]] for r in recipes]
+        print(_table(rows, ["training recipe", "task", "model", "description"]))
+        return 0
+
     names = list_recipes(args.pattern)
     if not names:
         print(f"No recipe matches {args.pattern!r}.", file=sys.stderr)
@@ -259,6 +270,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list the recipes (named models)")
     p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'vit-*'")
+    p.add_argument("--train", action="store_true", help="list the training recipes instead "
+                   "(for zoo train)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("components", help="list registered components by family")

@@ -168,6 +168,16 @@ def build_task(recipe: TrainRecipe, run_dir: Path | None):
     return component.load()(settings, seed=recipe.seed, workdir=run_dir)
 
 
+def check(recipe: TrainRecipe) -> None:
+    """Everything about a recipe that can be checked before a run folder exists: the
+    task and its settings, the model recipe and its overrides."""
+    from ..recipe import get_recipe
+    from ..resolver import resolve
+
+    registry.get("task", recipe.task.name).validate_settings(recipe.task.settings)
+    resolve(get_recipe(recipe.model.recipe), dict(recipe.model.overrides))
+
+
 def build_model(recipe: TrainRecipe, task, device) -> Any:
     from ..builder import build
 
@@ -203,6 +213,7 @@ def train(
         recipe = get_train_recipe(recipe)
         if overrides:
             recipe = apply_train_overrides(recipe, overrides)
+    check(recipe)  # a bad recipe fails here, leaving nothing on disk
     device = _device(device)
     dist = _Dist(device)
     if run_dir is None:
