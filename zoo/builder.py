@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import MemoryBudgetError
+from ._text import quoted
+from .errors import MemoryBudgetError, RecipeError
 from .recipe import Recipe, get_recipe
 from .resolver import Resolved, resolve
 
@@ -23,6 +24,7 @@ def _instantiate(resolved: Resolved) -> nn.Module:
 def build(
     name: str | os.PathLike[str] | Recipe,
     *,
+    pretrained: bool | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     **overrides: Any,
@@ -34,16 +36,41 @@ def build(
     (``**{"norm.eps": 1e-5}``); each is validated before anything is built.
     ``device="meta"`` builds without allocating memory.
 
+    ``hf-hub:owner/repo[@revision]`` and ``local-dir:path`` name saved models (see
+    ``zoo.save_pretrained``): their recipe and, unless ``pretrained=False``, their
+    weights. ``pretrained=True`` on a named recipe loads its published weights
+    (``zoo.list_recipes(pretrained=True)``), converted to zoo's names.
+
     >>> import zoo
     >>> m = zoo.build("transformer-tiny", norm="rmsnorm")
     >>> type(m.encoder.layers[0].norm1).__name__
     'RMSNorm'
     """
-    resolved = resolve(get_recipe(name), overrides, device=device)
+    if isinstance(name, str) and name.startswith(("hf-hub:", "local-dir:")):
+        from .hub import load_named
+
+        return load_named(name, pretrained=pretrained is not False, device=device, dtype=dtype,
+                          **overrides)
+    recipe = get_recipe(name)
+    if pretrained and recipe.weights is None:
+        from .recipe import list_recipes
+
+        raise RecipeError(
+            f"Recipe {recipe.name!r} names no published weights, so pretrained=True has nothing "
+            f"to load. Recipes with weights: {quoted(list_recipes(pretrained=True))}; a saved "
+            "model is built from 'hf-hub:owner/repo' or 'local-dir:path'."
+        )
+    if pretrained and str(device) == "meta":
+        raise RecipeError("pretrained=True cannot load weights into a model on the meta device.")
+    resolved = resolve(recipe, overrides, device=device)
     if str(device) != "meta":
         check_memory(resolved, device=device, dtype=dtype)
     with torch.device(device or "cpu"):
         model = _instantiate(resolved)
+    if pretrained:
+        from .hub import load_pretrained_weights
+
+        load_pretrained_weights(model, recipe.weights)
     if dtype is not None:
         model = model.to(dtype)
     return model

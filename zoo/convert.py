@@ -53,3 +53,11 @@ def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.
             "tokens, fc_norm or attention pooling are not supported yet."
         )
     return out
+
+
+def _identity(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return dict(state_dict)
+
+
+CONVERTERS = {"zoo": _identity, "timm-vit": convert_timm_vit}
+"""Converters a recipe's ``weights.converter`` may name."""

@@ -29,3 +29,11 @@ class MemoryBudgetError(RecipeError):
 
 class PluginError(ZooError, RuntimeError):
     """A plugin that could not be loaded or broke while registering."""
+
+
+class ArtifactError(ZooError, ValueError):
+    """A saved model (a folder or a Hub repository) that cannot be loaded as it is."""
+
+
+class MissingPluginError(ArtifactError):
+    """A saved model naming a component whose plugin is not installed."""

@@ -14,7 +14,7 @@ import re
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -61,6 +61,36 @@ class ComponentRef(BaseModel):
         return name
 
 
+class PretrainedWeights(BaseModel):
+    """Published weights of a recipe: a safetensors file in a Hub repo, and the converter
+    (a name zoo knows, never code) that maps its tensor names to zoo's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hub: str
+    """The Hub repository, ``owner/name``."""
+    revision: str = "main"
+    filename: str = "model.safetensors"
+    converter: Literal["zoo", "timm-vit"] = "zoo"
+
+    @field_validator("hub")
+    @classmethod
+    def _repo_id(cls, value: str) -> str:
+        if not re.fullmatch(r"[\w.-]+/[\w.-]+", value) or ".." in value:
+            raise ValueError(f"{value!r} is not a Hub repository id (owner/name)")
+        return value
+
+    @field_validator("filename")
+    @classmethod
+    def _safetensors(cls, value: str) -> str:
+        if not value.endswith(".safetensors") or ".." in value or value.startswith("/"):
+            raise ValueError(
+                f"{value!r}: published weights are a .safetensors file inside the repository "
+                "(pickle checkpoints are refused: loading them can run code)"
+            )
+        return value
+
+
 class Recipe(BaseModel):
     """A named model: an architecture, its settings and a component per slot."""
 
@@ -72,6 +102,8 @@ class Recipe(BaseModel):
     components: dict[str, ComponentRef] = Field(default_factory=dict)
     requires: list[str] = Field(default_factory=list)
     """Plugin distributions the recipe needs (``pip install`` names)."""
+    weights: PretrainedWeights | None = None
+    """Published weights, loaded by ``zoo.build(name, pretrained=True)``."""
 
     @field_validator("name")
     @classmethod
@@ -173,17 +205,25 @@ def _builtin_recipe_files() -> dict[str, Any]:
     return files
 
 
-def list_recipes(pattern: str = "*") -> list[str]:
-    """Names of the built-in recipes matching ``pattern`` (fnmatch), naturally sorted."""
+def list_recipes(pattern: str = "*", *, pretrained: bool = False) -> list[str]:
+    """Names of the built-in recipes matching ``pattern`` (fnmatch), naturally sorted;
+    with ``pretrained=True`` only those with published weights."""
     names = [n for n in _builtin_recipe_files() if fnmatch.fnmatchcase(n, pattern)]
+    if pretrained:
+        names = [n for n in names if get_recipe(n).weights is not None]
     return sorted(names, key=natural_key)
 
 
 def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
-    """A recipe by name (built-in), or from a ``.yaml``/``.json`` path."""
+    """A recipe by name (built-in), from a ``.yaml``/``.json`` path, or the config of a
+    saved model (``hf-hub:owner/repo``, ``local-dir:path``)."""
     if isinstance(name, Recipe):
         return name.model_copy(deep=True)
     text = os.fspath(name)
+    if text.startswith(("hf-hub:", "local-dir:")):
+        from .hub import recipe_of
+
+        return recipe_of(text)
     if text.endswith(RECIPE_SUFFIXES) or os.sep in text:
         return load_recipe(text)
     files = _builtin_recipe_files()
