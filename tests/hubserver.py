@@ -106,6 +106,14 @@ def pointer(sha256: str, size: int) -> bytes:
             f"size {size}\n").encode()
 
 
+def tree_entry(path: str, entry: Entry) -> dict:
+    item = {"type": "file", "oid": entry.blob, "size": entry.size, "path": path}
+    if entry.lfs:
+        item["lfs"] = {"oid": entry.lfs, "size": entry.size,
+                       "pointerSize": len(pointer(entry.lfs, entry.size))}
+    return item
+
+
 class Handler(BaseHTTPRequestHandler):
     server: "HubServer"
     protocol_version = "HTTP/1.1"
@@ -195,6 +203,8 @@ class Handler(BaseHTTPRequestHandler):
                 if data is None or json.loads(body).get("size") != len(data):
                     return self._error(422, None, "LFS object missing or of another size")
                 return self._json(200, {"success": True})
+            if m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/paths-info/(.+)", path):
+                return self._paths_info(m.group(1), m.group(2), body)
             if m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/commit/(.+)", path):
                 return self._commit_files(m.group(1), m.group(2), body)
             if m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/(branch|tag)/(.+)", path):
@@ -270,14 +280,22 @@ class Handler(BaseHTTPRequestHandler):
             if "/" in rest and not recursive:
                 folders.add(f"{prefix}/{rest.split('/')[0]}".strip("/"))
                 continue
-            item = {"type": "file", "oid": entry.blob, "size": entry.size, "path": path}
-            if entry.lfs:
-                item["lfs"] = {"oid": entry.lfs, "size": entry.size,
-                               "pointerSize": len(pointer(entry.lfs, entry.size))}
-            entries.append(item)
+            entries.append(tree_entry(path, entry))
         entries += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": f}
                     for f in sorted(folders)]
         self._json(200, entries)
+
+    def _paths_info(self, repo_id: str, revision: str, body: bytes) -> None:
+        repo = self._repo(repo_id)
+        commit = repo and self._commit(repo, revision)
+        if commit is None:
+            return
+        if self.headers.get("Content-Type", "").startswith("application/json"):
+            paths = json.loads(body).get("paths", [])
+        else:
+            paths = parse_qs(body.decode()).get("paths", [])
+        paths = [paths] if isinstance(paths, str) else paths
+        self._json(200, [tree_entry(p, commit.files[p]) for p in paths if p in commit.files])
 
     def _resolve(self, repo_id: str, revision: str, filename: str) -> None:
         repo = self._repo(repo_id)

@@ -46,15 +46,69 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(_table(rows, ["training recipe", "task", "model", "description"]))
         return 0
 
-    names = list_recipes(args.pattern)
+    names = list_recipes(args.pattern, pretrained=args.pretrained)
     if not names:
         print(f"No recipe matches {args.pattern!r}.", file=sys.stderr)
         return 1
     rows = []
     for name in names:
         recipe = get_recipe(name)
-        rows.append([name, recipe.architecture.name, recipe.description.split(":")[0][:70]])
-    print(_table(rows, ["recipe", "architecture", "description"]))
+        if args.pretrained:
+            rows.append([name, recipe.architecture.name, recipe.weights.hub])
+        else:
+            rows.append([name, recipe.architecture.name, recipe.description.split(":")[0][:70]])
+    print(_table(rows, ["recipe", "architecture",
+                        "published weights" if args.pretrained else "description"]))
+    return 0
+
+
+def cmd_save(args: argparse.Namespace) -> int:
+    from .artifact import save_pretrained
+
+    source = Path(args.source)
+    if (source / "train.yaml").is_file():
+        from .training.runs import load_run
+
+        model, run = load_run(source).model, source
+    else:
+        from .builder import build
+
+        model, run = build(args.source, pretrained=args.pretrained or None,
+                           **_parse_sets(args.set)), None
+    out = save_pretrained(model, args.out, run=run, max_shard_size=args.max_shard_size)
+    print(f"Saved {args.source} to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from .hub import push_to_hub
+
+    source: Any = args.source
+    if not Path(source).exists():
+        from .builder import build
+
+        source = build(source, pretrained=args.pretrained or None)
+    info = push_to_hub(source, args.repo, private=args.private or None, revision=args.revision,
+                       commit_message=args.message, max_shard_size=args.max_shard_size)
+    print(f"Pushed {args.source} to {args.repo}: {info.commit_url}")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from .hub import HF_HUB_PREFIX, download, parse_hub_name
+
+    name = args.name if args.name.startswith(HF_HUB_PREFIX) else HF_HUB_PREFIX + args.name
+    repo_id, revision = parse_hub_name(name)
+    folder = download(repo_id, revision)
+    from .artifact import load_artifact
+
+    load_artifact(folder, source=name)  # the checks zoo.build makes: it loads, or an error now
+    if args.out:
+        import shutil
+
+        shutil.copytree(folder, args.out, dirs_exist_ok=True)  # resolves the cache's links
+        folder = Path(args.out)
+    print(folder)
     return 0
 
 
@@ -272,7 +326,35 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'vit-*'")
     p.add_argument("--train", action="store_true", help="list the training recipes instead "
                    "(for zoo train)")
+    p.add_argument("--pretrained", action="store_true", help="only recipes with published "
+                   "weights (zoo.build(name, pretrained=True))")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("save", help="save a model, run or recipe as config.json + "
+                       "model.safetensors + README.md")
+    p.add_argument("source", help="a run folder (runs/sort), a recipe, hf-hub:owner/repo")
+    p.add_argument("out", help="the folder to write")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--pretrained", action="store_true", help="with the recipe's published weights")
+    p.add_argument("--max-shard-size", default="5GB", help="shard weights above this (5GB)")
+    p.set_defaults(func=cmd_save)
+
+    p = sub.add_parser("push", help="publish a run, saved folder or recipe to the Hugging Face "
+                       "Hub (HF_TOKEN, HF_ENDPOINT)")
+    p.add_argument("source", help="a run folder (runs/sort), a save_pretrained folder, a recipe")
+    p.add_argument("repo", help="owner/name on the Hub")
+    p.add_argument("--private", action="store_true", help="create the repository private")
+    p.add_argument("--revision", help="branch to push to (created from main if needed)")
+    p.add_argument("--message", help="commit message")
+    p.add_argument("--pretrained", action="store_true", help="a recipe with its published weights")
+    p.add_argument("--max-shard-size", default="5GB")
+    p.set_defaults(func=cmd_push)
+
+    p = sub.add_parser("pull", help="download a model from the Hub into the cache (or --out) "
+                       "and check that it loads")
+    p.add_argument("name", help="owner/name or hf-hub:owner/name[@revision]")
+    p.add_argument("--out", help="also save a copy in this folder")
+    p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("components", help="list registered components by family")
     p.add_argument("family", nargs="?", help="attention, kernel, positional, norm, ffn, block, ...")
