@@ -10,42 +10,80 @@ class KVCache:
 
     Softmax attention keeps keys and values, shaped (B, H, L, D): self-attention
     appends each step's, cross-attention stores the projected memory once.
-    Mechanisms with a recurrent state (linear attention, Performer) keep fixed-size
-    tensors in ``state`` instead and count positions with :meth:`advance`.
+    Appending writes into a buffer that grows by doubling, so a step costs the new
+    token, not a copy of everything before it; ``k`` and ``v`` are views of the
+    filled part. Mechanisms with a recurrent state (linear attention, Performer) keep
+    fixed-size tensors in ``state`` instead and count positions with :meth:`advance`.
     """
 
     def __init__(self) -> None:
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self._len = 0
+        self.fixed = False
+        """Set by :meth:`set`: the keys and values of a fixed context (cross-attention)."""
         self.state: dict[str, torch.Tensor] = {}
         self._seen = 0
 
+    @property
+    def k(self) -> torch.Tensor | None:
+        return None if self._k is None else self._k[..., : self._len, :]
+
+    @property
+    def v(self) -> torch.Tensor | None:
+        return None if self._v is None else self._v[..., : self._len, :]
+
     def __len__(self) -> int:
         """Positions seen so far."""
-        return self.k.shape[-2] if self.k is not None else self._seen
+        return self._len if self._k is not None else self._seen
 
     @property
     def empty(self) -> bool:
-        return self.k is None and not self.state
+        return self._k is None and not self.state
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.k is not None:
-            k = torch.cat([self.k, k], dim=-2)
-            v = torch.cat([self.v, v], dim=-2)
-        self.k, self.v = k, v
-        return k, v
+        """Add this step's keys and values; returns all of them so far."""
+        new = k.shape[-2]
+        if self._k is None or self._len + new > self._k.shape[-2]:
+            capacity = max(16, 2 * (self._len + new))
+            self._k, self._v = self._grow(self._k, k, capacity), self._grow(self._v, v, capacity)
+        self._k[..., self._len: self._len + new, :] = k
+        self._v[..., self._len: self._len + new, :] = v
+        self._len += new
+        return self.k, self.v
+
+    def _grow(self, old: torch.Tensor | None, like: torch.Tensor, capacity: int) -> torch.Tensor:
+        buf = like.new_empty((*like.shape[:-2], capacity, like.shape[-1]))
+        if old is not None:
+            buf[..., : self._len, :] = old[..., : self._len, :]
+        return buf
 
     def set(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        self.k, self.v = k, v
+        """Keep the keys and values of a fixed context, laid out contiguously once (every
+        later step reads them)."""
+        self._k, self._v = k.contiguous(), v.contiguous()
+        self._len, self.fixed = k.shape[-2], True
 
     def advance(self, n: int) -> None:
         """Count ``n`` more positions (for state-only mechanisms)."""
         self._seen += n
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (beam search)."""
-        if self.k is not None:
-            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+        """Keep batch rows ``index`` (beam search): the filled part is gathered into a
+        second buffer of the same size, which then becomes the first."""
+        if self._k is not None:
+            if self.fixed:
+                self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+            else:
+                spare_k, spare_v = self.__dict__.pop("_spare", (None, None))
+                shape = (index.numel(), *self._k.shape[1:])
+                if spare_k is None or spare_k.shape != shape:
+                    spare_k, spare_v = self._k.new_empty(shape), self._v.new_empty(shape)
+                n = self._len
+                torch.index_select(self.k, 0, index, out=spare_k[..., :n, :])
+                torch.index_select(self.v, 0, index, out=spare_v[..., :n, :])
+                self._spare = (self._k, self._v)
+                self._k, self._v = spare_k, spare_v
         self.state = {name: t.index_select(0, index) for name, t in self.state.items()}
 
 
@@ -60,7 +98,11 @@ class DecoderCache(list):
         """How many target positions have been decoded."""
         return len(self[0]["self"]) if self else 0
 
-    def reorder(self, index: torch.Tensor) -> None:
+    def reorder(self, index: torch.Tensor, *, within_groups: bool = False) -> None:
+        """Keep batch rows ``index``. With ``within_groups`` (beam search: each row moves
+        only among the beams of its own source) the caches of a fixed context, equal
+        across a group, are left as they are."""
         for layer in self:
             for cache in layer.values():
-                cache.reorder(index)
+                if not (within_groups and cache.fixed):
+                    cache.reorder(index)

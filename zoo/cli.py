@@ -434,7 +434,30 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--plot", metavar="OUT.png", help="write a PNG plot")
     b.add_argument("-v", "--verbose", action="store_true", help="say what runs")
     b.set_defaults(func=cmd_bench_attention)
+    for name, text in (
+        ("train", "transformer-base training steps: zoo vs torch.nn.Transformer and Marian"),
+        ("decode", "greedy and beam-4 decoding: zoo vs Marian's generate and "
+                   "torch.nn.Transformer"),
+        ("vit", "ViT inference and training: zoo vs timm"),
+        ("startup", "zoo --help, import zoo, zoo.build('transformer-base') in fresh processes"),
+        ("all", "train, decode, vit and startup in one run"),
+    ):
+        b = bench.add_parser(name, help=text)
+        _bench_arguments(b)
+        b.set_defaults(func=cmd_bench_models)
     return parser
+
+
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from .bench.run import add_arguments
+
+    add_arguments(parser)
+
+
+def cmd_bench_models(args: argparse.Namespace) -> int:
+    from .bench.run import main as bench_main
+
+    return bench_main(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,34 +12,53 @@ from __future__ import annotations
 import torch
 
 
-def _start(model, src: torch.Tensor, repeat: int = 1):
+def _start(model, src: torch.Tensor):
     mask = model.padding_mask(src)
-    memory = model.encode(src, mask)
-    if repeat > 1:
-        memory = memory.repeat_interleave(repeat, 0)
-        mask = mask.repeat_interleave(repeat, 0) if mask is not None else None
-    return memory, mask
+    return model.encode(src, mask), mask
+
+
+def _repeat(x: torch.Tensor | None, times: int) -> torch.Tensor | None:
+    return x.repeat_interleave(times, 0) if x is not None and times > 1 else x
 
 
 class _Stepper:
-    """Next-token log-probabilities, with or without the cache."""
+    """Next-token log-probabilities, with or without the cache.
 
-    def __init__(self, model, memory, mask, use_cache: bool) -> None:
-        self.model, self.memory, self.mask = model, memory, mask
+    With ``beams`` > 1 the rows are ``beams`` hypotheses per source. They all begin
+    with the same token, so with the cache the first step runs once per source
+    (projecting each source's memory for cross-attention once, not once per beam) and
+    its caches are then copied to every beam."""
+
+    def __init__(self, model, memory, mask, use_cache: bool, beams: int = 1) -> None:
+        self.model = model
         self.cache = model.init_cache() if use_cache else None
+        self.pending = beams if self.cache is not None else 1
+        if self.pending == 1:
+            memory, mask = _repeat(memory, beams), _repeat(mask, beams)
+        self.memory, self.mask = memory, mask
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.cache is not None:
-            logits = self.model.decode(tokens[:, -1:], self.memory, self.mask, cache=self.cache)
-        else:
+        if self.cache is None:
             logits = self.model.decode(tokens, self.memory, self.mask)
+        elif self.pending > 1:
+            beams, self.pending = self.pending, 1
+            logits = self.model.decode(tokens[::beams, -1:], self.memory, self.mask,
+                                       cache=self.cache)
+            spread = torch.arange(self.memory.shape[0], device=tokens.device)
+            spread = spread.repeat_interleave(beams)
+            self.cache.reorder(spread)
+            self.memory, self.mask = _repeat(self.memory, beams), _repeat(self.mask, beams)
+            logits = logits.index_select(0, spread)
+        else:
+            logits = self.model.decode(tokens[:, -1:], self.memory, self.mask, cache=self.cache)
         return torch.log_softmax(logits[:, -1].float(), dim=-1)
 
-    def reorder(self, index: torch.Tensor) -> None:
-        self.memory = self.memory.index_select(0, index)
-        self.mask = self.mask.index_select(0, index) if self.mask is not None else None
+    def reorder_beams(self, index: torch.Tensor) -> None:
+        """Keep rows ``index``, each taken from a beam of the same source: the memory, its
+        mask and the cross-attention caches are the same for every beam of a source, so
+        only the decoder's own caches move."""
         if self.cache is not None:
-            self.cache.reorder(index)
+            self.cache.reorder(index, within_groups=True)
 
 
 def _finish(tokens: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
@@ -89,55 +108,57 @@ def beam_search(model, src: torch.Tensor, *, beam_size: int = 4, max_new_tokens:
     it returns the exact best."""
     bsz, k = src.shape[0], beam_size
     device = src.device
+    neg_inf = float("-inf")
     pad_id = model.pad_id if model.pad_id is not None else eos_id
-    step = _Stepper(model, *_start(model, src, k), use_cache)
+    step = _Stepper(model, *_start(model, src), use_cache, beams=k)
     tokens = torch.full((bsz * k, 1), bos_id, dtype=torch.long, device=device)
-    scores = torch.full((bsz, k), float("-inf"), device=device)
+    scores = torch.full((bsz, k), neg_inf, device=device)
     scores[:, 0] = 0.0
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(bsz)]
-    active = [True] * bsz
+    worst_kept = torch.full((bsz,), neg_inf, device=device)  # k-th best finished, if k exist
+    active = torch.ones(bsz, dtype=torch.bool, device=device)
+    rows = torch.arange(bsz, device=device)[:, None]
     for t in range(1, max_new_tokens + 1):
         logp = step(tokens).view(bsz, k, -1)
         vocab = logp.shape[-1]
         cand = (scores[:, :, None] + logp).view(bsz, -1)
-        top_scores, top_index = cand.topk(min(2 * k, cand.shape[1]), dim=1)
-        new_beam = torch.zeros(bsz, k, dtype=torch.long, device=device)
-        new_token = torch.full((bsz, k), pad_id, dtype=torch.long, device=device)
-        new_score = torch.full((bsz, k), float("-inf"), device=device)
-        for b in range(bsz):
-            if not active[b]:
-                continue
-            alive = 0
-            for score, index in zip(top_scores[b].tolist(), top_index[b].tolist()):
-                if score == float("-inf"):
-                    break
-                beam, token = divmod(index, vocab)
-                if token == eos_id:
-                    seq = tokens[b * k + beam, 1:].tolist() + [eos_id]
-                    finished[b].append((score / length_penalty(t, alpha), seq))
-                elif alive < k:
-                    new_beam[b, alive], new_token[b, alive], new_score[b, alive] = beam, token, score
-                    alive += 1
-            finished[b].sort(key=lambda h: -h[0])
-            del finished[b][k:]
-            best_alive = new_score[b].max().item()
-            bound = best_alive / length_penalty(max_new_tokens, alpha) if best_alive < 0 \
-                else best_alive
-            if alive == 0 or (len(finished[b]) >= k and finished[b][-1][0] >= bound):
-                active[b] = False
-        if not any(active):
+        width = min(2 * k, cand.shape[1])
+        top_scores, top_index = cand.topk(width, dim=1)  # (bsz, 2k), best first
+        beam, token = top_index // vocab, top_index % vocab
+        valid = (top_scores > neg_inf) & active[:, None]
+        ends = valid & (token == eos_id)
+        # hypotheses that end here join their source's finished list (rare: Python is fine)
+        if ends.any():
+            for b, j in ends.nonzero().tolist():
+                seq = tokens[b * k + beam[b, j], 1:].tolist() + [eos_id]
+                finished[b].append((top_scores[b, j].item() / length_penalty(t, alpha), seq))
+            for b in ends.any(1).nonzero().flatten().tolist():
+                finished[b].sort(key=lambda h: -h[0])
+                del finished[b][k:]
+                if len(finished[b]) >= k:
+                    worst_kept[b] = finished[b][-1][0]
+        # the k best that go on, in order: a stable sort puts them first
+        goes_on = valid & ~ends
+        order = torch.where(goes_on, 0, 1).argsort(dim=1, stable=True)[:, :k]
+        kept = goes_on.gather(1, order)
+        new_beam = beam.gather(1, order).masked_fill(~kept, 0)
+        new_token = token.gather(1, order).masked_fill(~kept, pad_id)
+        new_score = top_scores.gather(1, order).masked_fill(~kept, neg_inf)
+        best_alive = new_score.max(1).values
+        bound = torch.where(best_alive < 0, best_alive / length_penalty(max_new_tokens, alpha),
+                            best_alive)
+        done = ~kept.any(1) | (worst_kept >= bound)
+        active &= ~done
+        if not active.any():
             break
-        index = (torch.arange(bsz, device=device)[:, None] * k + new_beam).flatten()
-        step.reorder(index)
+        index = (rows * k + new_beam).flatten()
+        step.reorder_beams(index)
         tokens = torch.cat([tokens.index_select(0, index), new_token.flatten()[:, None]], dim=1)
-        scores = new_score.masked_fill(~torch.tensor(active, device=device)[:, None],
-                                       float("-inf"))
+        scores = new_score.masked_fill(~active[:, None], neg_inf)
     else:  # ran out of length: live hypotheses count as they are
-        for b in range(bsz):
-            if not active[b]:
-                continue
+        for b in active.nonzero().flatten().tolist():
             for j in range(k):
-                if scores[b, j] > float("-inf"):
+                if scores[b, j] > neg_inf:
                     finished[b].append((scores[b, j].item() / length_penalty(max_new_tokens, alpha),
                                         tokens[b * k + j, 1:].tolist()))
             finished[b].sort(key=lambda h: -h[0])

@@ -64,11 +64,12 @@ class Resolved:
 
     def layer_factories(
         self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-        max_len: int = 1024,
+        max_len: int = 1024, activation_dropout: float = 0.0,
     ) -> dict[str, Any]:
         """The ``make_attention``, ``make_norm`` and ``make_ffn`` a block is built with,
         from the ``attention`` (``cross_attention`` where the architecture has one),
-        ``kernel``, ``positional``, ``norm`` and ``ffn`` slots.
+        ``kernel``, ``positional``, ``norm`` and ``ffn`` slots. ``dropout`` is the blocks'
+        (residual) dropout, ``activation_dropout`` the one inside the feed-forward network.
 
         Positions that act inside attention are handed to each self-attention: one
         module per layer when the component says ``per_layer``, else one shared by
@@ -100,7 +101,8 @@ class Resolved:
         return dict(
             make_attention=make_attention,
             make_norm=partial(self.make, "norm", dim=d_model),
-            make_ffn=partial(self.make, "ffn", d_model=d_model, d_ff=d_ff, dropout=dropout),
+            make_ffn=partial(self.make, "ffn", d_model=d_model, d_ff=d_ff,
+                             dropout=activation_dropout),
         )
 
 

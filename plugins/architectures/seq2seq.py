@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from zoo.cache import DecoderCache
 from zoo.families import Slot
+from zoo.ops import Dropout, Linear
 
 SELF_ATTENTION = {"causal": True, "padding_mask": True}
 CROSS_ATTENTION = {"cross_attention": True, "padding_mask": True}
@@ -36,6 +37,10 @@ class Seq2SeqSettings(BaseModel):
     decoder_layers: int = Field(6, ge=1)
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    activation_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout inside the feed-forward network, after its activation. The paper has none
+    (sec. 5.4: residual dropout and dropout on the embedding sums only); fairseq and
+    Marian call it activation_dropout, torch.nn.Transformer ties it to dropout."""
     max_len: int = Field(1024, gt=0)
     norm_placement: Literal["post", "pre"] = "post"
     final_norm: bool | None = None
@@ -105,15 +110,16 @@ class Seq2Seq(nn.Module):
         else:
             self.src_embed = nn.Embedding(s.src_vocab_size or s.vocab_size, s.d_model)
             nn.init.normal_(self.src_embed.weight, std=s.d_model**-0.5)
-        self.lm_head = nn.Linear(s.d_model, s.vocab_size, bias=False)
+        self.lm_head = Linear(s.d_model, s.vocab_size, bias=False)
         if s.share_embeddings or s.tie_output:
             self.lm_head.weight = self.tgt_embed.weight
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
-        self.drop = nn.Dropout(s.dropout)
+        self.drop = Dropout(s.dropout)
 
         factories = parts.layer_factories(
             d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
             attention_dropout=s.attention_dropout, max_len=s.max_len,
+            activation_dropout=s.activation_dropout,
         )
         block = dict(d_model=s.d_model, dropout=s.dropout, norm_first=s.norm_placement == "pre",
                      **factories)

@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from zoo.families import Slot
+from zoo.ops import Dropout, Linear
 
 
 class ViTSettings(BaseModel):
@@ -73,17 +74,18 @@ class VisionTransformer(nn.Module):
             nn.init.normal_(self.cls_token, std=1e-6)
         tokens = self.num_patches + self.num_prefix
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=tokens)
-        self.drop = nn.Dropout(s.dropout)
+        self.drop = Dropout(s.dropout)
         factories = parts.layer_factories(
             d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
             attention_dropout=s.attention_dropout, max_len=tokens,
+            activation_dropout=s.dropout,  # timm's Mlp drops after its activation too
         )
         self.blocks = nn.ModuleList(
             parts.make("block", d_model=s.d_model, dropout=s.dropout, norm_first=True, **factories)
             for _ in range(s.depth)
         )
         self.norm = factories["make_norm"]()
-        self.head = nn.Linear(s.d_model, s.num_classes) if s.num_classes else nn.Identity()
+        self.head = Linear(s.d_model, s.num_classes) if s.num_classes else nn.Identity()
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         """images (B, C, H, W) -> tokens (B, prefix + patches, d), normed."""

@@ -16,6 +16,7 @@ from torch import nn
 
 from zoo.cache import KVCache
 from zoo.errors import RecipeError
+from zoo.ops import Linear
 
 
 class AttentionSettings(BaseModel):
@@ -83,9 +84,9 @@ class MultiHeadAttention(nn.Module):
         """When True, the softmax path keeps its attention weights in ``last_weights``
         (B, H, Lq, Lk), for attention maps; it then computes them explicitly."""
         self.last_weights: torch.Tensor | None = None
-        self.q_proj = nn.Linear(d_model, d_model, bias=settings.bias)
-        self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=settings.bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=settings.bias)
+        self.q_proj = Linear(d_model, d_model, bias=settings.bias)
+        self.kv_proj = Linear(d_model, 2 * d_model, bias=settings.bias)
+        self.out_proj = Linear(d_model, d_model, bias=settings.bias)
 
     # -- shapes -----------------------------------------------------------------------------------
     def _heads(self, x: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from zoo.ops import Dropout
+
 
 class DecoderBlock(nn.Module):
     """Masked self-attention, encoder-decoder attention and feed-forward sublayers."""
@@ -34,7 +36,7 @@ class DecoderBlock(nn.Module):
         self.norm2 = make_norm()
         self.ffn = make_ffn()
         self.norm3 = make_norm()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(
         self,

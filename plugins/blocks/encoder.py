@@ -11,6 +11,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from zoo.ops import Dropout
+
 
 class EncoderBlock(nn.Module):
     """Self-attention and feed-forward sublayers, each residual and normalised."""
@@ -32,7 +34,7 @@ class EncoderBlock(nn.Module):
         self.norm1 = make_norm()
         self.ffn = make_ffn()
         self.norm2 = make_norm()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def _attend(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         return self.drop(self.attn(x, key_padding_mask=key_padding_mask))

@@ -6,6 +6,8 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from zoo.ops import Dropout, Linear
+
 
 class MLPSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -17,10 +19,10 @@ class MLP(nn.Module):
 
     def __init__(self, settings: MLPSettings, *, d_model: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
-        self.fc1 = nn.Linear(d_model, d_ff, bias=settings.bias)
+        self.fc1 = Linear(d_model, d_ff, bias=settings.bias)
         self.act = self.make_activation(settings)
-        self.drop = nn.Dropout(dropout)
-        self.fc2 = nn.Linear(d_ff, d_model, bias=settings.bias)
+        self.drop = Dropout(dropout)
+        self.fc2 = Linear(d_ff, d_model, bias=settings.bias)
 
     def make_activation(self, settings: MLPSettings) -> nn.Module:
         raise NotImplementedError

@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from zoo.ops import Dropout, Linear
+
 
 class SwiGLUFFN(nn.Module):
     """Gated feed-forward network with a SiLU gate; ``d_ff`` is the hidden width."""
@@ -18,10 +20,10 @@ class SwiGLUFFN(nn.Module):
 
     def __init__(self, settings: Settings, *, d_model: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
-        self.fc1_g = nn.Linear(d_model, d_ff, bias=settings.bias)
-        self.fc1_x = nn.Linear(d_model, d_ff, bias=settings.bias)
-        self.drop = nn.Dropout(dropout)
-        self.fc2 = nn.Linear(d_ff, d_model, bias=settings.bias)
+        self.fc1_g = Linear(d_model, d_ff, bias=settings.bias)
+        self.fc1_x = Linear(d_model, d_ff, bias=settings.bias)
+        self.drop = Dropout(dropout)
+        self.fc2 = Linear(d_ff, d_model, bias=settings.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.drop(F.silu(self.fc1_g(x)) * self.fc1_x(x)))

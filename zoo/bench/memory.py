@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 _M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_MAX = 32 << 20
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -43,9 +44,13 @@ class PeakMemory:
     """``with PeakMemory(device) as m: ...`` then ``m.peak``: the most bytes held at
     once inside the block beyond what was held when it began."""
 
-    def __init__(self, device: str | torch.device = "cpu") -> None:
+    def __init__(self, device: str | torch.device = "cpu", *, restore: bool = False) -> None:
+        """``restore``: afterwards, let large allocations reuse the heap again (glibc's
+        largest dynamic threshold), so that code timed later does not pay for mmap and
+        page faults on every large tensor."""
         self.device = torch.device(device)
         self.peak: int | None = None
+        self._restore = restore
         if self.device.type == "cpu" and cpu_supported():
             libc = _libc()
             if libc is not None:
@@ -75,3 +80,7 @@ class PeakMemory:
             self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
         elif self._base is not None:
             self.peak = max(0, _status_kib("VmHWM") * 1024 - self._base)
+        if self._restore and self.device.type == "cpu" and cpu_supported():
+            libc = _libc()
+            if libc is not None:
+                libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)

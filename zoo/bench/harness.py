@@ -1,0 +1,252 @@
+"""Side-by-side measurement: zoo and its peers run the same work in one process,
+alternating, so that a slow minute of a shared machine hits them all alike.
+
+A :class:`Case` is one implementation doing one unit of work (a training step, a
+batch decoded, a batch of images). :func:`alternate` warms each up, then runs them
+in turn (the order rotating each round) and keeps every time; a :class:`Result`
+holds the median, the spread (the noise that implementation saw), the peak memory
+of one call, and the model FLOP utilisation against a matmul peak measured on this
+machine in the same run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .memory import PeakMemory
+
+
+@dataclass
+class Case:
+    bench: str
+    impl: str
+    dtype: str
+    mode: str
+    run: Callable[[], object]
+    items: int
+    """Tokens or images one call handles."""
+    unit: str
+    flops: float | None = None
+    """Model FLOPs of one call (counted once, the same for every implementation)."""
+    device: str = "cpu"
+
+
+@dataclass
+class Result:
+    bench: str
+    impl: str
+    dtype: str
+    mode: str
+    throughput: float
+    unit: str
+    seconds: float
+    """Median seconds per call."""
+    noise: float
+    """(max - min) / median of the timed calls."""
+    repeats: int
+    peak_mib: float | None = None
+    gflops: float | None = None
+    mfu: float | None = None
+    """Achieved FLOP/s over the measured matmul peak of the dtype."""
+    ratio: float | None = None
+    """zoo's throughput over this implementation's (1.0 on zoo's own row)."""
+    device: str = "cpu"
+    extra: dict = field(default_factory=dict)
+
+
+def _sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(dtype: torch.dtype = torch.float32, device: str = "cpu", n: int = 2048,
+                repeats: int = 7) -> float:
+    """FLOP/s of ``torch.matmul`` on two n x n matrices: the machine's practical peak."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    for _ in range(2):
+        a @ b
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times)
+
+
+def cpu_busy(interval: float = 0.5) -> float:
+    """Fraction of the machine's CPU time spent busy over ``interval`` (from /proc/stat)."""
+    def sample():
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+    try:
+        total0, idle0 = sample()
+        time.sleep(interval)
+        total1, idle1 = sample()
+    except OSError:
+        return 0.0
+    total = total1 - total0
+    return 0.0 if total <= 0 else 1.0 - (idle1 - idle0) / total
+
+
+def wait_for_quiet(max_wait: float = 60.0, busy_limit: float = 0.15, say=None) -> float:
+    """Wait (up to ``max_wait`` s) until other processes keep the CPUs under
+    ``busy_limit`` busy; returns the busy fraction last seen."""
+    deadline = time.monotonic() + max_wait
+    busy = cpu_busy()
+    while busy > busy_limit and time.monotonic() < deadline:
+        if say:
+            say(f"machine {busy:.0%} busy; waiting for it to quieten")
+        time.sleep(2.0)
+        busy = cpu_busy()
+    return busy
+
+
+def count_flops(fn: Callable[[], object]) -> float:
+    """FLOPs of one call, as torch's FlopCounterMode counts them (matmuls, attention)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..ops import Linear
+
+    previous = Linear.fast_inference
+    Linear.fast_inference = False  # the counter sees aten's matmuls, not oneDNN's
+    try:
+        with FlopCounterMode(display=False) as counter:
+            fn()
+    finally:
+        Linear.fast_inference = previous
+    return float(counter.get_total_flops())
+
+
+def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
+              peaks: dict[str, float] | None = None, say=None) -> list[Result]:
+    """Run every case ``warmup`` times, then ``repeats`` rounds of each in turn, then one
+    more call of each for its peak memory (beyond what was held before the call)."""
+    times: dict[int, list[float]] = {i: [] for i in range(len(cases))}
+    for case in cases:
+        if say:
+            say(f"warming up {case.bench} {case.mode} {case.dtype} {case.impl}")
+        for _ in range(warmup):
+            case.run()
+        _sync(case.device)
+    order = list(range(len(cases)))
+    for round_ in range(repeats):
+        if say:
+            say(f"round {round_ + 1}/{repeats}")
+        for i in order[round_ % len(order):] + order[: round_ % len(order)]:
+            start = time.perf_counter()
+            cases[i].run()
+            _sync(cases[i].device)
+            times[i].append(time.perf_counter() - start)
+    # peak memory last: measuring it sends large allocations to mmap, which slows what runs
+    memory: dict[int, float | None] = {}
+    for i, case in enumerate(cases):
+        with PeakMemory(case.device, restore=True) as peak:
+            case.run()
+            _sync(case.device)
+        memory[i] = None if peak.peak is None else peak.peak / 2**20
+    results = []
+    for i, case in enumerate(cases):
+        median = statistics.median(times[i])
+        gflops = case.flops / median / 1e9 if case.flops else None
+        peak = (peaks or {}).get(case.dtype)
+        results.append(Result(
+            bench=case.bench, impl=case.impl, dtype=case.dtype, mode=case.mode,
+            throughput=case.items / median, unit=case.unit, seconds=median,
+            noise=(max(times[i]) - min(times[i])) / median, repeats=len(times[i]),
+            peak_mib=memory[i], gflops=gflops,
+            mfu=gflops * 1e9 / peak if gflops and peak else None, device=case.device,
+        ))
+    add_ratios(results)
+    return results
+
+
+def add_ratios(results: list[Result]) -> None:
+    """Each row's ``ratio``: zoo's throughput over its own, in the same bench/mode/dtype."""
+    zoo = {(r.bench, r.mode, r.dtype): r.throughput for r in results if r.impl == "zoo"}
+    for r in results:
+        z = zoo.get((r.bench, r.mode, r.dtype))
+        r.ratio = z / r.throughput if z and r.throughput else None
+
+
+def table(results: list[Result]) -> str:
+    header = ["bench", "mode", "dtype", "impl", "throughput", "unit", "peak MiB", "GFLOP/s",
+              "MFU", "zoo/impl", "noise"]
+    rows = []
+    for r in results:
+        rows.append([
+            r.bench, r.mode, r.dtype, r.impl, _num(r.throughput), r.unit,
+            "-" if r.peak_mib is None else f"{r.peak_mib:.0f}",
+            "-" if r.gflops is None else f"{r.gflops:.0f}",
+            "-" if r.mfu is None else f"{r.mfu:.0%}",
+            "-" if r.ratio is None else f"{r.ratio:.2f}x",
+            f"{r.noise:.0%}",
+        ])
+    widths = [max(len(str(x[i])) for x in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if x >= 1 else f"{x:.3f}"
+
+
+def records(results: list[Result], context: dict) -> list[dict]:
+    out = []
+    for r in results:
+        row = asdict(r)
+        row.update(row.pop("extra"))
+        row["context"] = context
+        out.append(row)
+    return out
+
+
+def plot(results: list[Result], path: str | os.PathLike[str]) -> None:
+    """Throughput of each implementation relative to zoo's, one group per bench/mode/dtype."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys((r.bench, r.mode, r.dtype) for r in results))
+    impls = list(dict.fromkeys(r.impl for r in results))
+    by = {(r.bench, r.mode, r.dtype, r.impl): r for r in results}
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(groups)), 4))
+    width = 0.8 / max(1, len(impls))
+    for j, impl in enumerate(impls):
+        xs, ys = [], []
+        for g, key in enumerate(groups):
+            r = by.get((*key, impl))
+            zoo = by.get((*key, "zoo"))
+            if r and zoo and r.throughput:
+                xs.append(g + j * width)
+                ys.append(r.throughput / zoo.throughput)
+        ax.bar(xs, ys, width, label=impl)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([g + width * (len(impls) - 1) / 2 for g in range(len(groups))])
+    ax.set_xticklabels([f"{b}\n{m} {d}" for b, m, d in groups], fontsize=8)
+    ax.set_ylabel("throughput / zoo's")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")

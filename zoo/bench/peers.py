@@ -1,0 +1,138 @@
+"""The peers zoo is measured against, built to the same shapes and settings:
+
+- ``torch``: ``torch.nn.Transformer`` with the same embeddings (one shared matrix,
+  scaled by sqrt(d_model), sinusoidal positions) and the tied output layer;
+- ``marian``: Hugging Face ``MarianMTModel`` from a ``MarianConfig`` equal to the
+  zoo recipe (ReLU, sinusoidal, shared embeddings, post-norm);
+- ``timm``: timm's ViT of the same name.
+
+Each is imported only when asked for; a missing package is reported, not raised.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class PeerMissing(Exception):
+    """A peer whose package is not installed (pip install 'zoo-transformers[bench]')."""
+
+
+def _settings(model: nn.Module) -> dict[str, Any]:
+    return dict(model.recipe.architecture.settings)
+
+
+def sinusoid_table(length: int, dim: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (sec. 3.5)."""
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2], table[:, 1::2] = torch.sin(pos * inv), torch.cos(pos * inv)
+    return table
+
+
+class TorchTransformer(nn.Module):
+    """``torch.nn.Transformer`` with the paper's embeddings and tied output layer."""
+
+    def __init__(self, s: dict[str, Any]) -> None:
+        super().__init__()
+        d = s["d_model"]
+        self.pad_id = s.get("pad_id", 0)
+        self.embed = nn.Embedding(s["vocab_size"], d)
+        nn.init.normal_(self.embed.weight, std=d**-0.5)
+        self.scale = math.sqrt(d)
+        self.register_buffer("table", sinusoid_table(s.get("max_len", 1024), d), persistent=False)
+        self.drop = nn.Dropout(s["dropout"])
+        self.transformer = nn.Transformer(
+            d_model=d, nhead=s["n_heads"], num_encoder_layers=s["encoder_layers"],
+            num_decoder_layers=s["decoder_layers"], dim_feedforward=s["d_ff"],
+            dropout=s["dropout"], activation="relu", batch_first=True, norm_first=False,
+            layer_norm_eps=1e-6,
+        )
+        # the same dropout as zoo's: nn.Transformer ties the feed-forward and attention
+        # dropout to ``dropout``; set them to the recipe's own
+        for layer in [*self.transformer.encoder.layers, *self.transformer.decoder.layers]:
+            layer.dropout = nn.Dropout(s.get("activation_dropout", 0.0))
+            for attn in (layer.self_attn, getattr(layer, "multihead_attn", None)):
+                if attn is not None:
+                    attn.dropout = s.get("attention_dropout", 0.0)
+        self.lm_head = nn.Linear(d, s["vocab_size"], bias=False)
+        self.lm_head.weight = self.embed.weight
+
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.embed(tokens) * self.scale + self.table[: tokens.shape[1]])
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(
+            tgt.shape[1], device=tgt.device, dtype=torch.bool)
+        src_pad, tgt_pad = src.eq(self.pad_id), tgt.eq(self.pad_id)
+        out = self.transformer(
+            self._embed(src), self._embed(tgt), tgt_mask=causal,
+            src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad, tgt_is_causal=True,
+        )
+        return self.lm_head(out)
+
+    @torch.no_grad()
+    def greedy(self, src: torch.Tensor, max_new_tokens: int, bos_id: int) -> torch.Tensor:
+        """Greedy decoding the way torch.nn.Transformer allows: the decoder re-run over the
+        whole prefix at each step (it has no KV cache)."""
+        src_pad = src.eq(self.pad_id)
+        memory = self.transformer.encoder(self._embed(src), src_key_padding_mask=src_pad)
+        out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        for _ in range(max_new_tokens):
+            causal = nn.Transformer.generate_square_subsequent_mask(
+                out.shape[1], device=src.device, dtype=torch.bool)
+            h = self.transformer.decoder(self._embed(out), memory, tgt_mask=causal,
+                                         memory_key_padding_mask=src_pad, tgt_is_causal=True)
+            nxt = self.lm_head(h[:, -1]).argmax(-1, keepdim=True)
+            out = torch.cat([out, nxt], dim=1)
+        return out
+
+
+def torch_transformer(zoo_model: nn.Module) -> nn.Module:
+    return TorchTransformer(_settings(zoo_model))
+
+
+class MarianPeer(nn.Module):
+    """``MarianMTModel`` called like zoo's seq2seq: forward(src, tgt) -> logits."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=src, attention_mask=src.ne(0), decoder_input_ids=tgt,
+                          use_cache=False).logits
+
+
+def marian(zoo_model: nn.Module) -> nn.Module:
+    try:
+        from transformers import MarianConfig, MarianMTModel
+    except ImportError as exc:
+        raise PeerMissing(f"transformers is not installed ({exc})") from None
+    s = _settings(zoo_model)
+    config = MarianConfig(
+        vocab_size=s["vocab_size"], decoder_vocab_size=s["vocab_size"], d_model=s["d_model"],
+        encoder_layers=s["encoder_layers"], decoder_layers=s["decoder_layers"],
+        encoder_attention_heads=s["n_heads"], decoder_attention_heads=s["n_heads"],
+        encoder_ffn_dim=s["d_ff"], decoder_ffn_dim=s["d_ff"], activation_function="relu",
+        dropout=s["dropout"], attention_dropout=s.get("attention_dropout", 0.0),
+        activation_dropout=s.get("activation_dropout", 0.0), max_position_embeddings=s.get("max_len", 1024),
+        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+        forced_eos_token_id=None,
+    )
+    return MarianPeer(MarianMTModel(config))
+
+
+def timm_vit(zoo_model: nn.Module) -> nn.Module:
+    try:
+        import timm
+    except ImportError as exc:
+        raise PeerMissing(f"timm is not installed ({exc})") from None
+    return timm.create_model(zoo_model.recipe.name.replace("-", "_"), pretrained=False)

@@ -1,0 +1,125 @@
+"""Fast paths the built-in components share: dropout with a cheaper mask on the
+CPU, and linear layers that keep a oneDNN-packed copy of their weight for inference.
+
+Both are drop-in: ``Dropout`` is an ``nn.Dropout`` and ``Linear`` an ``nn.Linear``,
+with the same parameters and state dict. Measured on the 2-core CPU this project
+runs on (``zoo bench``): the dropout mask costs about a quarter of
+``torch.bernoulli_``'s, and a packed fp32 linear layer runs 1.3 to 3 times faster
+than ``F.linear`` without gradients (the small row counts of decoding gain most).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_BITS = 15
+_LEVELS = 1 << _BITS
+
+
+def _keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
+    """A boolean mask keeping each element with probability ``1 - p`` (p rounded to a
+    multiple of 2^-15), and the scale 1 / P(keep).
+
+    torch's CPU generator draws one number per call, so Bernoulli masks cost one draw
+    per element; here one 63-bit draw (``random_`` on int64) gives four 15-bit
+    uniforms. The draws come from torch's global generator: ``torch.manual_seed`` and
+    checkpointed RNG state reproduce them."""
+    n = shape.numel()
+    threshold = round(p * _LEVELS)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
+    keep = (words.view(torch.int16)[:n] & (_LEVELS - 1)) >= threshold
+    return keep.view(shape), _LEVELS / (_LEVELS - threshold)
+
+
+class _MaskedScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x * keep * scale
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        return grad * keep * ctx.scale, None, None
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """``F.dropout`` with a cheaper mask on the CPU (see :func:`_keep_mask`); elsewhere,
+    and for p outside (0, 1), ``F.dropout`` itself."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or not 0.0 < p < 1.0 or round(p * _LEVELS) == 0:
+        return F.dropout(x, p, True)
+    keep, scale = _keep_mask(x.shape, p, x.device)
+    return _MaskedScale.apply(x, keep, scale)
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` through :func:`dropout`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.inplace:
+            return F.dropout(x, self.p, self.training, inplace=True)
+        return dropout(x, self.p, self.training)
+
+
+# -- linear layers ---------------------------------------------------------------------------------
+def _onednn_linear_available() -> bool:
+    return (torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+_ONEDNN = None
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` that, on the CPU in fp32 with gradients off, multiplies through
+    oneDNN with its weight packed once (re-packed when the weight changes).
+
+    With gradients on (training), under autocast, on other devices and dtypes it is
+    ``nn.Linear`` exactly. The packed copy is not part of the state dict; ``train()``
+    drops it. Results equal ``F.linear``'s up to fp32 rounding (another summation
+    order)."""
+
+    fast_inference = True
+    """Set False (on the class or one layer) to always use ``F.linear``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._use_packed(x):
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self._packed_weight(x), self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+    def _use_packed(self, x: torch.Tensor) -> bool:
+        global _ONEDNN
+        if not self.fast_inference or torch.is_grad_enabled():
+            return False
+        if x.device.type != "cpu" or x.dtype != torch.float32 or self.weight.dtype != x.dtype:
+            return False
+        if torch.is_autocast_enabled("cpu") or x.numel() == 0:
+            return False
+        if _ONEDNN is None:
+            _ONEDNN = _onednn_linear_available()
+        return _ONEDNN
+
+    def _packed_weight(self, x: torch.Tensor) -> torch.Tensor:
+        key = (self.weight.data_ptr(), self.weight._version)
+        cached = self.__dict__.get("_packed")
+        if cached is None or cached[0] != key:
+            rows = max(1, x.numel() // x.shape[-1])
+            cached = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), rows))
+            self.__dict__["_packed"] = cached
+        return cached[1]
+
+    def __getstate__(self) -> dict:  # copies and pickles leave the packed weight behind
+        state = self.__dict__.copy()
+        state.pop("_packed", None)
+        return state
+
+    def train(self, mode: bool = True) -> "Linear":
+        self.__dict__.pop("_packed", None)
+        return super().train(mode)
