@@ -62,3 +62,51 @@ def test_zoo_bench_attention_names_an_unknown_mechanism():
     result = run_zoo("bench", "attention", "--mechanisms", "performr", "--lengths", "64")
     assert result.returncode == 2
     assert "performer" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- zoo bench train / decode / vit / startup ------------------------------------------------------
+REQUIRED = {"bench", "impl", "dtype", "mode", "throughput", "unit"}
+
+
+def _bench(tmp_path, *args):
+    out = tmp_path / "bench.json"
+    result = run_zoo("bench", *args, "--repeats", "1", "--wait", "0", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())
+    for row in rows:
+        assert REQUIRED <= row.keys() and row["throughput"] > 0
+    return result.stdout, rows
+
+
+def test_bench_train_runs_zoo_and_both_peers_side_by_side(tmp_path):
+    stdout, rows = _bench(tmp_path, "train", "--batch", "2", "--length", "8", "--vocab", "64",
+                          "--dtypes", "fp32,bf16")
+    assert {(r["impl"], r["dtype"]) for r in rows} == {
+        (i, d) for i in ("zoo", "torch", "marian") for d in ("fp32", "bf16")}
+    assert all(r["unit"] == "tokens/s" and r["mode"] == "train" for r in rows)
+    zoo_fp32 = next(r for r in rows if r["impl"] == "zoo" and r["dtype"] == "fp32")
+    marian = next(r for r in rows if r["impl"] == "marian" and r["dtype"] == "fp32")
+    assert marian["ratio"] == pytest.approx(zoo_fp32["throughput"] / marian["throughput"])
+    assert 0 < zoo_fp32["mfu"] < 1.5 and zoo_fp32["context"]["matmul_peak_gflops"]["fp32"] > 0
+    assert "zoo/impl" in stdout and "matmul peak" in stdout
+
+
+def test_bench_decode_and_vit(tmp_path):
+    _, rows = _bench(tmp_path, "decode", "--batch", "2", "--length", "6", "--new-tokens", "3",
+                     "--vocab", "64")
+    assert {(r["impl"], r["mode"]) for r in rows} == {
+        ("zoo", "greedy"), ("marian", "greedy"), ("torch", "greedy"), ("zoo", "beam4"),
+        ("marian", "beam4")}
+    _, rows = _bench(tmp_path, "vit", "--vit-recipe", "vit-tiny-patch16-224", "--batch", "1",
+                     "--dtypes", "fp32")
+    assert {(r["impl"], r["mode"]) for r in rows} == {
+        (i, m) for i in ("zoo", "timm") for m in ("inference", "train")}
+    assert all(r["unit"] == "images/s" for r in rows)
+
+
+def test_bench_startup_says_whether_help_imports_torch(tmp_path):
+    stdout, rows = _bench(tmp_path, "startup")
+    assert [r["mode"] for r in rows] == ["help", "import", "build"]
+    help_row = rows[0]
+    assert help_row["imports_torch"] is False
+    assert "startup help:" in stdout and "target < 0.3 s" in stdout

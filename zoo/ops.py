@@ -77,11 +77,12 @@ _ONEDNN = None
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` that, on the CPU in fp32 with gradients off, multiplies through
-    oneDNN with its weight packed once (re-packed when the weight changes).
+    """``nn.Linear`` that, on the CPU with gradients off, multiplies through oneDNN with
+    its weight packed once (re-packed when the weight changes): in fp32, or in bf16
+    under CPU autocast (the weight cast once instead of at every call).
 
-    With gradients on (training), under autocast, on other devices and dtypes it is
-    ``nn.Linear`` exactly. The packed copy is not part of the state dict; ``train()``
+    With gradients on (training), on other devices and dtypes it is ``nn.Linear``
+    exactly. The packed copy is not part of the state dict; ``train()``
     drops it. Results equal ``F.linear``'s up to fp32 rounding (another summation
     order)."""
 
@@ -89,37 +90,48 @@ class Linear(nn.Linear):
     """Set False (on the class or one layer) to always use ``F.linear``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._use_packed(x):
-            return torch.ops.mkldnn._linear_pointwise(
-                x, self._packed_weight(x), self.bias, "none", [], "")
+        dtype = self._packed_dtype(x)
+        if dtype is not None:
+            weight, bias = self._packed(x, dtype)
+            return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight, bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
-    def _use_packed(self, x: torch.Tensor) -> bool:
+    def _packed_dtype(self, x: torch.Tensor) -> torch.dtype | None:
+        """The dtype to multiply in with a packed weight, or None for F.linear: fp32, or
+        under CPU autocast its dtype (bf16), as autocast itself would."""
         global _ONEDNN
-        if not self.fast_inference or torch.is_grad_enabled():
-            return False
-        if x.device.type != "cpu" or x.dtype != torch.float32 or self.weight.dtype != x.dtype:
-            return False
-        if torch.is_autocast_enabled("cpu") or x.numel() == 0:
-            return False
+        if not self.fast_inference or torch.is_grad_enabled() or x.device.type != "cpu":
+            return None
+        if self.weight.dtype != torch.float32 or x.numel() == 0:
+            return None
+        if torch.is_autocast_enabled("cpu"):
+            dtype = torch.get_autocast_dtype("cpu")
+            if dtype != torch.bfloat16 or x.dtype not in (torch.float32, torch.bfloat16):
+                return None
+        elif x.dtype == torch.float32:
+            dtype = torch.float32
+        else:
+            return None
         if _ONEDNN is None:
             _ONEDNN = _onednn_linear_available()
-        return _ONEDNN
+        return dtype if _ONEDNN else None
 
-    def _packed_weight(self, x: torch.Tensor) -> torch.Tensor:
-        key = (self.weight.data_ptr(), self.weight._version)
-        cached = self.__dict__.get("_packed")
+    def _packed(self, x: torch.Tensor, dtype: torch.dtype):
+        key = (self.weight.data_ptr(), self.weight._version, dtype)
+        cached = self.__dict__.get("_packed_cache")
         if cached is None or cached[0] != key:
             rows = max(1, x.numel() // x.shape[-1])
-            cached = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), rows))
-            self.__dict__["_packed"] = cached
-        return cached[1]
+            weight = self.weight.detach().to(dtype)
+            bias = None if self.bias is None else self.bias.detach().to(dtype)
+            cached = (key, torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias)
+            self.__dict__["_packed_cache"] = cached
+        return cached[1], cached[2]
 
     def __getstate__(self) -> dict:  # copies and pickles leave the packed weight behind
         state = self.__dict__.copy()
-        state.pop("_packed", None)
+        state.pop("_packed_cache", None)
         return state
 
     def train(self, mode: bool = True) -> "Linear":
-        self.__dict__.pop("_packed", None)
+        self.__dict__.pop("_packed_cache", None)
         return super().train(mode)

@@ -1,5 +1,7 @@
 """``zoo bench train|decode|vit|startup|all``: build the cases, wait for a quiet
-machine, measure the matmul peaks, alternate, print the table, write JSON and a plot."""
+machine, measure the matmul peaks, alternate, print the table, write JSON and a plot.
+
+Importing this module imports no torch (``zoo --help`` builds its parser)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,6 @@ import json
 import platform
 import sys
 from pathlib import Path
-
-import torch
-
-from . import harness
 
 BENCHES = ("train", "decode", "vit", "startup")
 
@@ -23,7 +21,7 @@ def _list(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else default
 
 
-def cases_for(bench: str, args, say) -> list[harness.Case]:
+def cases_for(bench: str, args, say) -> list:
     from . import models
 
     impls = _list(args.impls, ())
@@ -47,6 +45,10 @@ def cases_for(bench: str, args, say) -> list[harness.Case]:
 
 
 def main(args) -> int:
+    import torch
+
+    from . import harness
+
     say = _say(args.verbose)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -63,7 +65,7 @@ def main(args) -> int:
     print(f"matmul peak on this machine: fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, "
           f"bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s ({torch.get_num_threads()} threads; "
           f"machine {busy:.0%} busy before the run)")
-    results: list[harness.Result] = []
+    results: list = []
     for bench in benches:
         if bench == "startup":
             from . import startup

@@ -1,0 +1,163 @@
+"""The fast paths change speed, not results: zoo's dropout is a Bernoulli mask with the
+right rate and gradient, the packed linear layer equals F.linear, the attention
+kernel's CPU shortcuts equal PyTorch's SDPA, and the growing KV cache equals
+concatenation."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import zoo
+from zoo.cache import KVCache
+from zoo.ops import Dropout, Linear, dropout
+
+
+sdpa_attention = zoo.get_component("kernel", "sdpa").load()
+
+
+# -- dropout -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_dropout_keeps_the_right_fraction_and_the_mean(p):
+    x = torch.ones(400_000)
+    out = dropout(x, p)
+    kept = (out != 0).float().mean().item()
+    n, q = x.numel(), 1 - round(p * 2**15) / 2**15
+    assert abs(kept - q) < 5 * math.sqrt(q * (1 - q) / n)  # five binomial sigmas
+    assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 1 / q))
+    assert abs(out.mean().item() - 1.0) < 0.01
+
+
+def test_dropout_gradient_is_the_mask_times_the_scale():
+    x = torch.randn(64, 33, requires_grad=True)
+    out = dropout(x, 0.2)
+    out.sum().backward()
+    expected = (out != 0).float() * (1 / (1 - round(0.2 * 2**15) / 2**15))
+    assert torch.allclose(x.grad, expected)
+    torch.testing.assert_close(out, x.detach() * expected)
+
+
+def test_dropout_follows_torchs_seed_and_is_off_in_eval():
+    x = torch.randn(1000)
+    torch.manual_seed(3)
+    a = dropout(x, 0.1)
+    torch.manual_seed(3)
+    b = dropout(x, 0.1)
+    assert torch.equal(a, b) and not torch.equal(a, dropout(x, 0.1))
+    layer = Dropout(0.1).eval()
+    assert layer(x) is x
+    assert torch.equal(dropout(x, 0.0), x)
+
+
+def test_masks_are_independent_across_positions():
+    x = torch.ones(8, 100_000)
+    keep = dropout(x, 0.5) != 0
+    # neighbouring elements (drawn from the same 64-bit word) are uncorrelated
+    corr = torch.corrcoef(torch.stack([keep[:, :-1].flatten().float(),
+                                       keep[:, 1:].flatten().float()]))[0, 1]
+    assert abs(corr.item()) < 0.01
+
+
+# -- linear ---------------------------------------------------------------------------------------
+def test_packed_linear_equals_f_linear_without_gradients():
+    torch.manual_seed(0)
+    layer = Linear(96, 200)
+    for rows in (1, 7, 64, 300):
+        x = torch.randn(rows, 96)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias),
+                                       rtol=1e-5, atol=1e-5)
+    x3 = torch.randn(2, 5, 96)
+    with torch.no_grad():
+        assert layer(x3).shape == (2, 5, 200)
+
+
+def test_with_gradients_it_is_exactly_nn_linear():
+    layer = Linear(32, 16)
+    x = torch.randn(4, 32, requires_grad=True)
+    assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+    assert layer.state_dict().keys() == torch.nn.Linear(32, 16).state_dict().keys()
+
+
+def test_a_changed_weight_is_packed_again():
+    layer = Linear(16, 8)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        before = layer(x)
+        layer.weight.mul_(2)
+        after = layer(x)
+    torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias), rtol=1e-5,
+                               atol=1e-5)
+    assert not torch.allclose(before, after)
+    layer.load_state_dict({"weight": torch.zeros(8, 16), "bias": torch.ones(8)})
+    with torch.no_grad():
+        assert torch.equal(layer(x), torch.ones(3, 8))
+
+
+def test_copies_and_pickles_leave_the_packed_weight_behind():
+    model = zoo.build("transformer-tiny").eval()
+    x = torch.randint(4, 100, (2, 5))
+    with torch.no_grad():
+        y = model(x, x)
+        twin = copy.deepcopy(model)
+        again = pickle.loads(pickle.dumps(model))
+        assert torch.equal(twin(x, x), y) and torch.equal(again(x, x), y)
+
+
+def test_bf16_autocast_inference_matches_autocast_linear():
+    layer = Linear(64, 48)
+    x = torch.randn(10, 64)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = layer(x)
+        ref = F.linear(x, layer.weight, layer.bias)
+    assert ours.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+# -- the sdpa kernel's CPU shortcuts --------------------------------------------------------------
+@pytest.mark.parametrize("lq", [1, 3, 17])
+def test_sdpa_kernel_equals_pytorchs_with_masks(lq):
+    q, k, v = torch.randn(3, 4, lq, 16), torch.randn(3, 4, 20, 16), torch.randn(3, 4, 20, 16)
+    mask = torch.rand(3, 1, lq, 20) > 0.3
+    mask[..., 0] = True
+    with torch.no_grad():
+        torch.testing.assert_close(sdpa_attention(q, k, v, attn_mask=mask),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_kernel_in_bf16_is_the_fp32_attention_rounded():
+    q, k, v = (torch.randn(2, 4, 9, 16, requires_grad=True) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = sdpa_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
+    assert out.dtype == torch.bfloat16
+    ref = F.scaled_dot_product_attention(q.bfloat16().float(), k.bfloat16().float(),
+                                         v.bfloat16().float(), is_causal=True)
+    torch.testing.assert_close(out.float(), ref.bfloat16().float())
+    out.float().sum().backward()
+    assert q.grad is not None and q.grad.dtype == torch.float32
+
+
+# -- the KV cache ---------------------------------------------------------------------------------
+def test_growing_cache_equals_concatenation_and_reorders_rows():
+    cache, ks, vs = KVCache(), [], []
+    for step in range(40):
+        k, v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
+        ks.append(k)
+        vs.append(v)
+        got_k, got_v = cache.append(k, v)
+        assert torch.equal(got_k, torch.cat(ks, 2)) and torch.equal(got_v, torch.cat(vs, 2))
+        if step in (5, 20):
+            index = torch.tensor([2, 2, 0])
+            cache.reorder(index)
+            ks, vs = [t.index_select(0, index) for t in ks], [t.index_select(0, index) for t in vs]
+            assert torch.equal(cache.k, torch.cat(ks, 2))
+    assert len(cache) == 40
+    spread = torch.tensor([0, 0, 1, 1, 2, 2])
+    cache.reorder(spread)  # more rows than before: beams made from sources
+    assert torch.equal(cache.v, torch.cat(vs, 2).index_select(0, spread))
