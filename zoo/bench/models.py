@@ -46,15 +46,23 @@ def _peer_models(zoo_model: nn.Module, names: list[str], makers: dict[str, Calla
     return models
 
 
+def _compiled(models: dict[str, nn.Module], compile: bool) -> dict[str, nn.Module]:
+    """Every implementation through torch.compile, or none (the comparison stays fair)."""
+    return {k: torch.compile(m) for k, m in models.items()} if compile else models
+
+
 def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: int = 16,
                 src_len: int = 64, tgt_len: int = 64, dtypes=("fp32", "bf16"),
-                impls=("zoo", "torch", "marian"), device: str = "cpu", say=None) -> list[Case]:
+                impls=("zoo", "torch", "marian"), device: str = "cpu", kernel: str | None = None,
+                compile: bool = False, say=None) -> list[Case]:
     import zoo
 
     torch.manual_seed(0)
-    model = zoo.build(recipe, vocab_size=vocab, device=device)
+    overrides = {"kernel": kernel} if kernel else {}
+    model = zoo.build(recipe, vocab_size=vocab, device=device, **overrides)
     models = _peer_models(model, list(impls), {"torch": peers.torch_transformer,
                                                "marian": peers.marian}, say)
+    models = _compiled({k: m.to(device) for k, m in models.items()}, compile)
     src = torch.randint(3, vocab, (batch, src_len), device=device)
     tgt = torch.randint(3, vocab, (batch, tgt_len + 1), device=device)
     cases = []
@@ -81,11 +89,13 @@ def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: i
 
 def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: int = 16,
                  src_len: int = 64, new_tokens: int = 64, modes=("greedy", "beam4"),
-                 impls=("zoo", "marian", "torch"), device: str = "cpu", say=None) -> list[Case]:
+                 impls=("zoo", "marian", "torch"), device: str = "cpu", kernel: str | None = None,
+                 say=None) -> list[Case]:
     import zoo
 
     torch.manual_seed(0)
-    model = zoo.build(recipe, vocab_size=vocab, device=device).eval()
+    overrides = {"kernel": kernel} if kernel else {}
+    model = zoo.build(recipe, vocab_size=vocab, device=device, **overrides).eval()
     models = _peer_models(model, list(impls), {"torch": peers.torch_transformer,
                                                "marian": peers.marian}, say)
     src = torch.randint(3, vocab, (batch, src_len), device=device)
@@ -123,13 +133,15 @@ def _decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens:
 
 def vit_cases(*, recipe: str = "vit-small-patch16-224", batch: int = 8,
               modes=("inference", "train"), dtypes=("fp32", "bf16"), impls=("zoo", "timm"),
-              device: str = "cpu", say=None) -> list[Case]:
+              device: str = "cpu", kernel: str | None = None, compile: bool = False,
+              say=None) -> list[Case]:
     import zoo
 
     torch.manual_seed(0)
-    model = zoo.build(recipe, device=device)
+    model = zoo.build(recipe, device=device, **({"kernel": kernel} if kernel else {}))
     models = _peer_models(model, list(impls), {"timm": peers.timm_vit}, say)
-    s = model.recipe.architecture.settings
+    models = _compiled({k: m.to(device) for k, m in models.items()}, compile)
+    s = zoo.get_recipe(recipe).architecture.settings
     x = torch.randn(batch, s.get("in_chans", 3), s["image_size"], s["image_size"],
                     device=device)
     y = torch.randint(0, s["num_classes"], (batch,), device=device)

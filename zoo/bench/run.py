@@ -29,18 +29,20 @@ def cases_for(bench: str, args, say) -> list:
         return models.train_cases(
             batch=args.batch or 16, src_len=args.length or 64, tgt_len=args.length or 64,
             vocab=args.vocab, dtypes=_list(args.dtypes, ("fp32", "bf16")),
-            impls=impls or ("zoo", "torch", "marian"), device=args.device, say=say)
+            impls=impls or ("zoo", "torch", "marian"), device=args.device, kernel=args.kernel,
+            compile=args.compile, say=say)
     if bench == "decode":
         return models.decode_cases(
             batch=args.batch or 16, src_len=args.length or 64, new_tokens=args.new_tokens,
             vocab=args.vocab, modes=_list(args.modes, ("greedy", "beam4")),
-            impls=impls or ("zoo", "marian", "torch"), device=args.device, say=say)
+            impls=impls or ("zoo", "marian", "torch"), device=args.device, kernel=args.kernel,
+            say=say)
     if bench == "vit":
         return models.vit_cases(
             recipe=args.vit_recipe, batch=args.batch or 8,
             modes=_list(args.modes, ("inference", "train")),
             dtypes=_list(args.dtypes, ("fp32", "bf16")), impls=impls or ("zoo", "timm"),
-            device=args.device, say=say)
+            device=args.device, kernel=args.kernel, compile=args.compile, say=say)
     raise ValueError(bench)
 
 
@@ -56,10 +58,15 @@ def main(args) -> int:
     busy = harness.wait_for_quiet(args.wait, say=say)
     peaks = {"fp32": harness.matmul_peak(torch.float32, args.device),
              "bf16": harness.matmul_peak(torch.bfloat16, args.device)}
+    measured = dict(peaks)
+    if args.peak_tflops:  # a datasheet figure (e.g. an H200's dense bf16) instead
+        peaks["bf16"] = args.peak_tflops * 1e12
     context = {
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(), "device": args.device,
-        "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
+        "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in measured.items()},
+        "mfu_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
+        "kernel": args.kernel, "compile": args.compile,
         "busy_before": round(busy, 3),
     }
     print(f"matmul peak on this machine: fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, "
@@ -113,6 +120,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--vit-recipe", default="vit-small-patch16-224")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--kernel", help="zoo's attention kernel (sdpa, eager, xformers, auto)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile every implementation (train, vit)")
+    parser.add_argument("--peak-tflops", type=float, help="bf16 peak for MFU instead of the "
+                        "measured one (a card's datasheet figure, e.g. 989 for an H200)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--wait", type=float, default=60.0,
                         help="seconds to wait for a quiet machine (default 60)")
