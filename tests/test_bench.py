@@ -106,7 +106,8 @@ def test_bench_decode_and_vit(tmp_path):
 
 def test_bench_startup_says_whether_help_imports_torch(tmp_path):
     stdout, rows = _bench(tmp_path, "startup")
-    assert [r["mode"] for r in rows] == ["help", "import", "build"]
+    assert [(r["impl"], r["mode"]) for r in rows] == [
+        ("zoo", "help"), ("zoo", "import"), ("torch", "import"), ("zoo", "build")]
     help_row = rows[0]
     assert help_row["imports_torch"] is False
-    assert "startup help:" in stdout and "target < 0.3 s" in stdout
+    assert "startup zoo help:" in stdout and "target < 0.3 s" in stdout

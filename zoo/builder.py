@@ -93,9 +93,28 @@ class Footprint:
         return self.bytes_in(self.dtype)
 
 
+class _NoInit(torch.overrides.TorchFunctionMode):
+    """Skips the in-place initialisers (``normal_``, ``uniform_``, ...) while a model is
+    built on the meta device only to be counted: on meta tensors they go through
+    torch's reference implementations, whose first use imports torch._dynamo (about
+    two seconds of a fresh process's ``zoo.build``)."""
+
+    SKIPPED = {torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.zero_,
+               torch.Tensor.fill_, torch.Tensor.copy_,
+               torch.Tensor.exponential_, torch.Tensor.bernoulli_}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")
+        skip = func in self.SKIPPED or getattr(func, "__module__", "") == "torch.nn.init"
+        if skip and getattr(target, "is_meta", False):
+            return target
+        return func(*args, **kwargs)
+
+
 def footprint(resolved: Resolved, dtype: torch.dtype | None = None) -> Footprint:
     """Count the parameters of a resolved recipe by building it on the meta device."""
-    with torch.device("meta"):
+    with torch.device("meta"), _NoInit():
         model = _instantiate(resolved)
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for b in model.buffers())

@@ -10,13 +10,19 @@ from torch import nn
 
 
 def sinusoid_table(length: int, dim: int, base: float = 10000.0, offset: int = 0) -> torch.Tensor:
-    """(length, dim) table of positions offset .. offset+length-1 (eq. of sec. 3.5)."""
-    position = torch.arange(offset, offset + length, dtype=torch.float32)[:, None]
-    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(base) / dim))
-    table = torch.zeros(length, dim)
+    """(length, dim) table of positions offset .. offset+length-1 (eq. of sec. 3.5).
+
+    Computed on the CPU, then moved to the default device: on the meta device (a
+    model built only to be counted) these ops would run torch's reference
+    implementations, whose first use imports torch._dynamo (seconds)."""
+    cpu = torch.device("cpu")
+    position = torch.arange(offset, offset + length, dtype=torch.float32, device=cpu)[:, None]
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=cpu)
+                         * (-math.log(base) / dim))
+    table = torch.zeros(length, dim, device=cpu)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
-    return table
+    return table.to(torch.get_default_device())
 
 
 class SinusoidalPositions(nn.Module):

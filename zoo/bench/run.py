@@ -95,7 +95,7 @@ def main(args) -> int:
                 f" (target < {target} s: {'met' if r.seconds < target else 'MISSED'})")
             torch_note = (f"; imports torch: {r.extra['imports_torch']}"
                           if "imports_torch" in r.extra else "")
-            print(f"startup {r.mode}: {r.seconds:.2f} s{verdict}{torch_note}")
+            print(f"startup {r.impl} {r.mode}: {r.seconds:.2f} s{verdict}{torch_note}")
     if args.json:
         Path(args.json).write_text(json.dumps(harness.records(results, context), indent=2) + "\n")
         print(f"wrote {args.json}")
