@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: the `gpu`-marked tests, then `zoo bench` with
 # bf16, FlashAttention through SDPA, the xFormers kernel (when installed) and
-# torch.compile. About 6 minutes on an H200; everything lands in $OUT.
+# torch.compile, each step under a timeout (8 minutes in all); everything lands in $OUT.
 #
 #   bash benchmarks/gpu.sh                  # .venv from the README, results in bench-gpu/
 #   PYTHON=python OUT=/tmp/b PEAK_TFLOPS=989 bash benchmarks/gpu.sh
@@ -22,31 +22,31 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" | tee -a "$OUT/device.txt"
 
 step "gpu tests"
-timeout 150 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tail -20 | tee "$OUT/gpu-tests.txt" || status=1
+timeout 120 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tail -20 | tee "$OUT/gpu-tests.txt" || status=1
 
 # transformer-base at a GPU-sized batch: 64 x 256 source and target tokens
 TRAIN=(--device cuda --batch 64 --length 256 --repeats 5 --wait 0 --peak-tflops "$PEAK")
 step "train: zoo vs torch.nn.Transformer vs Marian, bf16 and fp32 (sdpa: FlashAttention)"
-timeout 120 "$PY" -m zoo bench train "${TRAIN[@]}" --dtypes bf16,fp32 --json "$OUT/train.json" || status=1
+timeout 90 "$PY" -m zoo bench train "${TRAIN[@]}" --dtypes bf16,fp32 --json "$OUT/train.json" || status=1
 
 step "train: torch.compile, bf16"
-timeout 150 "$PY" -m zoo bench train "${TRAIN[@]}" --dtypes bf16 --impls zoo,torch --compile \
+timeout 120 "$PY" -m zoo bench train "${TRAIN[@]}" --dtypes bf16 --impls zoo,torch --compile \
     --json "$OUT/train-compile.json" || status=1
 
 if "$PY" -c "import xformers.ops" 2>/dev/null; then
     step "train: the xformers kernel, bf16"
-    timeout 60 "$PY" -m zoo bench train "${TRAIN[@]}" --dtypes bf16 --impls zoo --kernel xformers \
+    timeout 45 "$PY" -m zoo bench train "${TRAIN[@]}" --dtypes bf16 --impls zoo --kernel xformers \
         --json "$OUT/train-xformers.json" || status=1
 else
     echo "xformers is not installed (pip install 'zoo-transformers[xformers]'): its run is skipped"
 fi
 
 step "decode: greedy and beam 4"
-timeout 60 "$PY" -m zoo bench decode --device cuda --batch 64 --repeats 3 --wait 0 \
+timeout 45 "$PY" -m zoo bench decode --device cuda --batch 64 --repeats 3 --wait 0 \
     --impls zoo,marian --json "$OUT/decode.json" || status=1
 
 step "vit-base: inference and training, bf16 and fp32"
-timeout 90 "$PY" -m zoo bench vit --device cuda --vit-recipe vit-base-patch16-224 --batch 64 \
+timeout 60 "$PY" -m zoo bench vit --device cuda --vit-recipe vit-base-patch16-224 --batch 64 \
     --repeats 5 --wait 0 --peak-tflops "$PEAK" --json "$OUT/vit.json" || status=1
 
 step "done (status $status); results in $OUT/"
