@@ -82,3 +82,32 @@ def test_training_on_cuda_in_half_precision(tmp_path, precision):
               if json.loads(line)["split"] == "train"]
     assert losses[-1] < 0.5 * losses[0]
     assert result.metrics["token_accuracy"] > 0.5
+
+
+def test_fast_paths_on_cuda_are_pytorchs_own():
+    from zoo.ops import Linear, dropout
+
+    layer = Linear(32, 16).cuda()
+    x = torch.randn(4, 32, device="cuda")
+    with torch.no_grad():
+        assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+    torch.manual_seed(0)
+    a = dropout(x, 0.1)
+    torch.manual_seed(0)
+    assert torch.equal(a, torch.nn.functional.dropout(x, 0.1))
+
+
+def test_zoo_bench_train_and_decode_on_cuda(tmp_path):
+    import json
+
+    from .conftest import run_zoo
+
+    for bench, extra in (("train", ["--dtypes", "bf16"]), ("decode", ["--new-tokens", "4"])):
+        out = tmp_path / f"{bench}.json"
+        done = run_zoo("bench", bench, "--device", "cuda", "--batch", "2", "--length", "16",
+                       "--vocab", "128", "--repeats", "1", "--wait", "0", "--impls",
+                       "zoo,marian", *extra, "--json", str(out))
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(out.read_text())
+        assert {r["impl"] for r in rows} == {"zoo", "marian"}
+        assert all(r["device"] == "cuda" and r["throughput"] > 0 for r in rows)
