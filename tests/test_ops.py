@@ -17,7 +17,6 @@ import zoo
 from zoo.cache import KVCache
 from zoo.ops import Dropout, Linear, dropout
 
-
 sdpa_attention = zoo.get_component("kernel", "sdpa").load()
 
 

@@ -115,7 +115,7 @@ def check_plugins(recipe: Recipe, components: Any, source: str) -> None:
             metadata.version(dist)
         except metadata.PackageNotFoundError:
             missing.setdefault(dist, [])
-    for slot, entry in (components or {}).items() if isinstance(components, dict) else ():
+    for entry in (components or {}).values() if isinstance(components, dict) else ():
         if not isinstance(entry, dict):
             continue
         family, name = entry.get("family"), entry.get("name")

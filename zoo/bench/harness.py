@@ -11,7 +11,6 @@ machine in the same run.
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -249,6 +248,3 @@ def plot(results: list[Result], path: str | os.PathLike[str]) -> None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
-
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
