@@ -19,6 +19,8 @@ import json
 import math
 import os
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,7 +312,9 @@ def train(
     started = time.perf_counter()
     model.train()
     stopped_early = False
+    interrupt = _InterruptFlag()
     try:
+        interrupt.install()
         while step < total:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(
                 recipe.seed * 7919 + epoch)).tolist()
@@ -359,6 +363,7 @@ def train(
                     window_units, window_loss, window_start = 0, [], now
                 if bar is not None:
                     bar.update(1)
+                interrupt.check()
                 if recipe.eval_every and step % recipe.eval_every == 0 and validate():
                     stopped_early = True
                     raise _Stop(interrupted=False)
@@ -390,6 +395,8 @@ def train(
             bar.close()
         save()
         raise Interrupted(run_dir, step) from None
+    finally:
+        interrupt.remove()
     if bar is not None:
         bar.close()
     save()
@@ -407,6 +414,35 @@ def train(
              "test": metrics}, indent=2) + "\n")
     dist.barrier()
     return RunResult(run_dir, step, metrics, model, task)
+
+
+class _InterruptFlag:
+    """Ctrl-C (SIGINT) noted by a handler and acted on between steps, where the loop
+    can save. Python's own KeyboardInterrupt can surface anywhere, including inside
+    a finalizer, where it is printed and lost and the run goes on; a second Ctrl-C
+    still raises at once."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._previous: Any = None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+
+    def check(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+
+    def remove(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
 
 
 class _Stop(Exception):
