@@ -171,6 +171,14 @@ def test_revisions_tags_and_commits_pull_what_was_pushed_then(hub):
     same_model(first, zoo.build("hf-hub:alice/sorter@experiment"), "transformer-tiny")
 
 
+def test_pretrained_false_fetches_the_config_only(hub):
+    zoo.push_to_hub(zoo.build("transformer-tiny"), "alice/shape")
+    model = zoo.build("hf-hub:alice/shape", pretrained=False)
+    assert sum(p.numel() for p in model.parameters()) == 231_424
+    downloads = [line for line in hub.state.log if "/resolve/" in line]
+    assert downloads and not any(WEIGHTS_NAME in line for line in downloads)
+
+
 def test_not_found_errors_name_the_repo_or_revision(hub, monkeypatch):
     with pytest.raises(zoo.ArtifactError, match="no such model repository"):
         zoo.build("hf-hub:alice/nothing")

@@ -128,7 +128,12 @@ def load_named(
     token: str | None = None,
     **overrides: Any,
 ) -> nn.Module:
-    """A model from ``hf-hub:owner/repo[@revision]`` or ``local-dir:path``."""
+    """A model from ``hf-hub:owner/repo[@revision]`` or ``local-dir:path``; without
+    ``pretrained`` only its config is read (no weights are downloaded)."""
+    if not pretrained:
+        from .builder import build
+
+        return build(recipe_of(name), device=device, dtype=dtype, **overrides)
     if name.startswith(LOCAL_DIR_PREFIX):
         folder = Path(name[len(LOCAL_DIR_PREFIX):]).expanduser()
         return load_artifact(folder, source=name, weights=pretrained, device=device, dtype=dtype,
