@@ -10,6 +10,7 @@ each call, so a mirror set after import is honoured too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -59,6 +60,19 @@ def parse_hub_name(name: str) -> tuple[str, str | None]:
     return repo_id, revision or None
 
 
+@contextlib.contextmanager
+def _hub_errors(what: str):
+    """huggingface_hub's not-found, gated and offline errors as one ArtifactError naming
+    ``what``; any other error as it is."""
+    try:
+        yield
+    except Exception as exc:
+        error = _describe_hub_error(exc, what)
+        if error is None:
+            raise
+        raise error from None
+
+
 def _describe_hub_error(exc: Exception, what: str) -> ArtifactError | None:
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -98,15 +112,10 @@ def download(repo_id: str, revision: str | None = None, *, token: str | None = N
     from huggingface_hub import HfApi, snapshot_download
 
     what = f"hf-hub:{repo_id}" + (f"@{revision}" if revision else "")
-    try:
+    with _hub_errors(what):
         folder = Path(snapshot_download(
             repo_id, revision=revision, allow_patterns=ARTIFACT_FILES, endpoint=endpoint(),
             token=token, cache_dir=cache_dir))
-    except Exception as exc:
-        error = _describe_hub_error(exc, what)
-        if error is None:
-            raise
-        raise error from None
     if not (folder / WEIGHTS_NAME).is_file() and not (folder / INDEX_NAME).is_file():
         try:
             files = HfApi(endpoint=endpoint()).list_repo_files(repo_id, revision=revision,
@@ -135,30 +144,25 @@ def load_named(
 
         return build(recipe_of(name), device=device, dtype=dtype, **overrides)
     if name.startswith(LOCAL_DIR_PREFIX):
-        folder = Path(name[len(LOCAL_DIR_PREFIX):]).expanduser()
-        return load_artifact(folder, source=name, weights=pretrained, device=device, dtype=dtype,
-                             **overrides)
-    repo_id, revision = parse_hub_name(name)
-    folder = download(repo_id, revision, token=token)
-    return load_artifact(folder, source=name, weights=pretrained, device=device, dtype=dtype,
-                         **overrides)
+        folder = _local_folder(name)
+    else:
+        folder = download(*parse_hub_name(name), token=token)
+    return load_artifact(folder, source=name, device=device, dtype=dtype, **overrides)
+
+
+def _local_folder(name: str) -> Path:
+    return Path(name[len(LOCAL_DIR_PREFIX):]).expanduser()
 
 
 def recipe_of(name: str):
     """The recipe of ``hf-hub:`` or ``local-dir:`` name (only its config is fetched)."""
     if name.startswith(LOCAL_DIR_PREFIX):
-        folder = Path(name[len(LOCAL_DIR_PREFIX):]).expanduser()
-        return read_config(folder, name)[0]
+        return read_config(_local_folder(name), name)[0]
     from huggingface_hub import hf_hub_download
 
     repo_id, revision = parse_hub_name(name)
-    try:
+    with _hub_errors(name):
         path = Path(hf_hub_download(repo_id, CONFIG_NAME, revision=revision, endpoint=endpoint()))
-    except Exception as exc:
-        error = _describe_hub_error(exc, name)
-        if error is None:
-            raise
-        raise error from None
     return read_config(path.parent, name)[0]
 
 
@@ -219,14 +223,9 @@ def load_pretrained_weights(model: nn.Module, weights: Any) -> nn.Module:
     from .convert import CONVERTERS
 
     what = f"hf-hub:{weights.hub}/{weights.filename}@{weights.revision}"
-    try:
+    with _hub_errors(what):
         path = hf_hub_download(weights.hub, weights.filename, revision=weights.revision,
                                endpoint=endpoint())
-    except Exception as exc:
-        error = _describe_hub_error(exc, what)
-        if error is None:
-            raise
-        raise error from None
     state = read_weights([Path(path)], what)
     state = CONVERTERS[weights.converter](state)
     return load_weights(model, state, what)
