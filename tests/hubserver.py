@@ -25,6 +25,10 @@ LFS_THRESHOLD = 10_000
 """Files larger than this, and every .safetensors file, go through LFS."""
 
 
+def goes_to_lfs(path: str, size: int) -> bool:
+    return size > LFS_THRESHOLD or path.endswith(".safetensors")
+
+
 def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
@@ -91,7 +95,7 @@ class HubState:
 
     def _store(self, path: str, data: bytes, lfs: bool | None) -> Entry:
         if lfs is None:
-            lfs = len(data) > LFS_THRESHOLD or path.endswith(".safetensors")
+            lfs = goes_to_lfs(path, len(data))
         if lfs:
             sha = hashlib.sha256(data).hexdigest()
             self.lfs[sha] = data
@@ -164,11 +168,16 @@ class Handler(BaseHTTPRequestHandler):
             return None
         return repo
 
-    def _commit(self, repo: Repo, revision: str) -> Commit | None:
+    def _revision(self, repo_id: str, revision: str) -> tuple[Repo, Commit] | None:
+        """The repo and the commit ``revision`` names, or None once a not-found is sent."""
+        repo = self._repo(repo_id)
+        if repo is None:
+            return None
         commit = repo.resolve(revision)
         if commit is None:
             self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
-        return commit
+            return None
+        return repo, commit
 
     # -- routes -----------------------------------------------------------------------------
     def do_HEAD(self) -> None:
@@ -256,10 +265,10 @@ class Handler(BaseHTTPRequestHandler):
         self._json(400 if errors else 200, {"errors": errors, "warnings": warnings})
 
     def _repo_info(self, repo_id: str, revision: str) -> None:
-        repo = self._repo(repo_id)
-        commit = repo and self._commit(repo, revision)
-        if commit is None:
+        found = self._revision(repo_id, revision)
+        if found is None:
             return
+        repo, commit = found
         self._json(200, {
             "id": repo_id, "modelId": repo_id, "sha": commit.oid, "private": repo.private,
             "siblings": [{"rfilename": p} for p in sorted(commit.files)],
@@ -267,10 +276,10 @@ class Handler(BaseHTTPRequestHandler):
         })
 
     def _tree(self, repo_id: str, revision: str, prefix: str, query: dict) -> None:
-        repo = self._repo(repo_id)
-        commit = repo and self._commit(repo, revision)
-        if commit is None:
+        found = self._revision(repo_id, revision)
+        if found is None:
             return
+        repo, commit = found
         recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
         entries, folders = [], set()
         for path, entry in sorted(commit.files.items()):
@@ -286,10 +295,10 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, entries)
 
     def _paths_info(self, repo_id: str, revision: str, body: bytes) -> None:
-        repo = self._repo(repo_id)
-        commit = repo and self._commit(repo, revision)
-        if commit is None:
+        found = self._revision(repo_id, revision)
+        if found is None:
             return
+        repo, commit = found
         if self.headers.get("Content-Type", "").startswith("application/json"):
             paths = json.loads(body).get("paths", [])
         else:
@@ -298,10 +307,10 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, [tree_entry(p, commit.files[p]) for p in paths if p in commit.files])
 
     def _resolve(self, repo_id: str, revision: str, filename: str) -> None:
-        repo = self._repo(repo_id)
-        commit = repo and self._commit(repo, revision)
-        if commit is None:
+        found = self._revision(repo_id, revision)
+        if found is None:
             return
+        repo, commit = found
         entry = commit.files.get(filename)
         if entry is None:
             return self._error(404, "EntryNotFound", f"{filename} does not exist on {revision}",)
@@ -315,13 +324,13 @@ class Handler(BaseHTTPRequestHandler):
     def _preupload(self, repo_id: str, revision: str, payload: dict) -> None:
         if not self._authorised():
             return
-        repo = self._repo(repo_id)
-        commit = repo and self._commit(repo, revision)
-        if commit is None:
+        found = self._revision(repo_id, revision)
+        if found is None:
             return
+        repo, commit = found
         files = []
         for f in payload["files"]:
-            lfs = f["size"] > LFS_THRESHOLD or f["path"].endswith(".safetensors")
+            lfs = goes_to_lfs(f["path"], f["size"])
             existing = commit.files.get(f["path"])
             files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular",
                           "shouldIgnore": False, "oid": existing.blob if existing else None})
@@ -344,10 +353,10 @@ class Handler(BaseHTTPRequestHandler):
     def _commit_files(self, repo_id: str, revision: str, body: bytes) -> None:
         if not self._authorised():
             return
-        repo = self._repo(repo_id)
-        parent = repo and self._commit(repo, revision)
-        if parent is None:
+        found = self._revision(repo_id, revision)
+        if found is None:
             return
+        repo, parent = found
         revision = unquote(revision)
         if revision not in repo.branches:
             return self._error(400, None, f"cannot commit to {revision}: not a branch")
