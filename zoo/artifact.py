@@ -313,6 +313,22 @@ def save_pretrained(
     return folder
 
 
+def copy_artifact(source: Path, folder: str | os.PathLike[str]) -> Path:
+    """Copy a saved model's files (following the Hub cache's links) to ``folder``, written
+    beside it first and moved into place like :func:`save_pretrained`'s."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        written = [p.name for p in source.iterdir() if p.is_file()]
+        for name in written:
+            shutil.copyfile(source / name, tmp / name)
+        _move_into_place(tmp, folder, written)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
 def _move_into_place(tmp: Path, folder: Path, written: list[str]) -> None:
     if not folder.exists():
         os.replace(tmp, folder)

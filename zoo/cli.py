@@ -100,14 +100,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
     name = args.name if args.name.startswith(HF_HUB_PREFIX) else HF_HUB_PREFIX + args.name
     repo_id, revision = parse_hub_name(name)
     folder = download(repo_id, revision)
-    from .artifact import load_artifact
+    from .artifact import copy_artifact, load_artifact
 
     load_artifact(folder, source=name)  # the checks zoo.build makes: it loads, or an error now
     if args.out:
-        import shutil
-
-        shutil.copytree(folder, args.out, dirs_exist_ok=True)  # resolves the cache's links
-        folder = Path(args.out)
+        folder = copy_artifact(folder, args.out)
     print(folder)
     return 0
 
