@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo import plugin_manager
+from zoo.registry import registry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -24,9 +24,9 @@ def _seed():
 @pytest.fixture
 def fresh_registry():
     """A registry reloaded from the entry points before and after the test."""
-    plugin_manager.reset()
-    yield plugin_manager.get_manager()
-    plugin_manager.reset()
+    registry.reset()
+    yield registry.plugins
+    registry.reset()
 
 
 @pytest.fixture(scope="session")
@@ -46,12 +46,12 @@ def plugin_site(tmp_path_factory) -> Path:
 def with_plugins(plugin_site, monkeypatch):
     """The fixture plugins importable in this process, the registry reloaded."""
     monkeypatch.syspath_prepend(str(plugin_site))
-    plugin_manager.reset()
+    registry.reset()
     yield plugin_site
     monkeypatch.undo()
     for name in [m for m in sys.modules if m.startswith("zoo_plugin_")]:
         del sys.modules[name]
-    plugin_manager.reset()
+    registry.reset()
 
 
 def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | None = None):

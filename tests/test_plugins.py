@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import zoo
-from zoo import hookspecs, plugin_manager
+from zoo import hookspecs
 from zoo.families import FAMILIES
+from zoo.registry import registry
 
 from .conftest import run_zoo
 
@@ -163,7 +164,7 @@ def test_disable_autoload_and_allow_list(plugin_site):
 
 def test_disabled_autoload_then_register_plugin_explicitly(monkeypatch, fresh_registry):
     monkeypatch.setenv("ZOO_DISABLE_PLUGIN_AUTOLOAD", "1")
-    plugin_manager.reset()
+    registry.reset()
     with pytest.raises(zoo.UnknownNameError, match="Installed plugins: \\(none\\)"):
         zoo.get_component("norm", "rmsnorm")
     import zoo.plugins.norm as builtin_norms
@@ -187,7 +188,7 @@ def test_same_entry_point_name_in_two_distributions_loads_both(tmp_path, monkeyp
                     "--no-build-isolation", "--no-index", "--target", str(site), str(package)],
                    check=True)
     monkeypatch.syspath_prepend(str(site))
-    plugin_manager.reset()
+    registry.reset()
     try:
         by_dist = {(i.distribution, i.name) for i in zoo.list_plugins() if "norm" in i.name}
         assert by_dist in (
@@ -198,4 +199,4 @@ def test_same_entry_point_name_in_two_distributions_loads_both(tmp_path, monkeyp
         assert zoo.get_component("norm", "rmsnorm") is not None
     finally:
         monkeypatch.undo()
-        plugin_manager.reset()
+        registry.reset()

@@ -133,7 +133,7 @@ def test_resume_continues_to_the_same_losses(tmp_path):
 KILLER = """
 import os, sys
 import zoo.training.checkpoint as ck
-real = ck.save_model
+real = ck.save_weights_file
 calls = []
 def dies_while_writing(model, path):
     calls.append(path)
@@ -142,7 +142,7 @@ def dies_while_writing(model, path):
             fh.write(b"\\x00" * 1000)
         os._exit(9)
     real(model, path)
-ck.save_model = dies_while_writing
+ck.save_weights_file = dies_while_writing
 import zoo
 zoo.train("sort", overrides=json.loads(sys.argv[2]), run_dir=sys.argv[1], progress=False)
 """

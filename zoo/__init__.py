@@ -14,31 +14,30 @@ import importlib
 from typing import Any
 
 from .hookspecs import hookimpl
-
-__version__ = "0.1.0"
+from .version import __version__
 
 _LAZY = {
     "build": "zoo.builder",
     "footprint": "zoo.builder",
+    "get_recipe": "zoo.builder",
+    "load_artifact": "zoo.builder",
     "Recipe": "zoo.recipe",
     "ComponentRef": "zoo.recipe",
     "list_recipes": "zoo.recipe",
-    "get_recipe": "zoo.recipe",
     "load_recipe": "zoo.recipe",
     "save_recipe": "zoo.recipe",
     "resolve": "zoo.resolver",
-    "register_plugin": "zoo.plugin_manager",
-    "list_plugins": "zoo.plugin_manager",
-    "list_components": "zoo.api",
-    "get_component": "zoo.api",
-    "register_component": "zoo.api",
-    "list_families": "zoo.api",
+    "register_plugin": "zoo.registry",
+    "list_plugins": "zoo.registry",
+    "list_components": "zoo.registry",
+    "get_component": "zoo.registry",
+    "register_component": "zoo.registry",
+    "list_families": "zoo.registry",
     "convert_timm_vit": "zoo.convert",
-    "save_pretrained": "zoo.artifact",
-    "load_artifact": "zoo.artifact",
+    "save_pretrained": "zoo.saving",
+    "push_to_hub": "zoo.saving",
     "ArtifactError": "zoo.errors",
     "MissingPluginError": "zoo.errors",
-    "push_to_hub": "zoo.hub",
     "train": "zoo.training.loop",
     "get_train_recipe": "zoo.training.config",
     "list_train_recipes": "zoo.training.config",
@@ -59,6 +58,7 @@ __all__ = ["hookimpl", "__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
+    """The public names, each imported from its module on first use."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'zoo' has no attribute {name!r}")
@@ -68,4 +68,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    """The module's names and the lazily loaded public ones."""
     return sorted(set(globals()) | set(_LAZY))

@@ -1,9 +1,24 @@
-"""Small helpers for error messages: closest names, quoted lists."""
+"""Text helpers for names and error messages: the name rules, closest names, quoted
+lists and one wording for pydantic's validation errors."""
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+"""Component names: lower-case letters, digits and dashes (``sliding-window``)."""
+RECIPE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+"""Recipe names: also dots and underscores (``vit-small-patch16-224``)."""
+
+
+def natural_key(text: str) -> list[Any]:
+    """Sort key that orders ``vit-2`` before ``vit-10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
@@ -21,3 +36,21 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """`` Did you mean 'x'?`` or the empty string."""
     near = closest(name, choices)
     return f" Did you mean {quoted(near)}?" if near else ""
+
+
+def describe_validation_error(exc: ValidationError, where: str, model: type[BaseModel]) -> str:
+    """One readable message for a pydantic error, listing valid keys for unknown ones."""
+    lines = []
+    valid = list(model.model_fields)
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            key = str(err["loc"][-1])
+            lines.append(
+                f"unknown key {key!r}.{did_you_mean(key, valid)} Valid keys: {quoted(valid)}"
+            )
+        elif err["type"] == "missing":
+            lines.append(f"missing required key {loc!r}")
+        else:
+            lines.append(f"{loc or 'value'}: {err['msg']} (got {err.get('input')!r})")
+    return f"Invalid {where}: " + "; ".join(lines)

@@ -1,7 +1,9 @@
-"""Artifacts: a model as a folder of ``config.json``, safetensors weights and a card.
+"""The artifact format: a saved model as a folder of ``config.json``, safetensors
+weights, a model card ``README.md`` and, for a trained run, its training files.
 
-``save_pretrained(model, folder)`` writes what the Hub holds; ``load_artifact(folder)``
-reads it back. Weights come only from safetensors, a config can only name
+This module is the format only: it writes and reads configs and weights and loads
+weights strictly into a model it is given; it never builds a model (``zoo.build``
+does, one layer up). Weights come only from safetensors, a config can only name
 registered components, and loading is strict: a missing, unexpected or misshapen
 tensor is named. Nothing half-written is left: the folder is written beside its
 destination and moved into place.
@@ -12,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -23,52 +24,40 @@ from torch import nn
 
 from ._text import quoted
 from .errors import ArtifactError, MissingPluginError
+from .files import folder_beside
 from .recipe import Recipe
+from .registry import registry
+from .version import __version__
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 SHARD_PATTERN = "model{suffix}.safetensors"
+CARD_NAME = "README.md"
+TRAIN_RECIPE_NAME = "train.yaml"
+RESULTS_NAME = "results.json"
+TOKENIZER_NAME = "tokenizer.json"
+TRAINING_FILES = (TRAIN_RECIPE_NAME, RESULTS_NAME, TOKENIZER_NAME)
+"""A trained run's files that its saved model carries (the run folder uses the same names)."""
+FILES = [CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME, "model-*.safetensors", CARD_NAME,
+         *TRAINING_FILES]
+"""Everything an artifact may hold, as patterns (what a download fetches, an upload sends)."""
 FORMAT = "zoo"
 FORMAT_VERSION = 1
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-RUN_FILES = ("train.yaml", "results.json", "tokenizer.json")
 MAX_CONFIG_BYTES = 1 << 20
 
 
 # -- config ------------------------------------------------------------------------------------
-def provenance(recipe: Recipe) -> dict[str, dict[str, Any]]:
-    """For the architecture and each slot: the component and the distribution that supplied it."""
-    from .plugin_manager import get_manager
-    from .resolver import resolve
-
-    resolved = resolve(recipe, {})
-    infos = get_manager().infos
-    parts = {"architecture": resolved.architecture}
-    parts.update({slot: part.component for slot, part in resolved.parts.items()})
-    out = {}
-    for slot, component in parts.items():
-        info = infos.get(component.plugin)
-        out[slot] = {
-            "family": component.family,
-            "name": component.name,
-            "plugin": component.plugin,
-            "distribution": info.distribution if info else None,
-            "version": info.version if info else None,
-        }
-    return out
-
-
-def artifact_config(recipe: Recipe) -> dict[str, Any]:
-    """What ``config.json`` holds: the recipe, zoo's version and each component's origin."""
-    from . import __version__
-
+def artifact_config(recipe: Recipe, components: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What ``config.json`` holds: the recipe, zoo's version and each component's origin
+    (``components``: slot -> family, name, plugin, distribution, version)."""
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "zoo_version": __version__,
         "recipe": recipe.to_dict(),
-        "components": provenance(recipe),
+        "components": components,
     }
 
 
@@ -107,8 +96,6 @@ def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:
 
 def check_plugins(recipe: Recipe, components: Any, source: str) -> None:
     """Refuse, naming the package to install, a recipe whose components are not registered."""
-    from .registry import registry
-
     missing: dict[str, list[str]] = {}
     for dist in recipe.requires:
         try:
@@ -147,6 +134,13 @@ def weights_to_save(model: nn.Module) -> dict[str, torch.Tensor]:
         for name in group[1:]:
             del state[name]
     return {name: t.detach().contiguous() for name, t in state.items()}
+
+
+def save_weights_file(model: nn.Module, path: str | os.PathLike[str]) -> None:
+    """All of ``model``'s weights in one safetensors file (tied tensors stored once)."""
+    from safetensors.torch import save_file
+
+    save_file(weights_to_save(model), str(path), metadata={"format": "pt"})
 
 
 def save_weights(model: nn.Module, folder: Path, max_shard_size: int | str = "5GB") -> list[str]:
@@ -197,6 +191,7 @@ def weight_files(folder: Path, source: str) -> list[Path]:
 
 
 def pickle_refusal(source: str, pickles: list[str]) -> str:
+    """Why pickled weights are refused, and what to do instead."""
     return (f"{source} holds weights only as pickle ({quoted(pickles)}); zoo loads weights only "
             "from safetensors, because unpickling can run any code. Ask the author for a "
             f"{WEIGHTS_NAME}, or convert a file you trust yourself.")
@@ -261,109 +256,48 @@ def _few(names: list[str]) -> str:
 
 
 # -- folders -----------------------------------------------------------------------------------
-def save_pretrained(
+def _stale_weights(name: str) -> bool:
+    """Weight files of an earlier save that a new one replaces (e.g. shards of a larger model)."""
+    return (name.startswith("model") and name.endswith(".safetensors")) or name == INDEX_NAME
+
+
+def write_artifact(
     model: nn.Module,
     folder: str | os.PathLike[str],
     *,
+    config: dict[str, Any],
+    card: str,
+    extra_files: Mapping[str, Path] | None = None,
     max_shard_size: int | str = "5GB",
-    run: str | os.PathLike[str] | None = None,
-    repo_id: str | None = None,
 ) -> Path:
-    """Write ``config.json``, ``model.safetensors`` (sharded above ``max_shard_size``) and a
-    model card ``README.md`` to ``folder``; with ``run`` (a ``zoo train`` run folder) also
-    its training recipe, results and tokenizer, which the card then describes.
-    ``repo_id`` is the Hub name the card's usage snippet shows.
+    """Write ``config`` as ``config.json``, the weights (sharded above ``max_shard_size``),
+    ``card`` as ``README.md`` and copies of ``extra_files`` (name -> file) to ``folder``.
 
-    >>> import zoo, tempfile
-    >>> m = zoo.build("transformer-tiny")
-    >>> out = zoo.save_pretrained(m, tempfile.mkdtemp() + "/tiny")
-    >>> sorted(p.name for p in out.iterdir())
-    ['README.md', 'config.json', 'model.safetensors']
-    """
-    from .card import model_card
-
-    recipe = getattr(model, "recipe", None)
-    if not isinstance(recipe, Recipe):
-        raise ArtifactError(
-            f"save_pretrained saves models built by zoo.build (they carry their recipe as "
-            f"`.recipe`); got a {type(model).__name__} without one."
-        )
+    The files are written beside ``folder`` and moved into place; over an existing folder
+    they replace their namesakes and the weight files of the earlier save."""
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ArtifactError("The model is on the meta device and has no weights to save; build "
                             "it on a real device (or load weights into it) first.")
     folder = Path(folder)
-    run_dir = Path(run) if run is not None else None
-    if run_dir is not None and not (run_dir / "train.yaml").is_file():
-        raise ArtifactError(f"{run_dir} is not a run folder (no train.yaml).")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        config = artifact_config(recipe)
+    if folder.exists() and not folder.is_dir():
+        raise ArtifactError(f"{folder} exists and is not a folder.")
+    with folder_beside(folder, replace="files", stale=_stale_weights) as tmp:
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        written = [CONFIG_NAME, *save_weights(model, tmp, max_shard_size)]
-        for name in RUN_FILES if run_dir is not None else ():
-            if (run_dir / name).is_file():
-                shutil.copyfile(run_dir / name, tmp / name)
-                written.append(name)
-        model_card(config, model, run_dir, repo_id).save(tmp / "README.md")
-        written.append("README.md")
-        _move_into_place(tmp, folder, written)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        save_weights(model, tmp, max_shard_size)
+        for name, path in (extra_files or {}).items():
+            shutil.copyfile(path, tmp / name)
+        (tmp / CARD_NAME).write_text(card, encoding="utf-8")
     return folder
 
 
 def copy_artifact(source: Path, folder: str | os.PathLike[str]) -> Path:
     """Copy a saved model's files (following the Hub cache's links) to ``folder``, written
-    beside it first and moved into place like :func:`save_pretrained`'s."""
+    beside it first and moved into place like :func:`write_artifact`'s."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        written = [p.name for p in source.iterdir() if p.is_file()]
-        for name in written:
-            shutil.copyfile(source / name, tmp / name)
-        _move_into_place(tmp, folder, written)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
-def _move_into_place(tmp: Path, folder: Path, written: list[str]) -> None:
-    if not folder.exists():
-        os.replace(tmp, folder)
-        return
-    if not folder.is_dir():
+    if folder.exists() and not folder.is_dir():
         raise ArtifactError(f"{folder} exists and is not a folder.")
-    for name in written:
-        os.replace(tmp / name, folder / name)
-    # weights of an earlier save that this one replaces (e.g. shards of a larger model)
-    for old in folder.iterdir():
-        stale = old.name.startswith("model") and old.name.endswith(".safetensors")
-        if (stale or old.name == INDEX_NAME) and old.name not in written:
-            old.unlink()
-
-
-def load_artifact(
-    folder: str | os.PathLike[str],
-    *,
-    source: str | None = None,
-    weights: bool = True,
-    device: Any = None,
-    dtype: torch.dtype | None = None,
-    **overrides: Any,
-) -> nn.Module:
-    """The model saved in ``folder``: built from its config, its weights loaded strictly."""
-    from .builder import build
-
-    folder = Path(folder)
-    source = source or f"local-dir:{folder}"
-    if not folder.is_dir():
-        raise ArtifactError(f"{source}: no such folder.")
-    recipe, _ = read_config(folder, source)
-    files = weight_files(folder, source) if weights else []
-    state = read_weights(files, source) if weights else None
-    model = build(recipe, device=device, dtype=dtype, **overrides)
-    if state is not None:
-        load_weights(model, state, source)
-    return model
+    with folder_beside(folder, replace="files", stale=_stale_weights) as tmp:
+        for path in source.iterdir():
+            if path.is_file():
+                shutil.copyfile(path, tmp / path.name)
+    return folder

@@ -1,18 +1,90 @@
-"""``zoo.build``: a recipe name, file or object (plus overrides) to an ``nn.Module``."""
+"""``zoo.build``: a name or a recipe, plus overrides, to an ``nn.Module``.
+
+This is the one place that reads a name. A name is a built-in recipe, a recipe
+file, or a saved model: ``local-dir:path`` or ``hf-hub:owner/repo[@revision]``
+(as a string or any ``os.PathLike``). The call travels once, downward: read the
+name -> fetch what is remote (``hub``: paths only) -> read the config and the
+weights (``artifact``: the format only) -> validate (``resolve``) -> build the
+modules -> load the weights strictly. ``build`` is entered once; nothing below it
+builds a model.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from . import hub
 from ._text import quoted
-from .errors import MemoryBudgetError, RecipeError
-from .recipe import Recipe, get_recipe
+from .artifact import load_weights, read_config, read_weights, weight_files
+from .convert import CONVERTERS
+from .errors import ArtifactError, MemoryBudgetError, RecipeError
+from .recipe import PretrainedWeights, Recipe, list_recipes
+from .recipe import get_recipe as _catalogue_recipe
 from .resolver import Resolved, resolve
+
+HF_HUB_PREFIX = "hf-hub:"
+LOCAL_DIR_PREFIX = "local-dir:"
+
+
+@dataclass(frozen=True)
+class SavedModel:
+    """A saved model named by ``local-dir:path`` or ``hf-hub:owner/repo[@revision]``."""
+
+    name: str
+    """The name as the user wrote it (errors quote it)."""
+    folder: Path | None = None
+    """``local-dir:``: the folder."""
+    repo_id: str | None = None
+    """``hf-hub:``: the repository, and its revision."""
+    revision: str | None = None
+
+    def config_folder(self) -> Path:
+        """A folder holding the saved model's ``config.json`` (from the Hub: only that file)."""
+        if self.folder is not None:
+            return self._local()
+        return hub.download_config(self.repo_id, self.revision, what=self.name)
+
+    def files_folder(self) -> Path:
+        """A folder holding all the saved model's files (from the Hub: downloaded or cached)."""
+        if self.folder is not None:
+            return self._local()
+        return hub.download(self.repo_id, self.revision, what=self.name)
+
+    def _local(self) -> Path:
+        if not self.folder.is_dir():
+            raise ArtifactError(f"{self.name}: no such folder.")
+        return self.folder
+
+
+def saved_model(name: str | os.PathLike[str] | Recipe) -> SavedModel | None:
+    """The saved model ``name`` names, or None when it names a recipe (a name, a file or
+    a :class:`Recipe`). Strings and ``os.PathLike`` are read alike."""
+    if isinstance(name, Recipe):
+        return None
+    text = os.fspath(name)
+    if not isinstance(text, str):
+        raise RecipeError(f"A model is named by a str or a path, got bytes {text!r}.")
+    if text.startswith(LOCAL_DIR_PREFIX):
+        return SavedModel(text, folder=Path(text[len(LOCAL_DIR_PREFIX):]).expanduser())
+    if text.startswith(HF_HUB_PREFIX):
+        repo_id, revision = hub.parse_repo(text[len(HF_HUB_PREFIX):], what=text)
+        return SavedModel(text, repo_id=repo_id, revision=revision)
+    return None
+
+
+def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
+    """A recipe by name (built-in), from a ``.yaml``/``.json`` path, or the config of a
+    saved model (``hf-hub:owner/repo``, ``local-dir:path``: only ``config.json`` is read)."""
+    saved = saved_model(name)
+    if saved is None:
+        return _catalogue_recipe(name)
+    return read_config(saved.config_folder(), saved.name)[0]
 
 
 def _instantiate(resolved: Resolved) -> nn.Module:
@@ -46,31 +118,72 @@ def build(
     >>> type(m.encoder.layers[0].norm1).__name__
     'RMSNorm'
     """
-    if isinstance(name, str) and name.startswith(("hf-hub:", "local-dir:")):
-        from .hub import load_named
+    saved = saved_model(name)
+    if saved is not None:
+        return _build_saved(saved, weights=pretrained is not False, device=device, dtype=dtype,
+                            overrides=overrides)
+    recipe = _catalogue_recipe(name)
+    state = None
+    if pretrained:
+        if recipe.weights is None:
+            raise RecipeError(
+                f"Recipe {recipe.name!r} names no published weights, so pretrained=True has "
+                f"nothing to load. Recipes with weights: {quoted(list_recipes(pretrained=True))}; "
+                "a saved model is built from 'hf-hub:owner/repo' or 'local-dir:path'."
+            )
+        if str(device) == "meta":
+            raise RecipeError("pretrained=True cannot load weights into a model on the meta "
+                              "device.")
+        state, source = _published_weights(recipe.weights)
+    return _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
+                     source=source if state is not None else recipe.name)
 
-        return load_named(name, pretrained=pretrained is not False, device=device, dtype=dtype,
-                          **overrides)
-    recipe = get_recipe(name)
-    if pretrained and recipe.weights is None:
-        from .recipe import list_recipes
 
-        raise RecipeError(
-            f"Recipe {recipe.name!r} names no published weights, so pretrained=True has nothing "
-            f"to load. Recipes with weights: {quoted(list_recipes(pretrained=True))}; a saved "
-            "model is built from 'hf-hub:owner/repo' or 'local-dir:path'."
-        )
-    if pretrained and str(device) == "meta":
-        raise RecipeError("pretrained=True cannot load weights into a model on the meta device.")
+def load_artifact(
+    folder: str | os.PathLike[str],
+    *,
+    source: str | None = None,
+    weights: bool = True,
+    device: Any = None,
+    dtype: torch.dtype | None = None,
+    **overrides: Any,
+) -> nn.Module:
+    """The model saved in ``folder`` (``zoo.save_pretrained``): built from its config, its
+    weights loaded strictly; the same as ``zoo.build("local-dir:" + folder)``. ``source``
+    names it in errors."""
+    folder = Path(folder)
+    saved = SavedModel(source or f"{LOCAL_DIR_PREFIX}{folder}", folder=folder)
+    return _build_saved(saved, weights=weights, device=device, dtype=dtype, overrides=overrides)
+
+
+def _build_saved(saved: SavedModel, *, weights: bool, device: Any, dtype: torch.dtype | None,
+                 overrides: dict[str, Any]) -> nn.Module:
+    """A saved model: its config, then its weights (read before anything is built)."""
+    folder = saved.files_folder() if weights else saved.config_folder()
+    recipe, _ = read_config(folder, saved.name)
+    state = read_weights(weight_files(folder, saved.name), saved.name) if weights else None
+    return _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
+                     source=saved.name)
+
+
+def _published_weights(weights: PretrainedWeights) -> tuple[dict[str, torch.Tensor], str]:
+    """A recipe's published weights, downloaded and converted to zoo's names."""
+    what = f"{HF_HUB_PREFIX}{weights.hub}/{weights.filename}@{weights.revision}"
+    path = hub.download_file(weights.hub, weights.filename, weights.revision, what=what)
+    return CONVERTERS[weights.converter](read_weights([path], what)), what
+
+
+def _assemble(recipe: Recipe, overrides: dict[str, Any], *, device: Any,
+              dtype: torch.dtype | None, state: dict[str, torch.Tensor] | None,
+              source: str) -> nn.Module:
+    """Validate, check the memory, build on ``device``, load ``state`` strictly, cast."""
     resolved = resolve(recipe, overrides, device=device)
     if str(device) != "meta":
         check_memory(resolved, device=device, dtype=dtype)
     with torch.device(device or "cpu"):
         model = _instantiate(resolved)
-    if pretrained:
-        from .hub import load_pretrained_weights
-
-        load_pretrained_weights(model, recipe.weights)
+    if state is not None:
+        load_weights(model, state, source)
     if dtype is not None:
         model = model.to(dtype)
     return model

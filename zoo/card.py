@@ -4,44 +4,33 @@ how it was trained and how to load it."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from torch import nn
+
+from .registry import registry
+from .training.config import TrainRecipe
 
 PIPELINE_TAGS = {"vit": "image-classification"}
 TASK_PIPELINE_TAGS = {"translate-de-en": "translation", "fashion-mnist": "image-classification"}
 
 
-def _train_info(run_dir: Path | None) -> tuple[Any, dict[str, Any]]:
-    if run_dir is None:
-        return None, {}
-    from .training.config import load_train_recipe
-
-    recipe = load_train_recipe(run_dir / "train.yaml")
-    results_path = run_dir / "results.json"
-    results = json.loads(results_path.read_text(encoding="utf-8")) if results_path.is_file() else {}
-    return recipe, results
-
-
 def _task_datasets(task_name: str) -> list[str]:
     """The Hub datasets a task trains on, as its component declares (``hub_datasets``)."""
-    from .registry import registry
-
     if ("task", task_name) not in registry:
         return []
     return list(getattr(registry.get("task", task_name).load(), "hub_datasets", ()))
 
 
-def model_card(config: dict[str, Any], model: nn.Module, run_dir: Path | None = None,
-               repo_id: str | None = None):
-    """A ``huggingface_hub.ModelCard`` for the artifact described by ``config``."""
+def model_card(config: dict[str, Any], model: nn.Module, *, train: TrainRecipe | None = None,
+               results: dict[str, Any] | None = None, repo_id: str | None = None):
+    """A ``huggingface_hub.ModelCard`` for the artifact described by ``config``; ``train``
+    and ``results`` (a run's training recipe and results) describe how it was trained."""
     from huggingface_hub import ModelCard, ModelCardData
 
     recipe = config["recipe"]
     arch = recipe["architecture"]["name"]
-    train, results = _train_info(run_dir)
+    results = results or {}
     test = results.get("test", {}) if isinstance(results.get("test"), dict) else {}
     tags = ["zoo", "transformer", arch]
     tags += sorted({c["name"] for slot, c in config["components"].items() if slot != "architecture"})

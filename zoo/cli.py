@@ -1,15 +1,23 @@
 """The ``zoo`` command line. Importing this module imports no torch; commands
-that need it import it when they run."""
+that need it import it when they run.
+
+Each command is a pair: ``add_NAME(sub)`` declares its arguments, and
+``cmd_NAME(args)`` right below it runs it. ``zoo bench`` lives in
+:mod:`zoo.bench.cli`. A new command is one more pair here and one line in
+:data:`COMMANDS`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .bench.cli import add_bench
+from .version import __version__
 
 
 def _parse_sets(pairs: list[str]) -> dict[str, Any]:
@@ -32,12 +40,23 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+# -- zoo list ------------------------------------------------------------------------------------
+def add_list(sub) -> None:
+    """``zoo list [PATTERN] [--train] [--pretrained]``."""
+    p = sub.add_parser("list", help="list the recipes (named models)")
+    p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'vit-*'")
+    p.add_argument("--train", action="store_true", help="list the training recipes instead "
+                   "(for zoo train)")
+    p.add_argument("--pretrained", action="store_true", help="only recipes with published "
+                   "weights (zoo.build(name, pretrained=True))")
+    p.set_defaults(func=cmd_list)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    """Print the recipes (or training recipes) matching the pattern."""
     from .recipe import get_recipe, list_recipes
 
     if args.train:
-        import fnmatch
-
         from .training.config import get_train_recipe, list_train_recipes
 
         recipes = [get_train_recipe(n) for n in list_train_recipes()
@@ -62,14 +81,26 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- zoo save ------------------------------------------------------------------------------------
+def add_save(sub) -> None:
+    """``zoo save SOURCE OUT``."""
+    p = sub.add_parser("save", help="save a model, run or recipe as config.json + "
+                       "model.safetensors + README.md")
+    p.add_argument("source", help="a run folder (runs/sort), a recipe, hf-hub:owner/repo")
+    p.add_argument("out", help="the folder to write")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--pretrained", action="store_true", help="with the recipe's published weights")
+    p.add_argument("--max-shard-size", default="5GB", help="shard weights above this (5GB)")
+    p.set_defaults(func=cmd_save)
+
+
 def cmd_save(args: argparse.Namespace) -> int:
-    from .artifact import save_pretrained
+    """Save a run, a recipe or a saved model as a folder."""
+    from .saving import save_pretrained
+    from .training.runs import is_run, load_run
 
-    source = Path(args.source)
-    if (source / "train.yaml").is_file():
-        from .training.runs import load_run
-
-        model, run = load_run(source).model, source
+    if is_run(args.source):
+        model, run = load_run(args.source).model, args.source
     else:
         from .builder import build
 
@@ -80,8 +111,24 @@ def cmd_save(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- zoo push ------------------------------------------------------------------------------------
+def add_push(sub) -> None:
+    """``zoo push SOURCE OWNER/NAME``."""
+    p = sub.add_parser("push", help="publish a run, saved folder or recipe to the Hugging Face "
+                       "Hub (HF_TOKEN, HF_ENDPOINT)")
+    p.add_argument("source", help="a run folder (runs/sort), a save_pretrained folder, a recipe")
+    p.add_argument("repo", help="owner/name on the Hub")
+    p.add_argument("--private", action="store_true", help="create the repository private")
+    p.add_argument("--revision", help="branch to push to (created from main if needed)")
+    p.add_argument("--message", help="commit message")
+    p.add_argument("--pretrained", action="store_true", help="a recipe with its published weights")
+    p.add_argument("--max-shard-size", default="5GB")
+    p.set_defaults(func=cmd_push)
+
+
 def cmd_push(args: argparse.Namespace) -> int:
-    from .hub import push_to_hub
+    """Publish a run, a saved folder or a recipe's model to the Hub."""
+    from .saving import push_to_hub
 
     source: Any = args.source
     if not Path(source).exists():
@@ -94,14 +141,23 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- zoo pull ------------------------------------------------------------------------------------
+def add_pull(sub) -> None:
+    """``zoo pull OWNER/NAME [--out FOLDER]``."""
+    p = sub.add_parser("pull", help="download a model from the Hub into the cache (or --out) "
+                       "and check that it loads")
+    p.add_argument("name", help="owner/name or hf-hub:owner/name[@revision]")
+    p.add_argument("--out", help="also save a copy in this folder")
+    p.set_defaults(func=cmd_pull)
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
-    from .hub import HF_HUB_PREFIX, download, parse_hub_name
+    """Download a saved model, check that it loads, and copy it out when asked."""
+    from .artifact import copy_artifact
+    from .builder import HF_HUB_PREFIX, load_artifact, saved_model
 
     name = args.name if args.name.startswith(HF_HUB_PREFIX) else HF_HUB_PREFIX + args.name
-    repo_id, revision = parse_hub_name(name)
-    folder = download(repo_id, revision)
-    from .artifact import copy_artifact, load_artifact
-
+    folder = saved_model(name).files_folder()
     load_artifact(folder, source=name)  # the checks zoo.build makes: it loads, or an error now
     if args.out:
         folder = copy_artifact(folder, args.out)
@@ -109,8 +165,18 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- zoo components, info, plugins ---------------------------------------------------------------
+def add_components(sub) -> None:
+    """``zoo components [FAMILY] [PATTERN]``."""
+    p = sub.add_parser("components", help="list registered components by family")
+    p.add_argument("family", nargs="?", help="attention, kernel, positional, norm, ffn, block, ...")
+    p.add_argument("pattern", nargs="?", default="*")
+    p.set_defaults(func=cmd_components)
+
+
 def cmd_components(args: argparse.Namespace) -> int:
-    from .api import list_components, list_families
+    """Print the registered components, by family."""
+    from .registry import list_components, list_families
 
     families = [args.family] if args.family else [f.name for f in list_families()]
     rows = []
@@ -121,11 +187,21 @@ def cmd_components(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_info(sub) -> None:
+    """``zoo info NAME [--set KEY=VALUE ...]``."""
+    p = sub.add_parser("info", help="a recipe: its components, parameters, memory")
+    p.add_argument("name", help="recipe name or recipe file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override, e.g. --set norm=rmsnorm --set encoder_layers=3")
+    p.set_defaults(func=cmd_info)
+
+
 def cmd_info(args: argparse.Namespace) -> int:
+    """Print a recipe, its components, its parameter count and the memory it needs."""
     import torch
 
-    from .builder import footprint, format_bytes, memory_available
-    from .recipe import dump_recipe, get_recipe
+    from .builder import footprint, format_bytes, get_recipe, memory_available
+    from .recipe import dump_recipe
     from .resolver import resolve
 
     resolved = resolve(get_recipe(args.name), _parse_sets(args.set))
@@ -147,8 +223,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_plugins(sub) -> None:
+    """``zoo plugins [--json]``."""
+    p = sub.add_parser("plugins", help="installed plugins: what each registered, or its error")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_plugins)
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from .plugin_manager import list_plugins
+    """Print the plugins, with what each registered or its error."""
+    from .registry import list_plugins
 
     infos = list_plugins()
     if args.json:
@@ -167,71 +251,32 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def _size(text: str) -> int:
-    """'8GiB', '512MiB', '2G' or a number of bytes."""
-    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    try:
-        return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB, 512MiB)") from None
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") \
-            from None
-
-
-def cmd_bench_attention(args: argparse.Namespace) -> int:
-    import torch
-
-    from .bench import attention as bench
-    from .registry import registry
-
-    mechanisms = args.mechanisms.split(",") if args.mechanisms else list(bench.MECHANISMS)
-    for spec in mechanisms:  # unknown names fail here, with suggestions, before any work
-        name, kernel = bench.parse_mechanism(spec)
-        registry.get("attention", name)
-        registry.get("kernel", kernel)
-    dtype = getattr(torch, args.dtype)
-    torch.set_num_threads(args.threads or torch.get_num_threads())
-    mode = "forward+backward" if args.backward else "forward"
-    print(f"attention bench: batch {args.batch}, d_model {args.d_model}, {args.heads} heads, "
-          f"{'causal' if args.causal else 'bidirectional'}, {mode}, {args.dtype}, "
-          f"{args.device}, {torch.get_num_threads()} threads, memory bound "
-          f"{args.memory_bound / 2**30:.1f} GiB", flush=True)
-    results = bench.run(
-        mechanisms, args.lengths, batch=args.batch, d_model=args.d_model, n_heads=args.heads,
-        causal=args.causal, backward=args.backward, repeat=args.repeat,
-        memory_bound=args.memory_bound, device=args.device, dtype=dtype,
-        progress=(lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
-        if args.verbose else None,
-    )
-    print(bench.table(results))
-    if args.json:
-        rows = bench.records(results, dtype=dtype, backward=args.backward, device=args.device)
-        from .recipe import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps(rows, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    if args.plot:
-        bench.plot(results, args.plot, title=f"attention, d_model {args.d_model}, "
-                   f"{args.heads} heads, batch {args.batch}, {mode}, {args.device}")
-        print(f"wrote {args.plot}")
-    return 0
+# -- zoo train -----------------------------------------------------------------------------------
+def add_train(sub) -> None:
+    """``zoo train RECIPE`` or ``zoo train --resume RUN``."""
+    p = sub.add_parser("train", help="train a recipe (zoo train sort), or --resume a run")
+    p.add_argument("recipe", nargs="?", help="a training recipe name (sort, translate-de-en, "
+                   "fashion-mnist-vit) or YAML file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override: model.attention=rope, train.steps=2000, optimizer.lr=5e-4, "
+                   "task.seq_len=10")
+    p.add_argument("--out", help="run folder (default runs/NAME, or runs/NAME-2 when taken)")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when there is one)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """Train a recipe or resume a run; Ctrl-C saves and exits 130."""
+    from .training.config import list_train_recipes
     from .training.loop import Interrupted, train
 
     if args.resume and args.recipe:
         raise SystemExit("zoo: give a recipe or --resume RUN, not both")
     if not args.resume and not args.recipe:
         raise SystemExit("zoo train: name a recipe (zoo train sort) or --resume RUN; "
-                         "built-in recipes: " + ", ".join(_train_recipes()))
+                         "built-in recipes: " + ", ".join(list_train_recipes()))
     try:
         result = train(args.recipe, overrides=_parse_sets(args.set), run_dir=args.out,
                        resume=args.resume, device=args.device, progress=not args.no_progress)
@@ -244,7 +289,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- zoo translate -------------------------------------------------------------------------------
+def add_translate(sub) -> None:
+    """``zoo translate RUN TEXT ...``."""
+    p = sub.add_parser("translate", help="decode text with a trained run (translation, sort)")
+    p.add_argument("run", help="a run folder (runs/translate-de-en)")
+    p.add_argument("text", nargs="+", help="one or more inputs")
+    p.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_translate)
+
+
 def cmd_translate(args: argparse.Namespace) -> int:
+    """Decode each input with a trained run's model."""
     from .training.runs import load_run
 
     run = load_run(args.run, device=args.device)
@@ -257,14 +315,38 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- pictures ------------------------------------------------------------------------------------
+def add_plot(sub) -> None:
+    """``zoo plot RUN``."""
+    p = sub.add_parser("plot", help="PNG curves of a run's loss, learning rate and metrics")
+    p.add_argument("run")
+    p.add_argument("--out", help="PNG path (default RUN/curves.png)")
+    p.set_defaults(func=cmd_plot)
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
+    """Draw a run's curves."""
     from .plots import plot_run
 
     print(f"wrote {plot_run(args.run, args.out)}")
     return 0
 
 
+def add_attention_map(sub) -> None:
+    """``zoo attention-map RUN TEXT``."""
+    p = sub.add_parser("attention-map", help="PNG of a trained model's attention for an input")
+    p.add_argument("run")
+    p.add_argument("text", help="the input, e.g. 'Was wird jetzt aus uns?' or '3 1 4 1 5'")
+    p.add_argument("--layer", default="-1", help="which layer (default: the last), or 'all' "
+                   "for one PNG per layer")
+    p.add_argument("--out", help="PNG path (default RUN/attention.png)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_attention_map)
+
+
 def cmd_attention_map(args: argparse.Namespace) -> int:
+    """Decode an input greedily and draw the attention weights, one PNG per layer asked."""
     import torch
 
     from .decoding import greedy
@@ -297,20 +379,31 @@ def cmd_attention_map(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_plot_positions(sub) -> None:
+    """``zoo plot-positions``."""
+    p = sub.add_parser("plot-positions", help="PNG of the sinusoidal position encoding")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--length", type=int, default=100)
+    p.add_argument("--out", default="positional_encoding.png")
+    p.set_defaults(func=cmd_plot_positions)
+
+
 def cmd_plot_positions(args: argparse.Namespace) -> int:
+    """Draw the sinusoidal position encoding."""
     from .plots import plot_positions
 
     print(f"wrote {plot_positions(args.out, d_model=args.d_model, length=args.length)}")
     return 0
 
 
-def _train_recipes() -> list[str]:
-    from .training.config import list_train_recipes
-
-    return list_train_recipes()
+# -- the parser ----------------------------------------------------------------------------------
+COMMANDS = (add_list, add_save, add_push, add_pull, add_components, add_info, add_plugins,
+            add_train, add_translate, add_plot, add_attention_map, add_plot_positions, add_bench)
+"""Each adds one subcommand (its arguments and its handler), in ``zoo --help``'s order."""
 
 
 def make_parser() -> argparse.ArgumentParser:
+    """The ``zoo`` parser: every command of :data:`COMMANDS`."""
     parser = argparse.ArgumentParser(
         prog="zoo",
         description="A plugin-based zoo of Transformer models: list recipes and "
@@ -318,146 +411,13 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"zoo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser("list", help="list the recipes (named models)")
-    p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'vit-*'")
-    p.add_argument("--train", action="store_true", help="list the training recipes instead "
-                   "(for zoo train)")
-    p.add_argument("--pretrained", action="store_true", help="only recipes with published "
-                   "weights (zoo.build(name, pretrained=True))")
-    p.set_defaults(func=cmd_list)
-
-    p = sub.add_parser("save", help="save a model, run or recipe as config.json + "
-                       "model.safetensors + README.md")
-    p.add_argument("source", help="a run folder (runs/sort), a recipe, hf-hub:owner/repo")
-    p.add_argument("out", help="the folder to write")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--pretrained", action="store_true", help="with the recipe's published weights")
-    p.add_argument("--max-shard-size", default="5GB", help="shard weights above this (5GB)")
-    p.set_defaults(func=cmd_save)
-
-    p = sub.add_parser("push", help="publish a run, saved folder or recipe to the Hugging Face "
-                       "Hub (HF_TOKEN, HF_ENDPOINT)")
-    p.add_argument("source", help="a run folder (runs/sort), a save_pretrained folder, a recipe")
-    p.add_argument("repo", help="owner/name on the Hub")
-    p.add_argument("--private", action="store_true", help="create the repository private")
-    p.add_argument("--revision", help="branch to push to (created from main if needed)")
-    p.add_argument("--message", help="commit message")
-    p.add_argument("--pretrained", action="store_true", help="a recipe with its published weights")
-    p.add_argument("--max-shard-size", default="5GB")
-    p.set_defaults(func=cmd_push)
-
-    p = sub.add_parser("pull", help="download a model from the Hub into the cache (or --out) "
-                       "and check that it loads")
-    p.add_argument("name", help="owner/name or hf-hub:owner/name[@revision]")
-    p.add_argument("--out", help="also save a copy in this folder")
-    p.set_defaults(func=cmd_pull)
-
-    p = sub.add_parser("components", help="list registered components by family")
-    p.add_argument("family", nargs="?", help="attention, kernel, positional, norm, ffn, block, ...")
-    p.add_argument("pattern", nargs="?", default="*")
-    p.set_defaults(func=cmd_components)
-
-    p = sub.add_parser("info", help="a recipe: its components, parameters, memory")
-    p.add_argument("name", help="recipe name or recipe file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override, e.g. --set norm=rmsnorm --set encoder_layers=3")
-    p.set_defaults(func=cmd_info)
-
-    p = sub.add_parser("plugins", help="installed plugins: what each registered, or its error")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_plugins)
-
-    p = sub.add_parser("train", help="train a recipe (zoo train sort), or --resume a run")
-    p.add_argument("recipe", nargs="?", help="a training recipe name (sort, translate-de-en, "
-                   "fashion-mnist-vit) or YAML file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override: model.attention=rope, train.steps=2000, optimizer.lr=5e-4, "
-                   "task.seq_len=10")
-    p.add_argument("--out", help="run folder (default runs/NAME, or runs/NAME-2 when taken)")
-    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder")
-    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when there is one)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("translate", help="decode text with a trained run (translation, sort)")
-    p.add_argument("run", help="a run folder (runs/translate-de-en)")
-    p.add_argument("text", nargs="+", help="one or more inputs")
-    p.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--device")
-    p.set_defaults(func=cmd_translate)
-
-    p = sub.add_parser("plot", help="PNG curves of a run's loss, learning rate and metrics")
-    p.add_argument("run")
-    p.add_argument("--out", help="PNG path (default RUN/curves.png)")
-    p.set_defaults(func=cmd_plot)
-
-    p = sub.add_parser("attention-map", help="PNG of a trained model's attention for an input")
-    p.add_argument("run")
-    p.add_argument("text", help="the input, e.g. 'Was wird jetzt aus uns?' or '3 1 4 1 5'")
-    p.add_argument("--layer", default="-1", help="which layer (default: the last), or 'all' "
-                   "for one PNG per layer")
-    p.add_argument("--out", help="PNG path (default RUN/attention.png)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--device")
-    p.set_defaults(func=cmd_attention_map)
-
-    p = sub.add_parser("plot-positions", help="PNG of the sinusoidal position encoding")
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--length", type=int, default=100)
-    p.add_argument("--out", default="positional_encoding.png")
-    p.set_defaults(func=cmd_plot_positions)
-
-    p = sub.add_parser("bench", help="benchmarks, side by side in one run")
-    bench = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    b = bench.add_parser("attention", help="time and peak memory of each attention vs length")
-    b.add_argument("--mechanisms", help="comma-separated attention[:kernel], default: "
-                   "vanilla:eager,vanilla:sdpa,sliding-window,bigbird,performer,linear")
-    b.add_argument("--lengths", type=_int_list, default=[256, 512, 1024, 2048, 4096, 8192, 16384],
-                   help="comma-separated sequence lengths (default 256 ... 16384)")
-    b.add_argument("--batch", type=int, default=1)
-    b.add_argument("--d-model", type=int, default=512)
-    b.add_argument("--heads", type=int, default=8)
-    b.add_argument("--causal", action="store_true", help="causal self-attention")
-    b.add_argument("--backward", action="store_true", help="time forward and backward")
-    b.add_argument("--repeat", type=int, default=3, help="timed calls per point (median)")
-    b.add_argument("--memory-bound", type=_size, default=_size("8GiB"),
-                   help="stop a mechanism before it would pass this (default 8GiB)")
-    b.add_argument("--device", default="cpu")
-    b.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    b.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    b.add_argument("--json", metavar="OUT", help="write the measurements as JSON")
-    b.add_argument("--plot", metavar="OUT.png", help="write a PNG plot")
-    b.add_argument("-v", "--verbose", action="store_true", help="say what runs")
-    b.set_defaults(func=cmd_bench_attention)
-    for name, text in (
-        ("train", "transformer-base training steps: zoo vs torch.nn.Transformer and Marian"),
-        ("decode", "greedy and beam-4 decoding: zoo vs Marian's generate and "
-                   "torch.nn.Transformer"),
-        ("vit", "ViT inference and training: zoo vs timm"),
-        ("startup", "zoo --help, import zoo, zoo.build('transformer-base') in fresh processes"),
-        ("all", "train, decode, vit and startup in one run"),
-    ):
-        b = bench.add_parser(name, help=text)
-        _bench_arguments(b)
-        b.set_defaults(func=cmd_bench_models)
+    for add in COMMANDS:
+        add(sub)
     return parser
 
 
-def _bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from .bench.run import add_arguments
-
-    add_arguments(parser)
-
-
-def cmd_bench_models(args: argparse.Namespace) -> int:
-    from .bench.run import main as bench_main
-
-    return bench_main(args)
-
-
 def main(argv: list[str] | None = None) -> int:
+    """Run ``zoo``; zoo's own errors print one line and exit 2."""
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -1,5 +1,6 @@
-"""The Hugging Face Hub: push an artifact, pull one by name, and published weights
-of pretrained recipes.
+"""The Hugging Face Hub, as transfer only: download a saved model's files, one file,
+or only its config, and upload a folder. Every function returns paths or
+huggingface_hub's answers, never a model (``zoo.build`` builds, one layer up).
 
 Everything goes through ``huggingface_hub`` (``HfApi.create_repo``,
 ``upload_folder``, ``snapshot_download``, ``hf_hub_download``), so tokens
@@ -12,33 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
-from .artifact import (
-    CONFIG_NAME,
-    INDEX_NAME,
-    PICKLE_SUFFIXES,
-    RUN_FILES,
-    WEIGHTS_NAME,
-    ArtifactError,
-    load_artifact,
-    load_weights,
-    pickle_refusal,
-    read_config,
-    read_weights,
-    save_pretrained,
-)
-
-HF_HUB_PREFIX = "hf-hub:"
-LOCAL_DIR_PREFIX = "local-dir:"
-PREFIXES = (HF_HUB_PREFIX, LOCAL_DIR_PREFIX)
-ARTIFACT_FILES = [CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME, "model-*.safetensors", "README.md",
-                  *RUN_FILES]
+from .artifact import CONFIG_NAME, FILES, INDEX_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME, pickle_refusal
+from .errors import ArtifactError
 
 
 def endpoint() -> str | None:
@@ -46,18 +25,22 @@ def endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
-def parse_hub_name(name: str) -> tuple[str, str | None]:
-    """``hf-hub:owner/repo@revision`` -> ``("owner/repo", "revision")``."""
+def parse_repo(text: str, what: str | None = None) -> tuple[str, str | None]:
+    """``owner/repo@revision`` -> ``("owner/repo", "revision")``; ``what`` is the name as the
+    user wrote it, for the error."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    body = name[len(HF_HUB_PREFIX):] if name.startswith(HF_HUB_PREFIX) else name
-    repo_id, _, revision = body.partition("@")
+    repo_id, _, revision = text.partition("@")
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
-        raise ArtifactError(f"{name!r}: {repo_id!r} is not a Hub repository id ({exc}). "
-                            "Write hf-hub:owner/name or hf-hub:owner/name@revision.") from None
+        raise ArtifactError(f"{what or text!r}: {repo_id!r} is not a Hub repository id ({exc}). "
+                            "Write owner/name or owner/name@revision.") from None
     return repo_id, revision or None
+
+
+def _what(repo_id: str, revision: str | None) -> str:
+    return repo_id + (f"@{revision}" if revision else "")
 
 
 @contextlib.contextmanager
@@ -107,14 +90,15 @@ def _offline() -> bool:
 
 
 def download(repo_id: str, revision: str | None = None, *, token: str | None = None,
-             cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The artifact files of a Hub repo, in the local cache (downloaded when not there)."""
+             cache_dir: str | os.PathLike[str] | None = None, what: str | None = None) -> Path:
+    """The folder, in the local cache, of a saved model's files (downloaded when not there).
+    A repository holding weights only as pickle is refused."""
     from huggingface_hub import HfApi, snapshot_download
 
-    what = f"hf-hub:{repo_id}" + (f"@{revision}" if revision else "")
+    what = what or _what(repo_id, revision)
     with _hub_errors(what):
         folder = Path(snapshot_download(
-            repo_id, revision=revision, allow_patterns=ARTIFACT_FILES, endpoint=endpoint(),
+            repo_id, revision=revision, allow_patterns=FILES, endpoint=endpoint(),
             token=token, cache_dir=cache_dir))
     if not (folder / WEIGHTS_NAME).is_file() and not (folder / INDEX_NAME).is_file():
         try:
@@ -128,104 +112,45 @@ def download(repo_id: str, revision: str | None = None, *, token: str | None = N
     return folder
 
 
-def load_named(
-    name: str,
-    *,
-    pretrained: bool = True,
-    device: Any = None,
-    dtype: torch.dtype | None = None,
-    token: str | None = None,
-    **overrides: Any,
-) -> nn.Module:
-    """A model from ``hf-hub:owner/repo[@revision]`` or ``local-dir:path``; without
-    ``pretrained`` only its config is read (no weights are downloaded)."""
-    if not pretrained:
-        from .builder import build
-
-        return build(recipe_of(name), device=device, dtype=dtype, **overrides)
-    if name.startswith(LOCAL_DIR_PREFIX):
-        folder = _local_folder(name)
-    else:
-        folder = download(*parse_hub_name(name), token=token)
-    return load_artifact(folder, source=name, device=device, dtype=dtype, **overrides)
-
-
-def _local_folder(name: str) -> Path:
-    return Path(name[len(LOCAL_DIR_PREFIX):]).expanduser()
-
-
-def recipe_of(name: str):
-    """The recipe of ``hf-hub:`` or ``local-dir:`` name (only its config is fetched)."""
-    if name.startswith(LOCAL_DIR_PREFIX):
-        return read_config(_local_folder(name), name)[0]
+def download_file(repo_id: str, filename: str, revision: str | None = None, *,
+                  token: str | None = None, what: str | None = None) -> Path:
+    """One file of a repository, in the local cache (downloaded when not there)."""
     from huggingface_hub import hf_hub_download
 
-    repo_id, revision = parse_hub_name(name)
-    with _hub_errors(name):
-        path = Path(hf_hub_download(repo_id, CONFIG_NAME, revision=revision, endpoint=endpoint()))
-    return read_config(path.parent, name)[0]
+    with _hub_errors(what or f"{_what(repo_id, revision)}/{filename}"):
+        return Path(hf_hub_download(repo_id, filename, revision=revision, endpoint=endpoint(),
+                                    token=token))
 
 
-def push_to_hub(
-    model: nn.Module | str | os.PathLike[str],
+def download_config(repo_id: str, revision: str | None = None, *, token: str | None = None,
+                    what: str | None = None) -> Path:
+    """The cache folder holding a saved model's ``config.json``, fetching that file alone."""
+    return download_file(repo_id, CONFIG_NAME, revision, token=token,
+                         what=what or _what(repo_id, revision)).parent
+
+
+def upload(
+    folder: str | os.PathLike[str],
     repo_id: str,
     *,
     token: str | None = None,
     private: bool | None = None,
     revision: str | None = None,
     commit_message: str | None = None,
-    max_shard_size: int | str = "5GB",
 ) -> Any:
-    """Publish ``model`` (a model built by zoo, a ``zoo train`` run folder or a
-    ``save_pretrained`` folder) to the Hub repo ``repo_id``, creating it if needed.
-
-    Returns huggingface_hub's ``CommitInfo`` (``.oid``, ``.commit_url``). Weights of an
-    earlier push that this one no longer has (other shards) are deleted in the same
-    commit. ``revision`` names a branch, created from main when it does not exist.
-    """
+    """Upload a saved model's folder to ``repo_id`` (created if needed) in one commit that
+    also deletes weights of an earlier upload this one no longer has (other shards).
+    ``revision`` names a branch, created from main when it does not exist. Returns
+    huggingface_hub's ``CommitInfo``."""
     from huggingface_hub import HfApi
 
-    parse_hub_name(repo_id)
+    parse_repo(repo_id)
     api = HfApi(endpoint=endpoint(), token=token)
-    with tempfile.TemporaryDirectory(prefix="zoo-push-") as tmp:
-        folder = _artifact_folder(model, Path(tmp) / "artifact", repo_id, max_shard_size)
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        if revision is not None and revision != "main":
-            api.create_branch(repo_id, branch=revision, exist_ok=True)
-        return api.upload_folder(
-            folder_path=folder, repo_id=repo_id, revision=revision,
-            commit_message=commit_message or "Upload zoo model",
-            allow_patterns=ARTIFACT_FILES, delete_patterns=["model*.safetensors", INDEX_NAME],
-        )
-
-
-def _artifact_folder(model: Any, out: Path, repo_id: str, max_shard_size: int | str) -> Path:
-    if isinstance(model, nn.Module):
-        return save_pretrained(model, out, max_shard_size=max_shard_size, repo_id=repo_id)
-    path = Path(model)
-    if (path / "train.yaml").is_file():
-        from .training.runs import load_run
-
-        return save_pretrained(load_run(path).model, out, run=path, max_shard_size=max_shard_size,
-                               repo_id=repo_id)
-    if (path / CONFIG_NAME).is_file():
-        read_config(path, str(path))  # refuse to publish what zoo could not load back
-        return path
-    raise ArtifactError(f"{path} is neither a run folder (train.yaml) nor a saved model "
-                        f"({CONFIG_NAME}); push a model, a run or a save_pretrained folder.")
-
-
-# -- pretrained recipes --------------------------------------------------------------------------
-def load_pretrained_weights(model: nn.Module, weights: Any) -> nn.Module:
-    """Download a recipe's published weights and load them, converted, into ``model``."""
-    from huggingface_hub import hf_hub_download
-
-    from .convert import CONVERTERS
-
-    what = f"hf-hub:{weights.hub}/{weights.filename}@{weights.revision}"
-    with _hub_errors(what):
-        path = hf_hub_download(weights.hub, weights.filename, revision=weights.revision,
-                               endpoint=endpoint())
-    state = read_weights([Path(path)], what)
-    state = CONVERTERS[weights.converter](state)
-    return load_weights(model, state, what)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    if revision is not None and revision != "main":
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    return api.upload_folder(
+        folder_path=folder, repo_id=repo_id, revision=revision,
+        commit_message=commit_message or "Upload zoo model",
+        allow_patterns=FILES, delete_patterns=["model*.safetensors", INDEX_NAME],
+    )

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
+
+from .errors import CapabilityError
+from .registry import registry
+from .training.runs import RunFolder
 
 
 def _pyplot():
@@ -29,12 +32,8 @@ def _save(fig, out: str | Path) -> Path:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        from .errors import RecipeError
-
-        raise RecipeError(f"{path} does not exist: is {run_dir} a run folder made by zoo train?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Every row a run logged (``metrics.jsonl``)."""
+    return RunFolder(run_dir).metrics()
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -80,8 +79,6 @@ def attention_weights(model, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[st
     }
     modules = [m for group in layers.values() for m in group]
     if not all(hasattr(m, "record_weights") for m in modules):
-        from .errors import CapabilityError
-
         raise CapabilityError("attention maps need attention modules that record their weights "
                               "(the built-in softmax mechanisms do)")
     for m in modules:
@@ -94,8 +91,6 @@ def attention_weights(model, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[st
     out = {}
     for name, group in layers.items():
         if any(m.last_weights is None for m in group):
-            from .errors import CapabilityError
-
             raise CapabilityError(f"{name}: this mechanism forms no attention weights "
                                   "(linear attention and the sparse block path do not)")
         out[name] = [m.last_weights[0].float().cpu() for m in group]
@@ -130,8 +125,6 @@ def plot_positions(out: str | Path, *, d_model: int = 128, length: int = 100,
                    base: float = 10000.0, dims: tuple[int, ...] = (0, 1, 10, 11, 40, 41)) -> Path:
     """The sinusoidal encoding of Vaswani et al. (sec. 3.5) as a heatmap (position x
     dimension), and a few dimensions as curves along the positions."""
-    from .registry import registry
-
     component = registry.get("positional", "sinusoidal")
     module = component.build({"base": base}, d_model=d_model, max_len=length)
     table = module(torch.zeros(1, length, d_model))[0]

@@ -1,5 +1,10 @@
 """Finding and loading plugins (pluggy, entry-point group ``zoo``).
 
+The manager knows hooks and entry points, not where components go: it is
+handed a ``register`` and an ``unregister`` callback (the registry's) and
+calls each plugin's hooks with ``register`` bound to one family, as llm's
+plugin manager does. It imports nothing of the registry.
+
 Plugins load on the first registry lookup, not on ``import zoo``. Each one is
 imported and asked to register on its own: a plugin that raises is recorded
 with its error (``zoo plugins`` shows it), its partial registrations are
@@ -17,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -24,8 +30,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from .errors import PluginError
 from .families import FAMILIES
-from .registry import registry
 
 ENTRY_POINT_GROUP = "zoo"
 
@@ -43,19 +49,35 @@ class PluginInfo:
 
     @property
     def ok(self) -> bool:
+        """True when the plugin loaded and registered without an error."""
         return self.error is None
 
 
+Register = Callable[..., Any]
+"""``register(family, name, target, *, plugin, description=, capabilities=, override=)``."""
+Unregister = Callable[[str, str], None]
+"""``unregister(family, name)``: undo one registration."""
+
+
 class PluginManager:
-    def __init__(self) -> None:
+    """The plugins of one registry: entry points found once, run-time plugins added later.
+
+    ``register`` and ``unregister`` are where components go; a plugin's hooks call
+    ``register`` bound to their family and to the plugin's name."""
+
+    def __init__(self, register: Register, unregister: Unregister) -> None:
         self.pm = pluggy.PluginManager("zoo")
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
+        self._register_component = register
+        self._unregister_component = unregister
         self._loaded = False
         self._loading = False
 
     # -- loading -------------------------------------------------------------------------------
     def ensure_loaded(self) -> None:
+        """Load the entry-point plugins, once (honouring ``ZOO_DISABLE_PLUGIN_AUTOLOAD`` and
+        ``ZOO_PLUGINS``)."""
         if self._loaded or self._loading:
             return
         self._loading = True
@@ -101,8 +123,6 @@ class PluginManager:
         self.infos[name] = info
         self._add(plugin, info)
         if info.error:
-            from .errors import PluginError
-
             raise PluginError(f"Plugin {name!r} failed: {info.error}")
         return info
 
@@ -125,17 +145,18 @@ class PluginManager:
                 except Exception as exc:
                     info.error = _describe(exc, f"{family.hook}()")
                     for fam, comp in info.registered:
-                        registry.unregister(fam, comp)
+                        self._unregister_component(fam, comp)
                     info.registered.clear()
                     self.pm.unregister(plugin)
                     return
 
     def _register(self, info: PluginInfo, family: str, name: str, target: Any, **kw: Any):
-        component = registry.register(family, name, target, plugin=info.name, **kw)
+        component = self._register_component(family, name, target, plugin=info.name, **kw)
         info.registered.append((family, name))
         return component
 
     def plugin_names(self) -> list[str]:
+        """The names of the plugins that loaded without an error."""
         return [n for n, i in self.infos.items() if i.ok]
 
 
@@ -155,28 +176,3 @@ def _distribution_of(module: str) -> tuple[str | None, str | None]:
     except metadata.PackageNotFoundError:
         return dists[0], None
 
-
-manager = PluginManager()
-
-
-def reset() -> PluginManager:
-    """Forget every plugin and component and load again on next use (for tests)."""
-    global manager
-    for family in registry._components.values():
-        family.clear()
-    manager = PluginManager()
-    return manager
-
-
-def get_manager() -> PluginManager:
-    return manager
-
-
-def register_plugin(plugin: Any, name: str | None = None) -> PluginInfo:
-    """Register a plugin object at run time; see :class:`PluginManager`."""
-    return manager.register_plugin(plugin, name)
-
-
-def list_plugins() -> list[PluginInfo]:
-    manager.ensure_loaded()
-    return list(manager.infos.values())

@@ -11,7 +11,6 @@ import fnmatch
 import json
 import os
 import re
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -27,11 +26,17 @@ from pydantic import (
     model_validator,
 )
 
-from ._text import did_you_mean, quoted
+from ._text import (
+    NAME_RE,
+    RECIPE_NAME_RE,
+    describe_validation_error,
+    did_you_mean,
+    natural_key,
+    quoted,
+)
 from .errors import RecipeError, UnknownNameError
-from .registry import NAME_RE, describe_validation_error, natural_key
+from .files import atomic_write_text
 
-RECIPE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 RECIPE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -116,10 +121,13 @@ class Recipe(BaseModel):
         return name
 
     def to_dict(self) -> dict[str, Any]:
+        """The recipe as plain JSON-ready data."""
         return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "recipe") -> "Recipe":
+        """A recipe from plain data; a problem raises one :class:`RecipeError` naming
+        ``source`` and the keys."""
         if not isinstance(data, dict):
             raise RecipeError(
                 f"{source}: a recipe is a mapping with keys {quoted(cls.model_fields)}, "
@@ -165,27 +173,11 @@ def load_recipe(path: str | os.PathLike[str]) -> Recipe:
 
 
 def dump_recipe(recipe: Recipe, suffix: str = ".yaml") -> str:
+    """The recipe as YAML text (JSON for ``suffix=".json"``)."""
     data = recipe.to_dict()
     if suffix == ".json":
         return json.dumps(data, indent=2) + "\n"
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def save_recipe(recipe: Recipe, path: str | os.PathLike[str]) -> Path:
@@ -215,15 +207,12 @@ def list_recipes(pattern: str = "*", *, pretrained: bool = False) -> list[str]:
 
 
 def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
-    """A recipe by name (built-in), from a ``.yaml``/``.json`` path, or the config of a
-    saved model (``hf-hub:owner/repo``, ``local-dir:path``)."""
+    """A recipe by name (built-in) or from a ``.yaml``/``.json`` path; a :class:`Recipe` is
+    copied. Nothing here reaches the network: saved models (``hf-hub:``, ``local-dir:``)
+    are read by ``zoo.get_recipe`` and ``zoo.build``, one layer up."""
     if isinstance(name, Recipe):
         return name.model_copy(deep=True)
     text = os.fspath(name)
-    if text.startswith(("hf-hub:", "local-dir:")):
-        from .hub import recipe_of
-
-        return recipe_of(text)
     if text.endswith(RECIPE_SUFFIXES) or os.sep in text:
         return load_recipe(text)
     files = _builtin_recipe_files()

@@ -1,9 +1,14 @@
 """One registry for every component family.
 
-``registry.register(family, name, target, ...)`` adds a component; ``get``,
-``list`` and ``build`` find and make them. A target is a class (or builder) or
-a ``"module:attribute"`` string that is imported on first use, so that plugins
-register without importing torch. Names are lower-case with dashes.
+``registry.register(family, name, target, ...)`` adds a component; ``get`` and
+``list`` find them. A target is a class (or builder) or a ``"module:attribute"``
+string that is imported on first use, so that plugins register without
+importing torch. Names are lower-case with dashes.
+
+A registry owns a :class:`~zoo.plugin_manager.PluginManager` and hands it its
+own ``register``: ``Registry()`` starts empty and loads nothing by itself (a
+test can fill one by hand); the process-wide ``registry`` loads the entry-point
+plugins on its first lookup.
 """
 
 from __future__ import annotations
@@ -11,22 +16,15 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import inspect
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ._text import closest, did_you_mean, quoted
+from ._text import NAME_RE, closest, describe_validation_error, did_you_mean, natural_key, quoted
 from .errors import DuplicateComponentError, PluginError, RecipeError, UnknownNameError
-from .families import FAMILIES, Capabilities
-
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-
-
-def natural_key(text: str) -> list[Any]:
-    """Sort key that orders ``vit-2`` before ``vit-10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+from .families import FAMILIES, Capabilities, Family
+from .plugin_manager import PluginInfo, PluginManager
 
 
 @dataclass
@@ -98,24 +96,6 @@ class Component:
         return self.load()(self.validate_settings(settings), **context)
 
 
-def describe_validation_error(exc: ValidationError, where: str, model: type[BaseModel]) -> str:
-    """One readable message for a pydantic error, listing valid keys for unknown ones."""
-    lines = []
-    valid = list(model.model_fields)
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "extra_forbidden":
-            key = str(err["loc"][-1])
-            lines.append(
-                f"unknown key {key!r}.{did_you_mean(key, valid)} Valid keys: {quoted(valid)}"
-            )
-        elif err["type"] == "missing":
-            lines.append(f"missing required key {loc!r}")
-        else:
-            lines.append(f"{loc or 'value'}: {err['msg']} (got {err.get('input')!r})")
-    return f"Invalid {where}: " + "; ".join(lines)
-
-
 def _caller_origin() -> str:
     """``file:line`` of the code that called ``register`` (for duplicate errors)."""
     for frame in inspect.stack()[2:]:
@@ -125,21 +105,35 @@ def _caller_origin() -> str:
 
 
 class Registry:
-    """All families' components, keyed by family then name."""
+    """All families' components, keyed by family then name, and the plugins that added them.
 
-    def __init__(self) -> None:
+    With ``entry_points=True`` the installed plugins (entry-point group ``zoo``) load on
+    the first lookup; without, only what is registered by hand or through
+    ``registry.plugins.register_plugin`` is there."""
+
+    def __init__(self, *, entry_points: bool = False) -> None:
         self._components: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
+        self._entry_points = entry_points
+        self.plugins = PluginManager(self.register, self.unregister)
 
     def _ensure_loaded(self) -> None:
-        """Load the plugins (entry points) on first lookup."""
-        from . import plugin_manager
+        """Load the entry-point plugins on the first lookup (when this registry uses them)."""
+        if self._entry_points:
+            self.plugins.ensure_loaded()
 
-        plugin_manager.get_manager().ensure_loaded()
+    def ensure_loaded(self) -> None:
+        """Load the entry-point plugins now, if they are not loaded yet."""
+        self._ensure_loaded()
 
     def plugin_names(self) -> list[str]:
-        from . import plugin_manager
+        """The plugins that loaded without an error."""
+        return self.plugins.plugin_names()
 
-        return plugin_manager.get_manager().plugin_names()
+    def reset(self) -> None:
+        """Forget every component and plugin; the entry points load again on next use."""
+        for members in self._components.values():
+            members.clear()
+        self.plugins = PluginManager(self.register, self.unregister)
 
     # -- registration ----------------------------------------------------------------------
     def register(
@@ -153,6 +147,7 @@ class Registry:
         override: bool = False,
         plugin: str = "<runtime>",
     ) -> Component:
+        """Add a component; a name already taken raises unless ``override=True``."""
         fam = self._family(family)
         if not isinstance(name, str) or not NAME_RE.match(name):
             raise ValueError(
@@ -194,11 +189,13 @@ class Registry:
         return component
 
     def unregister(self, family: str, name: str) -> None:
+        """Remove a component (nothing happens when it is not there)."""
         self._family(family)
         self._components[family].pop(name, None)
 
     # -- lookup ------------------------------------------------------------------------------
     def get(self, family: str, name: str) -> Component:
+        """One component; an unknown name raises with the closest names and the plugins."""
         self._family(family)
         self._ensure_loaded()
         members = self._components[family]
@@ -217,18 +214,17 @@ class Registry:
         )
 
     def list(self, family: str, pattern: str = "*") -> list[Component]:
+        """The members of ``family`` matching ``pattern`` (fnmatch), naturally sorted."""
         self._family(family)
         self._ensure_loaded()
         names = [n for n in self._components[family] if fnmatch.fnmatchcase(n, pattern)]
         return [self._components[family][n] for n in sorted(names, key=natural_key)]
 
     def names(self, family: str) -> list[str]:
+        """The names of the members of ``family``, naturally sorted."""
         return [c.name for c in self.list(family)]
 
-    def build(self, family: str, name: str, settings: Any = None, **context: Any) -> Any:
-        return self.get(family, name).build(settings, **context)
-
-    def _family(self, family: str):
+    def _family(self, family: str) -> Family:
         try:
             return FAMILIES[family]
         except KeyError:
@@ -243,7 +239,55 @@ class Registry:
         return name in self._components.get(family, {})
 
 
-registry = Registry()
-"""The process-wide registry that plugins fill."""
+registry = Registry(entry_points=True)
+"""The process-wide registry that the installed plugins fill."""
 
-__all__ = ["Component", "Registry", "registry", "natural_key", "closest"]
+
+# -- the public functions (``zoo.list_components`` and friends) ----------------------------------
+def list_families() -> list[Family]:
+    """The component families, with their call contracts."""
+    return list(FAMILIES.values())
+
+
+def list_components(family: str, pattern: str = "*") -> list[Component]:
+    """Components of ``family`` whose names match ``pattern`` (fnmatch), naturally sorted.
+
+    Each has ``name``, ``plugin``, ``capabilities`` and ``description``.
+    """
+    return registry.list(family, pattern)
+
+
+def get_component(family: str, name: str) -> Component:
+    """One component; an unknown name raises with the closest names and the plugins."""
+    return registry.get(family, name)
+
+
+def register_component(
+    family: str, name: str, target: Any, *, description: str = "",
+    capabilities: Any = None, override: bool = False,
+) -> Component:
+    """Register one component directly, outside any plugin."""
+    registry.ensure_loaded()
+    return registry.register(
+        family, name, target, description=description, capabilities=capabilities,
+        override=override, plugin="<runtime>",
+    )
+
+
+def register_plugin(plugin: Any, name: str | None = None) -> PluginInfo:
+    """Add a plugin object (a module, class or instance with ``zoo.hookimpl`` hooks) at run
+    time; a plugin that fails raises :class:`~zoo.PluginError` and registers nothing."""
+    registry.ensure_loaded()
+    return registry.plugins.register_plugin(plugin, name)
+
+
+def list_plugins() -> list[PluginInfo]:
+    """Every plugin found (entry points and run-time ones), with what each registered or
+    the error that stopped it."""
+    registry.ensure_loaded()
+    return list(registry.plugins.infos.values())
+
+
+__all__ = ["Component", "Registry", "registry", "natural_key", "closest",
+           "describe_validation_error", "list_families", "list_components", "get_component",
+           "register_component", "register_plugin", "list_plugins"]

@@ -1,16 +1,7 @@
 """What a training task is (the ``task`` family), and the pieces the built-in tasks share.
 
-A task is built as ``cls(settings, *, seed, workdir)`` and offers:
-
-- ``prepare()``: read or make its data (and tokenizer), once;
-- ``model_overrides()``: what the model must be told (vocabulary size, pad id, classes);
-- ``dataset(split)``: a sized, indexable dataset for ``train``, ``valid`` or ``test``;
-- ``collate(items)``: a list of items -> a batch (dict of tensors);
-- ``loss(model, batch, label_smoothing=0.0)`` -> (mean loss, count of units), where the units
-  are the tokens or images the mean is over;
-- ``evaluate(model, split, batch_size=)`` -> metrics (dict of floats), ``metric``: the name of
-  the one that says how well the task is done;
-- ``unit``: ``tokens`` or ``images``, for throughput.
+A task is built as ``cls(settings, *, seed, workdir)`` (``workdir``: the run folder,
+where it may keep files such as a tokenizer) and offers what :class:`Task` lists.
 """
 
 from __future__ import annotations
@@ -18,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import ZooError
+from ._text import quoted
+from .errors import PluginError, ZooError
 
 
 class TaskDataError(ZooError):
@@ -27,18 +19,50 @@ class TaskDataError(ZooError):
 
 @runtime_checkable
 class Task(Protocol):
+    """The members the training loop uses. ``unit``: ``tokens`` or ``images``, for
+    throughput; ``metric``: the name of the metric that says how well the task is done."""
+
     unit: str
     metric: str
 
-    def prepare(self) -> None: ...
-    def model_overrides(self) -> dict[str, Any]: ...
-    def dataset(self, split: str) -> Any: ...
-    def collate(self, items: list) -> dict: ...
-    def loss(self, model, batch: dict, label_smoothing: float = 0.0): ...
-    def evaluate(self, model, split: str, batch_size: int = 64) -> dict[str, float]: ...
+    def prepare(self) -> None:
+        """Read or make the data (and tokenizer), once."""
+
+    def model_overrides(self) -> dict[str, Any]:
+        """What the model must be told: vocabulary size, pad id, classes."""
+
+    def dataset(self, split: str) -> Any:
+        """A sized, indexable dataset for ``train``, ``valid`` or ``test``."""
+
+    def collate(self, items: list) -> dict:
+        """A list of items -> a batch (a dict of tensors)."""
+
+    def loss(self, model: Any, batch: dict, label_smoothing: float = 0.0) -> Any:
+        """``(mean loss, count of units)``: the units (tokens, images) the mean is over."""
+
+    def evaluate(self, model: Any, split: str, *, device: Any = None,
+                 limit: int | None = None) -> dict[str, float]:
+        """Metrics on ``split`` (at most ``limit`` examples), including ``metric``."""
+
+
+TASK_MEMBERS = (*Task.__annotations__, *(name for name, value in vars(Task).items()
+                                         if callable(value) and not name.startswith("_")))
+"""What :class:`Task` asks of a task object."""
+
+
+def check_task(task: Any, name: str, plugin: str) -> None:
+    """Refuse, naming what is missing, a task object that lacks members :class:`Task` lists."""
+    if isinstance(task, Task):
+        return
+    missing = [m for m in TASK_MEMBERS if not hasattr(task, m)]
+    raise PluginError(
+        f"task {name!r} from plugin {plugin!r} is a {type(task).__name__} without "
+        f"{quoted(missing)}; a task offers {quoted(TASK_MEMBERS)} (see zoo.task.Task)."
+    )
 
 
 def missing_debian_package(package: str, path: Path, what: str) -> TaskDataError:
+    """The error for task data read from a Debian package that is not installed."""
     return TaskDataError(
         f"{what} is read from Debian's {package!r} package, and {path} is missing. Install it "
         f"with: sudo apt-get install -y {package}  (then `dpkg -L {package}` lists its files)"

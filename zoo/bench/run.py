@@ -1,7 +1,6 @@
 """``zoo bench train|decode|vit|startup|all``: build the cases, wait for a quiet
 machine, measure the matmul peaks, alternate, print the table, write JSON and a plot.
-
-Importing this module imports no torch (``zoo --help`` builds its parser)."""
+The commands' arguments are in :mod:`zoo.bench.cli`."""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ def _list(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def cases_for(bench: str, args, say) -> list:
+    """The cases of one bench, from the command's arguments."""
     from . import models
 
     impls = _list(args.impls, ())
@@ -47,6 +47,7 @@ def cases_for(bench: str, args, say) -> list:
 
 
 def main(args) -> int:
+    """Run the benches ``args`` asks for and print (and write) the results."""
     import torch
 
     from . import harness
@@ -103,29 +104,3 @@ def main(args) -> int:
         harness.plot([r for r in results if r.bench != "startup"], args.plot)
         print(f"wrote {args.plot}")
     return 0
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--json", metavar="OUT", help="write one JSON object per measured "
-                        "implementation (bench, impl, dtype, mode, throughput, unit, ...)")
-    parser.add_argument("--plot", metavar="OUT.png", help="bar chart of each peer vs zoo")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,timm")
-    parser.add_argument("--dtypes", help="comma-separated: fp32,bf16")
-    parser.add_argument("--modes", help="decode: greedy,beam4; vit: inference,train")
-    parser.add_argument("--batch", type=int, help="default 16 (train, decode), 8 (vit)")
-    parser.add_argument("--length", type=int, help="source (and target) length, default 64")
-    parser.add_argument("--new-tokens", type=int, default=64, help="decode: tokens made")
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--vit-recipe", default="vit-small-patch16-224")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--kernel", help="zoo's attention kernel (sdpa, eager, xformers, auto)")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile every implementation (train, vit)")
-    parser.add_argument("--peak-tflops", type=float, help="bf16 peak for MFU instead of the "
-                        "measured one (a card's datasheet figure, e.g. 989 for an H200)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    parser.add_argument("--wait", type=float, default=60.0,
-                        help="seconds to wait for a quiet machine (default 60)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="say what runs")

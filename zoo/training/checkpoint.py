@@ -1,17 +1,16 @@
-"""Checkpoints that survive being interrupted.
+"""Checkpoints that survive being interrupted: the ``checkpoints/`` part of a run folder.
 
 A checkpoint is a folder ``checkpoints/step-NNNNNNNN/`` with the weights
 (``model.safetensors``) and the rest of the state (``state.pt``: optimizer,
 scheduler, step, data position, random generators; loaded with
-``torch.load(weights_only=True)``, which builds no objects). It is written under
-a temporary name, flushed, and renamed into place; then the ``latest`` file is
-replaced atomically to name it. A process killed at any moment leaves ``latest``
-naming a whole checkpoint.
+``torch.load(weights_only=True)``, which builds no objects). It is written beside
+its place, flushed, and moved into place (:func:`zoo.files.folder_beside`); then the
+``latest`` file is replaced atomically to name it. A process killed at any moment
+leaves ``latest`` naming a whole checkpoint.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 from pathlib import Path
@@ -19,23 +18,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
 
-from ..recipe import atomic_write_text
+from ..artifact import WEIGHTS_NAME, load_weights, read_weights, save_weights_file
+from ..files import atomic_write_text, folder_beside
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+CHECKPOINTS = "checkpoints"
+"""The run folder's sub-folder of checkpoints."""
+LATEST = "latest"
+"""The file in it naming the newest whole checkpoint."""
+STATE = "state.pt"
+"""A checkpoint's optimizer, scheduler, position and random state."""
 
 
 def rng_state() -> dict[str, Any]:
+    """Every random generator's state (torch, CUDA, numpy, Python), as plain tensors and lists."""
     np_state = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
@@ -48,6 +44,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
     torch.set_rng_state(state["torch"])
     kind, keys, *rest = state["numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
@@ -59,24 +56,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, extra: dict,
                     keep: int = 2) -> Path:
-    folder = Path(run_dir) / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
+    """Save step ``step`` as ``checkpoints/step-NNNNNNNN``, point ``latest`` at it and keep the
+    newest ``keep`` checkpoints."""
+    folder = Path(run_dir) / CHECKPOINTS
     final = folder / f"step-{step:08d}"
-    tmp = folder / f".step-{step:08d}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "rng": rng_state(), **extra}, tmp / "state.pt")
-    for name in ("model.safetensors", "state.pt"):
-        with open(tmp / name, "rb") as fh:
-            os.fsync(fh.fileno())
-    _fsync_dir(tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(folder)
-    atomic_write_text(folder / "latest", final.name + "\n")
+    with folder_beside(final, replace="folder") as tmp:
+        save_weights_file(model, tmp / WEIGHTS_NAME)
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "rng": rng_state(), **extra}, tmp / STATE)
+    atomic_write_text(folder / LATEST, final.name + "\n")
     older = sorted(p for p in folder.glob("step-*") if p.name != final.name)
     for old in older[: max(0, len(older) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
@@ -84,16 +72,24 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, extra
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    pointer = Path(run_dir) / "checkpoints" / "latest"
+    """The checkpoint ``latest`` names, or None when there is none (or it is not whole)."""
+    pointer = Path(run_dir) / CHECKPOINTS / LATEST
     if not pointer.exists():
         return None
     path = pointer.parent / pointer.read_text().strip()
-    return path if (path / "state.pt").exists() else None
+    return path if (path / STATE).exists() else None
+
+
+def load_checkpoint_weights(path: Path, model) -> None:
+    """Load a checkpoint's weights into ``model``, strictly."""
+    source = str(Path(path) / WEIGHTS_NAME)
+    load_weights(model, read_weights([Path(path) / WEIGHTS_NAME], source), source)
 
 
 def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> dict:
-    load_model(model, str(Path(path) / "model.safetensors"), strict=True)
-    state = torch.load(Path(path) / "state.pt", weights_only=True, map_location="cpu")
+    """Load a checkpoint into ``model`` (and ``optimizer``, ``scheduler``); returns its state."""
+    load_checkpoint_weights(path, model)
+    state = torch.load(Path(path) / STATE, weights_only=True, map_location="cpu")
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None:

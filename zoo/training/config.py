@@ -11,10 +11,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
-from .._text import did_you_mean, quoted
+from .._text import describe_validation_error, did_you_mean, quoted
 from ..errors import RecipeError
-from ..recipe import ComponentRef, atomic_write_text, parse_data
-from ..registry import describe_validation_error
+from ..files import atomic_write_text
+from ..recipe import ComponentRef, parse_data
 
 
 class _Strict(BaseModel):
@@ -22,6 +22,8 @@ class _Strict(BaseModel):
 
 
 class ModelSpec(_Strict):
+    """The model a run trains: a recipe and overrides."""
+
     recipe: str
     """A model recipe name (``zoo list``) or file."""
     overrides: dict[str, JsonValue] = Field(default_factory=dict)
@@ -29,6 +31,8 @@ class ModelSpec(_Strict):
 
 
 class OptimizerSpec(_Strict):
+    """The optimizer and its settings."""
+
     name: Literal["adamw", "adam", "sgd"] = "adamw"
     lr: float = Field(1e-3, gt=0)
     """Peak learning rate (reached at the end of warmup)."""
@@ -41,6 +45,8 @@ class OptimizerSpec(_Strict):
 
 
 class ScheduleSpec(_Strict):
+    """The learning-rate schedule, a multiple of the peak rate at each step."""
+
     name: Literal["inverse-sqrt", "cosine", "one-cycle", "constant"] = "inverse-sqrt"
     """inverse-sqrt: the paper's (sec. 5.3); cosine: warmup then cosine to min_lr_ratio;
     one-cycle: linear up over pct_start, cosine down; constant: warmup then flat."""
@@ -50,6 +56,8 @@ class ScheduleSpec(_Strict):
 
 
 class DecodeSpec(_Strict):
+    """How a trained sequence model decodes when it is evaluated."""
+
     strategy: Literal["greedy", "beam"] = "greedy"
     beam_size: int = Field(4, ge=1)
     alpha: float = Field(0.6, ge=0)
@@ -58,6 +66,9 @@ class DecodeSpec(_Strict):
 
 
 class TrainRecipe(_Strict):
+    """A training run as data: the model, the task, the optimizer, the schedule, the batch,
+    the length of the run and its precision."""
+
     name: str
     description: str = ""
     model: ModelSpec
@@ -141,6 +152,7 @@ def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> Tra
 
 
 def load_train_recipe(path: str | Path) -> TrainRecipe:
+    """A training recipe from a YAML file (its name defaults to the file's stem)."""
     path = Path(path)
     if not path.is_file():
         raise RecipeError(f"No training recipe file {str(path)!r}.")
@@ -162,6 +174,7 @@ def _builtin() -> dict[str, Any]:
 
 
 def list_train_recipes() -> list[str]:
+    """The names of the built-in training recipes."""
     return sorted(_builtin())
 
 
@@ -185,8 +198,10 @@ def get_train_recipe(name: str | Path | TrainRecipe) -> TrainRecipe:
 
 
 def dump_train_recipe(recipe: TrainRecipe) -> str:
+    """The training recipe as YAML text."""
     return yaml.safe_dump(recipe.model_dump(mode="json", exclude_none=False), sort_keys=False)
 
 
 def save_train_recipe(recipe: TrainRecipe, path: str | Path) -> Path:
+    """Write the training recipe as YAML, atomically."""
     return atomic_write_text(path, dump_train_recipe(recipe))

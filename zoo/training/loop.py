@@ -7,15 +7,15 @@ are averaged, clipped, and the optimizer and schedule step. Under ``torchrun``
 the processes average through DistributedDataParallel (or FSDP), so 2 processes
 compute what one process with twice the accumulation computes.
 
-Everything a run writes is in its folder: ``train.yaml`` (the recipe as run),
-``metrics.jsonl`` (one JSON object per log line), ``checkpoints/``, and at the
-end ``model.safetensors``, ``model.yaml`` and ``results.json``.
+Everything a run writes goes into its folder (:mod:`zoo.training.runs`).
+:func:`train` reads as its steps: pick the recipe, open (or resume) the run, wrap
+the model, loop over optimizer steps (each followed by its logging, evaluation,
+checkpoint and stopping rules), finish. The state lives in one :class:`Trainer`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import random
@@ -29,22 +29,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..builder import build
 from ..errors import RecipeError
-from ..recipe import atomic_write_text, dump_recipe
+from ..recipe import get_recipe
 from ..registry import registry
+from ..resolver import resolve
 from . import schedules
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
-from .config import (
-    TrainRecipe,
-    apply_train_overrides,
-    get_train_recipe,
-    load_train_recipe,
-    save_train_recipe,
-)
+from .config import TrainRecipe, apply_train_overrides, get_train_recipe
+from .runs import TENSORBOARD, RunFolder, build_task, is_run, new_run_dir
 
 
 @dataclass
 class RunResult:
+    """What :func:`train` returns: the run's folder, its last step, the test metrics (empty
+    when it stopped before the end), the trained model and the task."""
+
     run_dir: Path
     step: int
     metrics: dict[str, float]
@@ -62,16 +62,57 @@ class Interrupted(Exception):
         self.run_dir, self.step = run_dir, step
 
 
-def new_run_dir(name: str, root: Path = Path("runs")) -> Path:
-    """runs/NAME, or runs/NAME-2, -3, ... when taken."""
-    path, n = root / name, 1
-    while path.exists() and any(path.iterdir()):
-        n += 1
-        path = root / f"{name}-{n}"
-    return path
+def train(
+    recipe: str | Path | TrainRecipe | None = None,
+    *,
+    overrides: dict[str, Any] | None = None,
+    run_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = True,
+    stop_after_steps: int | None = None,
+) -> RunResult:
+    """Train a recipe (a built-in name, a file or a :class:`TrainRecipe`), or continue
+    the run in ``resume``. Returns the run's folder, final step, test metrics, the
+    trained model and the task."""
+    recipe = recipe_to_run(recipe, overrides, resume)
+    check(recipe)  # a bad recipe fails here, leaving nothing on disk
+    trainer = Trainer.open(recipe, run_dir=run_dir, resume=resume, device=device)
+    trainer.wrap_model()
+    return trainer.run(progress=progress, stop_after_steps=stop_after_steps)
+
+
+def recipe_to_run(recipe: str | Path | TrainRecipe | None, overrides: dict[str, Any] | None,
+                  resume: str | Path | None) -> TrainRecipe:
+    """The training recipe: the resumed run's own, or the one named; overrides applied."""
+    if resume is not None:
+        folder = RunFolder(resume)
+        if not folder.exists():
+            raise RecipeError(f"{folder.path} holds no run (no train.yaml); give a run folder "
+                              "made by zoo train.")
+        recipe = folder.train_recipe()
+    elif recipe is None:
+        raise RecipeError("name a training recipe (e.g. 'sort') or resume= a run folder")
+    else:
+        recipe = get_train_recipe(recipe)
+    return apply_train_overrides(recipe, overrides) if overrides else recipe
+
+
+def check(recipe: TrainRecipe) -> None:
+    """Everything about a recipe that can be checked before a run folder exists: the
+    task and its settings, the model recipe and its overrides."""
+    registry.get("task", recipe.task.name).validate_settings(recipe.task.settings)
+    resolve(get_recipe(recipe.model.recipe), dict(recipe.model.overrides))
+
+
+def build_model(recipe: TrainRecipe, task, device) -> Any:
+    """The recipe's model, with its overrides and then the task's (vocabulary, classes)."""
+    overrides = {**recipe.model.overrides, **task.model_overrides()}
+    return build(recipe.model.recipe, device=device, **overrides)
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's generators."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -103,6 +144,14 @@ class _Dist:
     def barrier(self) -> None:
         if self.world > 1:
             self.dist.barrier()
+
+    def same_folder(self, path: Path) -> Path:
+        """The main process's choice of ``path``, on every process."""
+        if self.world == 1:
+            return path
+        names = [str(path)]
+        self.dist.broadcast_object_list(names, src=0)
+        return Path(names[0])
 
 
 def _optimizer(spec, model) -> torch.optim.Optimizer:
@@ -136,23 +185,25 @@ def _autocast(precision: str, device: torch.device):
 
 
 class _Log:
-    def __init__(self, run_dir: Path, enabled: bool) -> None:
-        self.path = run_dir / "metrics.jsonl"
+    """Rows to the run's ``metrics.jsonl`` (and TensorBoard when it is installed), from the
+    main process only."""
+
+    def __init__(self, run: RunFolder, enabled: bool) -> None:
+        self.run = run
         self.enabled = enabled
         self.tb = None
         if enabled:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+                self.tb = SummaryWriter(str(run.path / TENSORBOARD))
             except Exception:  # tensorboard is optional
                 self.tb = None
 
     def write(self, row: dict) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
+        self.run.append_metrics(row)
         if self.tb is not None:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and key not in ("step", "epoch"):
@@ -164,256 +215,275 @@ def _to(batch: dict, device: torch.device) -> dict:
             for k, v in batch.items()}
 
 
-def build_task(recipe: TrainRecipe, run_dir: Path | None):
-    component = registry.get("task", recipe.task.name)
-    settings = component.validate_settings(recipe.task.settings)
-    return component.load()(settings, seed=recipe.seed, workdir=run_dir)
+class _Stop(Exception):
+    """Leave the loop: ``interrupted`` (stop_after_steps) returns at once, else finish."""
+
+    def __init__(self, interrupted: bool) -> None:
+        self.interrupted = interrupted
 
 
-def check(recipe: TrainRecipe) -> None:
-    """Everything about a recipe that can be checked before a run folder exists: the
-    task and its settings, the model recipe and its overrides."""
-    from ..recipe import get_recipe
-    from ..resolver import resolve
+class _Window:
+    """Loss and units since the last log line."""
 
-    registry.get("task", recipe.task.name).validate_settings(recipe.task.settings)
-    resolve(get_recipe(recipe.model.recipe), dict(recipe.model.overrides))
+    def __init__(self) -> None:
+        self.units, self.losses, self.start = 0, [], time.perf_counter()
 
 
-def build_model(recipe: TrainRecipe, task, device) -> Any:
-    from ..builder import build
+class Trainer:
+    """One training run's state: its folder, task, model, optimizer, schedule and where it
+    is (step, epoch, position in the epoch, seconds already spent before a resume)."""
 
-    overrides = {**recipe.model.overrides, **task.model_overrides()}
-    model = build(recipe.model.recipe, device=device, **overrides)
-    return model
+    def __init__(self, recipe: TrainRecipe, run: RunFolder, dist: _Dist, device: torch.device,
+                 task: Any, model: Any, resumed: bool) -> None:
+        self.recipe, self.folder, self.dist, self.device = recipe, run, dist, device
+        self.task, self.model, self.forward_model = task, model, model
+        self.train_data = task.dataset("train")
+        self.total = recipe.steps or recipe.epochs * math.ceil(len(self.train_data)
+                                                               / recipe.batch_size)
+        self.optimizer = _optimizer(recipe.optimizer, model)
+        factor = schedules.make(recipe.schedule, self.total)
+        # the optimizer's first update is step 1 of the schedule (the paper counts from 1)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           lambda i: factor(i + 1))
+        self.step, self.epoch, self.position, self.elapsed = 0, 0, 0, 0.0
+        self.started = time.perf_counter()
+        self.stopped_early = False
+        self.scaler = None
+        self.log = _Log(run, dist.main)
+        self.bar = None
+        if resumed:
+            self._restore()
 
-
-def train(
-    recipe: str | Path | TrainRecipe | None = None,
-    *,
-    overrides: dict[str, Any] | None = None,
-    run_dir: str | Path | None = None,
-    resume: str | Path | None = None,
-    device: str | torch.device | None = None,
-    progress: bool = True,
-    stop_after_steps: int | None = None,
-) -> RunResult:
-    """Train a recipe (a built-in name, a file or a :class:`TrainRecipe`), or continue
-    the run in ``resume``. Returns the run's folder, final step, test metrics, the
-    trained model and the task."""
-    if resume is not None:
-        run_dir = Path(resume)
-        if not (run_dir / "train.yaml").exists():
-            raise RecipeError(f"{run_dir} holds no run (no train.yaml); give a run folder "
-                              "made by zoo train.")
-        recipe = load_train_recipe(run_dir / "train.yaml")
-        if overrides:
-            recipe = apply_train_overrides(recipe, overrides)
-    else:
-        if recipe is None:
-            raise RecipeError("name a training recipe (e.g. 'sort') or resume= a run folder")
-        recipe = get_train_recipe(recipe)
-        if overrides:
-            recipe = apply_train_overrides(recipe, overrides)
-    check(recipe)  # a bad recipe fails here, leaving nothing on disk
-    device = _device(device)
-    dist = _Dist(device)
-    if run_dir is None:
-        run_dir = new_run_dir(recipe.name)
-        if dist.world > 1:  # every process must agree on the folder
-            names = [str(run_dir)]
-            dist.dist.broadcast_object_list(names, src=0)
-            run_dir = Path(names[0])
-    run_dir = Path(run_dir)
-    if resume is None and (run_dir / "train.yaml").exists():
-        raise RecipeError(f"{run_dir} already holds a run; continue it with --resume {run_dir} "
-                          "(resume=...), or choose another folder.")
-    if dist.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_train_recipe(recipe, run_dir / "train.yaml")
-    dist.barrier()
-
-    seed_everything(recipe.seed)
-    task = build_task(recipe, run_dir)
-    task.prepare()
-    model = build_model(recipe, task, device)
-    if dist.main:
-        atomic_write_text(run_dir / "model.yaml", dump_recipe(model.recipe))
-    if recipe.activation_checkpointing:
-        model.gradient_checkpointing = True
-    train_data = task.dataset("train")
-    n = len(train_data)
-    steps_per_epoch = math.ceil(n / recipe.batch_size)
-    total = recipe.steps or recipe.epochs * steps_per_epoch
-    optimizer = _optimizer(recipe.optimizer, model)
-    factor = schedules.make(recipe.schedule, total)
-    # the optimizer's first update is step 1 of the schedule (the paper counts from 1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: factor(i + 1))
-
-    step, epoch, position, elapsed = 0, 0, 0, 0.0
-    checkpoint = latest_checkpoint(run_dir) if resume is not None else None
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint, model, optimizer, scheduler)
-        step, epoch, position = state["step"], state["epoch"], state["position"]
-        elapsed = state.get("elapsed", 0.0)
-        set_rng_state(state["rng"])
-    elif resume is not None:
-        raise RecipeError(f"{run_dir} has no checkpoint to resume from.")
-
-    forward_model = model
-    if dist.world > 1:
-        if recipe.distributed == "fsdp":
-            from torch.distributed.fsdp import fully_shard
-
-            forward_model = fully_shard(model)
+    # -- open or resume the run -----------------------------------------------------------------
+    @classmethod
+    def open(cls, recipe: TrainRecipe, *, run_dir: str | Path | None, resume: str | Path | None,
+             device: str | torch.device | None) -> "Trainer":
+        """Create the run folder (or open the one to resume), write its recipes, build the
+        task and the model; a resumed run continues from its latest checkpoint."""
+        device = _device(device)
+        dist = _Dist(device)
+        if resume is not None:
+            path = Path(resume)
+        elif run_dir is not None:
+            path = Path(run_dir)
         else:
-            forward_model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None)
-    if recipe.compile:
-        forward_model = torch.compile(forward_model)
-    scaler = torch.amp.GradScaler("cuda") if recipe.precision == "fp16" else None
-    log = _Log(run_dir, dist.main)
-    bar = None
-    if progress and dist.main:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, initial=step, desc=recipe.name, unit="step", dynamic_ncols=True,
-                   mininterval=1.0)
-
-    def save() -> None:
+            path = dist.same_folder(new_run_dir(recipe.name))
+        run = RunFolder(path)
+        if resume is None and is_run(path):
+            raise RecipeError(f"{path} already holds a run; continue it with --resume {path} "
+                              "(resume=...), or choose another folder.")
         if dist.main:
-            save_checkpoint(run_dir, step, model, optimizer, scheduler,
-                            {"step": step, "epoch": epoch, "position": position,
-                             "elapsed": elapsed + time.perf_counter() - started},
-                            keep=recipe.keep_checkpoints)
+            run.write_train_recipe(recipe)
         dist.barrier()
+        seed_everything(recipe.seed)
+        task = build_task(recipe, path)
+        task.prepare()
+        model = build_model(recipe, task, device)
+        if dist.main:
+            run.write_model_recipe(model.recipe)
+        if recipe.activation_checkpointing:
+            model.gradient_checkpointing = True
+        return cls(recipe, run, dist, device, task, model, resumed=resume is not None)
 
-    def evaluate(split: str) -> dict[str, float]:
-        model.eval()
-        metrics = task.evaluate(model, split, device=device,
-                                limit=recipe.eval_limit if split == "valid" else None)
-        model.train()
+    def _restore(self) -> None:
+        checkpoint = latest_checkpoint(self.folder.path)
+        if checkpoint is None:
+            raise RecipeError(f"{self.folder.path} has no checkpoint to resume from.")
+        state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
+        self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.elapsed = state.get("elapsed", 0.0)
+        set_rng_state(state["rng"])
+
+    # -- wrap the model -------------------------------------------------------------------------
+    def wrap_model(self) -> None:
+        """DistributedDataParallel or FSDP under torchrun, torch.compile when asked, and a
+        gradient scaler for fp16."""
+        if self.dist.world > 1:
+            if self.recipe.distributed == "fsdp":
+                from torch.distributed.fsdp import fully_shard
+
+                self.forward_model = fully_shard(self.model)
+            else:
+                self.forward_model = torch.nn.parallel.DistributedDataParallel(
+                    self.model,
+                    device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if self.recipe.compile:
+            self.forward_model = torch.compile(self.forward_model)
+        if self.recipe.precision == "fp16":
+            self.scaler = torch.amp.GradScaler("cuda")
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self, *, progress: bool, stop_after_steps: int | None) -> RunResult:
+        """Train to the end (or an early stop), then finish; Ctrl-C saves and raises
+        :class:`Interrupted`."""
+        if progress and self.dist.main:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, initial=self.step, desc=self.recipe.name,
+                            unit="step", dynamic_ncols=True, mininterval=1.0)
+        self.started = time.perf_counter()
+        self.model.train()
+        interrupt = _InterruptFlag()
+        try:
+            interrupt.install()
+            self._epochs(interrupt, stop_after_steps)
+        except _Stop as stop:
+            if stop.interrupted:
+                self._close_bar()
+                return RunResult(self.folder.path, self.step, {}, self.model, self.task,
+                                 interrupted=True)
+        except KeyboardInterrupt:
+            self._close_bar()
+            self.save()
+            raise Interrupted(self.folder.path, self.step) from None
+        finally:
+            interrupt.remove()
+        self._close_bar()
+        return self.finish()
+
+    def _epochs(self, interrupt: "_InterruptFlag", stop_after_steps: int | None) -> None:
+        recipe, n = self.recipe, len(self.train_data)
+        window = _Window()
+        while self.step < self.total:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(
+                recipe.seed * 7919 + self.epoch)).tolist()
+            batches = [order[i:i + recipe.batch_size] for i in range(0, n, recipe.batch_size)]
+            while self.position < len(batches) and self.step < self.total:
+                self.optimizer_step(batches[self.position], window)
+                interrupt.check()
+                self._after_step(stop_after_steps)
+            if self.position >= len(batches):
+                self.epoch += 1
+                self.position = 0
+                if not recipe.eval_every and self.validate():
+                    self.stopped_early = True
+                    return
+                if not recipe.checkpoint_every and self.step < self.total:
+                    self.save()
+
+    def optimizer_step(self, indices: list[int], window: _Window) -> None:
+        """One optimizer step over the examples ``indices``: this process's micro-batches
+        forward and backward, then clip, step, schedule, and log when it is time."""
+        recipe, dist = self.recipe, self.dist
+        chunks = [c.tolist() for c in torch.tensor(indices).tensor_split(recipe.accumulate
+                                                                          * dist.world)]
+        mine = chunks[dist.rank * recipe.accumulate:(dist.rank + 1) * recipe.accumulate]
+        losses = []
+        for i, chunk in enumerate(mine):
+            batch = _to(self.task.collate([self.train_data[j] for j in chunk]), self.device)
+            sync = i == len(mine) - 1 or dist.world == 1
+            no_sync = getattr(self.forward_model, "no_sync", None)
+            with contextlib.nullcontext() if sync or no_sync is None else no_sync():
+                with _autocast(recipe.precision, self.device):
+                    loss, units = self.task.loss(self.forward_model, batch,
+                                                 recipe.label_smoothing)
+                scaled = loss / len(mine)
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            losses.append(float(loss.detach()))
+            window.units += units
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if recipe.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), recipe.clip_norm)
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.position += 1
+        window.losses.append(sum(losses) / len(losses))
+        if self.step % recipe.log_every == 0 or self.step == self.total:
+            self._log_window(window, lr)
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def _log_window(self, window: _Window, lr: float) -> None:
+        now = time.perf_counter()
+        loss = self.dist.mean(sum(window.losses) / len(window.losses))
+        rate = window.units * self.dist.world / max(now - window.start, 1e-9)
+        unit = self.task.unit
+        self.log.write({"step": self.step, "epoch": self.epoch, "split": "train",
+                        "loss": loss, "lr": lr, f"{unit}_per_s": rate})
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}",
+                                 **{f"{unit[:3]}/s": f"{rate:,.0f}"}, refresh=False)
+        window.units, window.losses, window.start = 0, [], now
+
+    def _after_step(self, stop_after_steps: int | None) -> None:
+        """Evaluate, checkpoint and stop when the recipe says so."""
+        recipe = self.recipe
+        if recipe.eval_every and self.step % recipe.eval_every == 0 and self.validate():
+            self.stopped_early = True
+            raise _Stop(interrupted=False)
+        if recipe.checkpoint_every and self.step % recipe.checkpoint_every == 0:
+            self.save()
+        over_time = recipe.time_limit_minutes is not None and (
+            self.seconds() > recipe.time_limit_minutes * 60)
+        if stop_after_steps is not None and self.step >= stop_after_steps:
+            self.save()
+            raise _Stop(interrupted=True)
+        if over_time:
+            self.stopped_early = True
+            raise _Stop(interrupted=False)
+
+    # -- evaluate, save, finish -----------------------------------------------------------------
+    def seconds(self) -> float:
+        """Training time so far, the time before a resume included."""
+        return self.elapsed + time.perf_counter() - self.started
+
+    def evaluate(self, split: str) -> dict[str, float]:
+        """The task's metrics on ``split`` (the validation split limited by ``eval_limit``)."""
+        self.model.eval()
+        metrics = self.task.evaluate(self.model, split, device=self.device,
+                                     limit=self.recipe.eval_limit if split == "valid" else None)
+        self.model.train()
         return metrics
 
-    def validate() -> bool:
+    def validate(self) -> bool:
         """Evaluate on the validation split; True when the target is reached."""
         reached = torch.zeros(1)
-        if dist.main:
-            metrics = evaluate("valid")
-            log.write({"step": step, "epoch": epoch, "split": "valid", **metrics})
-            if recipe.target is not None and metrics.get(task.metric, -math.inf) >= recipe.target:
+        if self.dist.main:
+            metrics = self.evaluate("valid")
+            self.log.write({"step": self.step, "epoch": self.epoch, "split": "valid", **metrics})
+            target = self.recipe.target
+            if target is not None and metrics.get(self.task.metric, -math.inf) >= target:
                 reached[0] = 1
-        if dist.world > 1:
-            dist.dist.broadcast(reached, src=0)
+        if self.dist.world > 1:
+            self.dist.dist.broadcast(reached, src=0)
         return bool(reached[0])
 
-    micro = recipe.accumulate * dist.world
-    window_units, window_loss, window_start = 0, [], time.perf_counter()
-    started = time.perf_counter()
-    model.train()
-    stopped_early = False
-    interrupt = _InterruptFlag()
-    try:
-        interrupt.install()
-        while step < total:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(
-                recipe.seed * 7919 + epoch)).tolist()
-            batches = [order[i:i + recipe.batch_size] for i in range(0, n, recipe.batch_size)]
-            while position < len(batches) and step < total:
-                indices = batches[position]
-                chunks = [c.tolist() for c in torch.tensor(indices).tensor_split(micro)]
-                mine = chunks[dist.rank * recipe.accumulate:(dist.rank + 1) * recipe.accumulate]
-                losses = []
-                for i, chunk in enumerate(mine):
-                    batch = _to(task.collate([train_data[j] for j in chunk]), device)
-                    sync = i == len(mine) - 1 or dist.world == 1
-                    ctx = contextlib.nullcontext() if sync or not hasattr(forward_model, "no_sync") \
-                        else forward_model.no_sync()
-                    with ctx:
-                        with _autocast(recipe.precision, device):
-                            loss, units = task.loss(forward_model, batch, recipe.label_smoothing)
-                        scaled = loss / len(mine)
-                        (scaler.scale(scaled) if scaler else scaled).backward()
-                    losses.append(float(loss.detach()))
-                    window_units += units
-                if scaler:
-                    scaler.unscale_(optimizer)
-                if recipe.clip_norm:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.clip_norm)
-                lr = optimizer.param_groups[0]["lr"]
-                if scaler:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                position += 1
-                window_loss.append(sum(losses) / len(losses))
-                if step % recipe.log_every == 0 or step == total:
-                    now = time.perf_counter()
-                    loss_value = dist.mean(sum(window_loss) / len(window_loss))
-                    rate = window_units * dist.world / max(now - window_start, 1e-9)
-                    log.write({"step": step, "epoch": epoch, "split": "train",
-                               "loss": loss_value, "lr": lr, f"{task.unit}_per_s": rate})
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}",
-                                        **{f"{task.unit[:3]}/s": f"{rate:,.0f}"}, refresh=False)
-                    window_units, window_loss, window_start = 0, [], now
-                if bar is not None:
-                    bar.update(1)
-                interrupt.check()
-                if recipe.eval_every and step % recipe.eval_every == 0 and validate():
-                    stopped_early = True
-                    raise _Stop(interrupted=False)
-                if recipe.checkpoint_every and step % recipe.checkpoint_every == 0:
-                    save()
-                over_time = recipe.time_limit_minutes is not None and (
-                    elapsed + time.perf_counter() - started > recipe.time_limit_minutes * 60)
-                if stop_after_steps is not None and step >= stop_after_steps:
-                    save()
-                    raise _Stop(interrupted=True)
-                if over_time:
-                    stopped_early = True
-                    raise _Stop(interrupted=False)
-            if position >= len(batches):
-                epoch += 1
-                position = 0
-                if not recipe.eval_every and validate():
-                    stopped_early = True
-                    break
-                if not recipe.checkpoint_every and step < total:
-                    save()
-    except _Stop as stop:
-        if stop.interrupted:
-            if bar is not None:
-                bar.close()
-            return RunResult(run_dir, step, {}, model, task, interrupted=True)
-    except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()
-        save()
-        raise Interrupted(run_dir, step) from None
-    finally:
-        interrupt.remove()
-    if bar is not None:
-        bar.close()
-    save()
-    metrics: dict[str, float] = {}
-    if dist.main:
-        metrics = evaluate("test")
-        seconds = elapsed + time.perf_counter() - started
-        log.write({"step": step, "epoch": epoch, "split": "test", **metrics})
-        from safetensors.torch import save_model
+    def save(self) -> None:
+        """A checkpoint of this step (written by the main process)."""
+        if self.dist.main:
+            save_checkpoint(self.folder.path, self.step, self.model, self.optimizer, self.scheduler,
+                            {"step": self.step, "epoch": self.epoch, "position": self.position,
+                             "elapsed": self.seconds()},
+                            keep=self.recipe.keep_checkpoints)
+        self.dist.barrier()
 
-        save_model(model, str(run_dir / "model.safetensors"))
-        atomic_write_text(run_dir / "results.json", json.dumps(
-            {"recipe": recipe.name, "step": step, "epochs": epoch, "seconds": round(seconds, 1),
-             "stopped_early": stopped_early, "metric": task.metric,
-             "test": metrics}, indent=2) + "\n")
-    dist.barrier()
-    return RunResult(run_dir, step, metrics, model, task)
+    def finish(self) -> RunResult:
+        """The last checkpoint, the test metrics, the final weights and ``results.json``."""
+        self.save()
+        metrics: dict[str, float] = {}
+        if self.dist.main:
+            metrics = self.evaluate("test")
+            seconds = self.seconds()
+            self.log.write({"step": self.step, "epoch": self.epoch, "split": "test", **metrics})
+            self.folder.write_final(self.model, {
+                "recipe": self.recipe.name, "step": self.step, "epochs": self.epoch,
+                "seconds": round(seconds, 1), "stopped_early": self.stopped_early,
+                "metric": self.task.metric, "test": metrics})
+        self.dist.barrier()
+        return RunResult(self.folder.path, self.step, metrics, self.model, self.task)
+
+    def _close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 class _InterruptFlag:
@@ -443,8 +513,3 @@ class _InterruptFlag:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
-
-
-class _Stop(Exception):
-    def __init__(self, interrupted: bool) -> None:
-        self.interrupted = interrupted

@@ -1,22 +1,137 @@
-"""A finished (or checkpointed) run, loaded back: its model with the trained
-weights, its task (with the run's tokenizer) and its recipe."""
+"""The run folder: what ``zoo train`` writes, and a run loaded back.
+
+This module owns the folder's layout. A run folder holds ``train.yaml`` (the
+training recipe as run), ``model.yaml`` (the model recipe as built, with the
+task's overrides), ``metrics.jsonl`` (one JSON object per log line),
+``checkpoints/`` (:mod:`zoo.training.checkpoint`), the task's own files (the
+translation task's ``tokenizer.json``), and at the end ``model.safetensors`` and
+``results.json``. ``load_run`` turns a run into its model, task and recipe.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_model
-
+from .. import artifact
+from ..builder import build
 from ..errors import RecipeError
-from ..recipe import load_recipe
-from .checkpoint import latest_checkpoint
-from .config import TrainRecipe, load_train_recipe
+from ..files import atomic_write, atomic_write_text
+from ..recipe import Recipe, dump_recipe, load_recipe
+from ..registry import registry
+from ..task import Task, check_task
+from .checkpoint import WEIGHTS_NAME, latest_checkpoint
+from .config import TrainRecipe, load_train_recipe, save_train_recipe
+
+TRAIN_RECIPE = artifact.TRAIN_RECIPE_NAME
+"""``train.yaml``: the training recipe as run (a saved model carries it too)."""
+MODEL_RECIPE = "model.yaml"
+"""The model recipe as built, with the task's overrides."""
+WEIGHTS = WEIGHTS_NAME
+"""``model.safetensors``: the final weights."""
+RESULTS = artifact.RESULTS_NAME
+"""``results.json``: the test metrics, steps and seconds."""
+TOKENIZER = artifact.TOKENIZER_NAME
+"""``tokenizer.json``: written by the translation task into its run folder."""
+METRICS = "metrics.jsonl"
+"""One JSON object per log line (train, valid and test rows)."""
+TENSORBOARD = "tensorboard"
+"""TensorBoard's event files, when tensorboard is installed."""
+
+
+def is_run(path: str | Path) -> bool:
+    """True when ``path`` is a run folder (it holds ``train.yaml``)."""
+    return (Path(path) / TRAIN_RECIPE).is_file()
+
+
+def new_run_dir(name: str, root: Path = Path("runs")) -> Path:
+    """runs/NAME, or runs/NAME-2, -3, ... when taken."""
+    path, n = root / name, 1
+    while path.exists() and any(path.iterdir()):
+        n += 1
+        path = root / f"{name}-{n}"
+    return path
+
+
+class RunFolder:
+    """The files of one run folder, read and written by name."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def exists(self) -> bool:
+        """True when the folder holds a run (``train.yaml``)."""
+        return is_run(self.path)
+
+    def train_recipe(self) -> TrainRecipe:
+        """The training recipe as run."""
+        return load_train_recipe(self.path / TRAIN_RECIPE)
+
+    def model_recipe(self) -> Recipe:
+        """The model recipe as built."""
+        return load_recipe(self.path / MODEL_RECIPE)
+
+    def results(self) -> dict[str, Any]:
+        """``results.json``, or an empty dict before the run has finished."""
+        path = self.path / RESULTS
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every row of ``metrics.jsonl``."""
+        path = self.path / METRICS
+        if not path.exists():
+            raise RecipeError(f"{path} does not exist: is {self.path} a run folder made by "
+                              "zoo train?")
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def published_files(self) -> dict[str, Path]:
+        """The run's files a saved model carries (training recipe, results, tokenizer)."""
+        return {name: self.path / name for name in artifact.TRAINING_FILES
+                if (self.path / name).is_file()}
+
+    def weights(self) -> Path | None:
+        """The final weights, else the latest checkpoint's, else None."""
+        if (self.path / WEIGHTS).exists():
+            return self.path / WEIGHTS
+        checkpoint = latest_checkpoint(self.path)
+        return checkpoint / WEIGHTS_NAME if checkpoint is not None else None
+
+    # -- writing ------------------------------------------------------------------------------
+    def write_train_recipe(self, recipe: TrainRecipe) -> None:
+        """Write ``train.yaml`` (creating the folder)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        save_train_recipe(recipe, self.path / TRAIN_RECIPE)
+
+    def write_model_recipe(self, recipe: Recipe) -> None:
+        """Write ``model.yaml``."""
+        atomic_write_text(self.path / MODEL_RECIPE, dump_recipe(recipe))
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        """Add one row to ``metrics.jsonl``."""
+        with open(self.path / METRICS, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    def write_final(self, model: Any, results: dict[str, Any]) -> None:
+        """Write the final weights, then ``results.json`` (each atomically)."""
+        atomic_write(self.path / WEIGHTS, lambda tmp: artifact.save_weights_file(model, tmp))
+        atomic_write_text(self.path / RESULTS, json.dumps(results, indent=2) + "\n")
+
+
+def build_task(recipe: TrainRecipe, run_dir: Path | None) -> Task:
+    """The recipe's task, built with its settings, seed and working folder (the run's)."""
+    component = registry.get("task", recipe.task.name)
+    settings = component.validate_settings(recipe.task.settings)
+    task = component.load()(settings, seed=recipe.seed, workdir=run_dir)
+    check_task(task, recipe.task.name, component.plugin)
+    return task
 
 
 @dataclass
 class Run:
+    """A run loaded back: its folder, training recipe, trained model and task."""
+
     path: Path
     recipe: TrainRecipe
     model: Any
@@ -25,22 +140,16 @@ class Run:
 
 def load_run(path: str | Path, device: str | None = None) -> Run:
     """The model of run folder ``path`` (its final weights, else its latest checkpoint)."""
-    from ..builder import build
-    from .loop import build_task
-
-    path = Path(path)
-    if not (path / "train.yaml").exists() or not (path / "model.yaml").exists():
-        raise RecipeError(f"{path} is not a run folder (no train.yaml and model.yaml); "
-                          "zoo train writes them in runs/NAME.")
-    recipe = load_train_recipe(path / "train.yaml")
-    task = build_task(recipe, path)  # tasks read their data when it is first asked for
-    model = build(load_recipe(path / "model.yaml"), device=device)
-    weights = path / "model.safetensors"
-    if not weights.exists():
-        checkpoint = latest_checkpoint(path)
-        if checkpoint is None:
-            raise RecipeError(f"{path} has no trained weights yet (no model.safetensors and no "
-                              "checkpoint).")
-        weights = checkpoint / "model.safetensors"
-    load_model(model, str(weights), strict=True)
-    return Run(path, recipe, model.eval(), task)
+    run = RunFolder(path)
+    if not run.exists() or not (run.path / MODEL_RECIPE).exists():
+        raise RecipeError(f"{run.path} is not a run folder (no {TRAIN_RECIPE} and "
+                          f"{MODEL_RECIPE}); zoo train writes them in runs/NAME.")
+    recipe = run.train_recipe()
+    task = build_task(recipe, run.path)  # tasks read their data when it is first asked for
+    model = build(run.model_recipe(), device=device)
+    weights = run.weights()
+    if weights is None:
+        raise RecipeError(f"{run.path} has no trained weights yet (no {WEIGHTS} and no "
+                          "checkpoint).")
+    artifact.load_weights(model, artifact.read_weights([weights], str(weights)), str(weights))
+    return Run(run.path, recipe, model.eval(), task)

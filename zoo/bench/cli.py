@@ -1,0 +1,143 @@
+"""``zoo bench``: its subcommands, their arguments and their handlers, together.
+
+Importing this module imports no torch (``zoo --help`` builds its parser); each
+handler imports the bench it runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _size(text: str) -> int:
+    """'8GiB', '512MiB', '2G' or a number of bytes."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB, 512MiB)") from None
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") \
+            from None
+
+
+MODEL_BENCHES = (
+    ("train", "transformer-base training steps: zoo vs torch.nn.Transformer and Marian"),
+    ("decode", "greedy and beam-4 decoding: zoo vs Marian's generate and torch.nn.Transformer"),
+    ("vit", "ViT inference and training: zoo vs timm"),
+    ("startup", "zoo --help, import zoo, zoo.build('transformer-base') in fresh processes"),
+    ("all", "train, decode, vit and startup in one run"),
+)
+
+
+def add_bench(sub) -> None:
+    """``zoo bench attention|train|decode|vit|startup|all``."""
+    p = sub.add_parser("bench", help="benchmarks, side by side in one run")
+    bench = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    _attention_arguments(bench.add_parser(
+        "attention", help="time and peak memory of each attention vs length"))
+    for name, text in MODEL_BENCHES:
+        b = bench.add_parser(name, help=text)
+        _model_bench_arguments(b)
+        b.set_defaults(func=cmd_bench_models)
+
+
+def _attention_arguments(b) -> None:
+    b.add_argument("--mechanisms", help="comma-separated attention[:kernel], default: "
+                   "vanilla:eager,vanilla:sdpa,sliding-window,bigbird,performer,linear")
+    b.add_argument("--lengths", type=_int_list, default=[256, 512, 1024, 2048, 4096, 8192, 16384],
+                   help="comma-separated sequence lengths (default 256 ... 16384)")
+    b.add_argument("--batch", type=int, default=1)
+    b.add_argument("--d-model", type=int, default=512)
+    b.add_argument("--heads", type=int, default=8)
+    b.add_argument("--causal", action="store_true", help="causal self-attention")
+    b.add_argument("--backward", action="store_true", help="time forward and backward")
+    b.add_argument("--repeat", type=int, default=3, help="timed calls per point (median)")
+    b.add_argument("--memory-bound", type=_size, default=_size("8GiB"),
+                   help="stop a mechanism before it would pass this (default 8GiB)")
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    b.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    b.add_argument("--json", metavar="OUT", help="write the measurements as JSON")
+    b.add_argument("--plot", metavar="OUT.png", help="write a PNG plot")
+    b.add_argument("-v", "--verbose", action="store_true", help="say what runs")
+    b.set_defaults(func=cmd_bench_attention)
+
+
+def cmd_bench_attention(args: argparse.Namespace) -> int:
+    """Time each attention mechanism as sequences grow; print, and write JSON and a PNG."""
+    import torch
+
+    from ..files import atomic_write_text
+    from ..registry import registry
+    from . import attention as bench
+
+    mechanisms = args.mechanisms.split(",") if args.mechanisms else list(bench.MECHANISMS)
+    for spec in mechanisms:  # unknown names fail here, with suggestions, before any work
+        name, kernel = bench.parse_mechanism(spec)
+        registry.get("attention", name)
+        registry.get("kernel", kernel)
+    dtype = getattr(torch, args.dtype)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    mode = "forward+backward" if args.backward else "forward"
+    print(f"attention bench: batch {args.batch}, d_model {args.d_model}, {args.heads} heads, "
+          f"{'causal' if args.causal else 'bidirectional'}, {mode}, {args.dtype}, "
+          f"{args.device}, {torch.get_num_threads()} threads, memory bound "
+          f"{args.memory_bound / 2**30:.1f} GiB", flush=True)
+    results = bench.run(
+        mechanisms, args.lengths, batch=args.batch, d_model=args.d_model, n_heads=args.heads,
+        causal=args.causal, backward=args.backward, repeat=args.repeat,
+        memory_bound=args.memory_bound, device=args.device, dtype=dtype,
+        progress=(lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+        if args.verbose else None,
+    )
+    print(bench.table(results))
+    if args.json:
+        rows = bench.records(results, dtype=dtype, backward=args.backward, device=args.device)
+        atomic_write_text(args.json, json.dumps(rows, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        bench.plot(results, args.plot, title=f"attention, d_model {args.d_model}, "
+                   f"{args.heads} heads, batch {args.batch}, {mode}, {args.device}")
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_bench_models(args: argparse.Namespace) -> int:
+    """zoo side by side with its peers (train, decode, vit, startup, all)."""
+    from .run import main
+
+    return main(args)
+
+
+def _model_bench_arguments(parser) -> None:
+    parser.add_argument("--json", metavar="OUT", help="write one JSON object per measured "
+                        "implementation (bench, impl, dtype, mode, throughput, unit, ...)")
+    parser.add_argument("--plot", metavar="OUT.png", help="bar chart of each peer vs zoo")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,timm")
+    parser.add_argument("--dtypes", help="comma-separated: fp32,bf16")
+    parser.add_argument("--modes", help="decode: greedy,beam4; vit: inference,train")
+    parser.add_argument("--batch", type=int, help="default 16 (train, decode), 8 (vit)")
+    parser.add_argument("--length", type=int, help="source (and target) length, default 64")
+    parser.add_argument("--new-tokens", type=int, default=64, help="decode: tokens made")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--vit-recipe", default="vit-small-patch16-224")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--kernel", help="zoo's attention kernel (sdpa, eager, xformers, auto)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile every implementation (train, vit)")
+    parser.add_argument("--peak-tflops", type=float, help="bf16 peak for MFU instead of the "
+                        "measured one (a card's datasheet figure, e.g. 989 for an H200)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--wait", type=float, default=60.0,
+                        help="seconds to wait for a quiet machine (default 60)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="say what runs")
