@@ -74,6 +74,32 @@ def test_save_then_load_gives_the_same_model(name, tmp_path):
     same_model(model, zoo.build(f"local-dir:{folder}"), name)
 
 
+@pytest.mark.parametrize("as_path", [False, True], ids=["str", "Path"])
+def test_a_saved_model_named_by_a_path_loads_its_weights(tmp_path, as_path):
+    model = zoo.build("transformer-tiny")
+    folder = zoo.save_pretrained(model, tmp_path / "m")
+    name = f"local-dir:{folder}"
+    loaded = zoo.build(Path(name) if as_path else name)  # was: random weights for a Path
+    same_model(model, loaded, "transformer-tiny")
+    assert zoo.get_recipe(Path(name) if as_path else name) == model.recipe
+
+
+def test_build_is_entered_once_for_a_saved_model(tmp_path, monkeypatch):
+    import zoo.builder
+
+    folder = zoo.save_pretrained(zoo.build("transformer-tiny"), tmp_path / "m")
+    calls = []
+    real = zoo.builder.build
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(zoo.builder, "build", counting)
+    zoo.builder.build(f"local-dir:{folder}", dropout=0.0)
+    assert len(calls) == 1
+
+
 def test_config_names_each_component_and_its_distribution(tmp_path):
     folder = zoo.save_pretrained(zoo.build("transformer-tiny", positional="rope"), tmp_path / "m")
     config = json.loads((folder / CONFIG_NAME).read_text())

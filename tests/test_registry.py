@@ -87,3 +87,17 @@ def test_list_components_shows_plugin_capabilities_description():
     assert isinstance(vanilla.build(None, d_model=8, n_heads=2,
                                     kernel=zoo.get_component("kernel", "eager").load()),
                       torch.nn.Module)
+
+
+def test_a_fresh_registry_is_empty_and_loads_no_plugin_by_itself():
+    import types
+
+    reg = Registry()
+    assert reg.list("norm") == [] and reg.plugin_names() == []
+    plugin = types.SimpleNamespace(register_norms=zoo.hookimpl(
+        lambda register: register("mine", "zoo.plugins.norm.rmsnorm:RMSNorm")))
+    info = reg.plugins.register_plugin(plugin, name="mine")
+    assert info.registered == [("norm", "mine")]
+    assert [c.name for c in reg.list("norm")] == ["mine"]
+    assert reg.get("norm", "mine").plugin == "mine"
+    assert "mine" not in zoo.registry.registry.names("norm")  # the process-wide one is apart

@@ -63,15 +63,17 @@ class PluginManager:
     """The plugins of one registry: entry points found once, run-time plugins added later.
 
     ``register`` and ``unregister`` are where components go; a plugin's hooks call
-    ``register`` bound to their family and to the plugin's name."""
+    ``register`` bound to their family and to the plugin's name. With
+    ``entry_points=False`` only plugins added by :meth:`register_plugin` are used."""
 
-    def __init__(self, register: Register, unregister: Unregister) -> None:
+    def __init__(self, register: Register, unregister: Unregister, *,
+                 entry_points: bool = True) -> None:
         self.pm = pluggy.PluginManager("zoo")
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self._register_component = register
         self._unregister_component = unregister
-        self._loaded = False
+        self._loaded = not entry_points
         self._loading = False
 
     # -- loading -------------------------------------------------------------------------------

@@ -114,12 +114,11 @@ class Registry:
     def __init__(self, *, entry_points: bool = False) -> None:
         self._components: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
         self._entry_points = entry_points
-        self.plugins = PluginManager(self.register, self.unregister)
+        self.plugins = PluginManager(self.register, self.unregister, entry_points=entry_points)
 
     def _ensure_loaded(self) -> None:
         """Load the entry-point plugins on the first lookup (when this registry uses them)."""
-        if self._entry_points:
-            self.plugins.ensure_loaded()
+        self.plugins.ensure_loaded()
 
     def ensure_loaded(self) -> None:
         """Load the entry-point plugins now, if they are not loaded yet."""
@@ -133,7 +132,8 @@ class Registry:
         """Forget every component and plugin; the entry points load again on next use."""
         for members in self._components.values():
             members.clear()
-        self.plugins = PluginManager(self.register, self.unregister)
+        self.plugins = PluginManager(self.register, self.unregister,
+                                     entry_points=self._entry_points)
 
     # -- registration ----------------------------------------------------------------------
     def register(
