@@ -25,3 +25,21 @@ def test_mkdocs_build_strict(tmp_path):
     for name in zoo.list_recipes():
         assert f"<code>{name}</code>" in recipes
     assert "63,082,496" in recipes
+
+
+def test_every_public_class_and_function_of_the_core_has_a_docstring():
+    import ast
+
+    missing = []
+    for path in sorted((ROOT / "zoo").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(ROOT)
+        if path.name != "__main__.py" and not ast.get_docstring(tree):
+            missing.append(f"{where}: the module")
+        for node in tree.body:
+            if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or node.name.startswith("_"):
+                continue
+            members = [node] + [m for m in node.body if isinstance(node, ast.ClassDef)
+                                and isinstance(m, ast.FunctionDef) and not m.name.startswith("_")]
+            missing += [f"{where}:{m.lineno} {m.name}" for m in members if not ast.get_docstring(m)]
+    assert not missing, "public names without a docstring:\n" + "\n".join(missing)

@@ -10,4 +10,5 @@ class PassThrough(nn.Module):
     """Stands where the embeddings' positions go when positions act inside attention."""
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``x`` unchanged."""
         return x

@@ -203,6 +203,7 @@ class Footprint:
 
     @property
     def bytes(self) -> int:
+        """Bytes of parameters and buffers in the footprint's dtype."""
         return self.bytes_in(self.dtype)
 
 
@@ -243,6 +244,7 @@ def memory_available(device: str | torch.device | None = None) -> int:
 
 
 def format_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if abs(n) < 1024 or unit == "PiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"

@@ -27,10 +27,12 @@ class KVCache:
 
     @property
     def k(self) -> torch.Tensor | None:
+        """The keys so far, (B, H, L, D), or None."""
         return None if self._k is None else self._k[..., : self._len, :]
 
     @property
     def v(self) -> torch.Tensor | None:
+        """The values so far, (B, H, L, D), or None."""
         return None if self._v is None else self._v[..., : self._len, :]
 
     def __len__(self) -> int:
@@ -39,6 +41,7 @@ class KVCache:
 
     @property
     def empty(self) -> bool:
+        """True before anything was stored."""
         return self._k is None and not self.state
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,6 +21,8 @@ class Capabilities(BaseModel):
 
 
 class AttentionCapabilities(Capabilities):
+    """What an attention mechanism can do."""
+
     causal: bool = True
     """Can attend causally (a decoder's self-attention)."""
     cross_attention: bool = True
@@ -39,6 +41,8 @@ class AttentionCapabilities(Capabilities):
 
 
 class KernelCapabilities(Capabilities):
+    """What an attention kernel can do, and what it needs."""
+
     causal: bool = True
     arbitrary_mask: bool = True
     dropout: bool = True
@@ -50,6 +54,8 @@ class KernelCapabilities(Capabilities):
 
 
 class PositionalCapabilities(Capabilities):
+    """How a positional encoding acts, and its limits."""
+
     kind: Literal["absolute", "rotary", "bias", "relative", "none"] = "absolute"
     """``absolute`` is added to the embeddings; the others act inside attention."""
     learned: bool = False
@@ -61,30 +67,42 @@ class PositionalCapabilities(Capabilities):
 
 
 class NormCapabilities(Capabilities):
+    """What a normalisation layer computes."""
+
     centered: bool = True
     """Subtracts the mean (LayerNorm) or not (RMSNorm)."""
     bias: bool = True
 
 
 class FFNCapabilities(Capabilities):
+    """What a feed-forward network computes."""
+
     gated: bool = False
 
 
 class BlockCapabilities(Capabilities):
+    """Where a block goes: an encoder's or a decoder's stack."""
+
     role: Literal["encoder", "decoder"]
 
 
 class ArchitectureCapabilities(Capabilities):
+    """What a whole model takes and gives."""
+
     inputs: Literal["tokens", "images"]
     outputs: Literal["tokens", "classes"]
 
 
 class TaskCapabilities(Capabilities):
+    """The architectures a task trains."""
+
     architectures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Family:
+    """A kind of interchangeable part: its name, contract, capability model and hook."""
+
     name: str
     summary: str
     capabilities: type[Capabilities]

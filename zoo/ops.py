@@ -61,6 +61,7 @@ class Dropout(nn.Dropout):
     """``nn.Dropout`` through :func:`dropout`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Dropout with the cheaper CPU mask (in place: ``F.dropout``)."""
         if self.inplace:
             return F.dropout(x, self.p, self.training, inplace=True)
         return dropout(x, self.p, self.training)
@@ -90,6 +91,7 @@ class Linear(nn.Linear):
     """Set False (on the class or one layer) to always use ``F.linear``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``F.linear``, or the packed oneDNN product for CPU inference."""
         dtype = self._packed_dtype(x)
         if dtype is not None:
             weight, bias = self._packed(x, dtype)
@@ -133,5 +135,6 @@ class Linear(nn.Linear):
         return state
 
     def train(self, mode: bool = True) -> "Linear":
+        """Switch mode; the packed weight is dropped (it is made again when needed)."""
         self.__dict__.pop("_packed_cache", None)
         return super().train(mode)

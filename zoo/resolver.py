@@ -24,6 +24,8 @@ from .registry import Component, describe_validation_error, registry
 
 @dataclass
 class Part:
+    """One slot's component and its validated settings."""
+
     slot: str
     component: Component
     settings: BaseModel | None

@@ -28,6 +28,8 @@ MECHANISMS = ("vanilla:eager", "vanilla:sdpa", "sliding-window", "bigbird", "per
 
 @dataclass
 class Measurement:
+    """One mechanism at one length: time, peak memory, or why it was skipped."""
+
     mechanism: str
     length: int
     time_ms: float | None = None
@@ -44,6 +46,7 @@ def parse_mechanism(spec: str) -> tuple[str, str]:
 
 
 def build_layer(spec: str, *, d_model: int, n_heads: int, causal: bool, device, dtype):
+    """One attention layer of ``spec`` (``name[:kernel]``), self-attention, on ``device``."""
     name, kernel = parse_mechanism(spec)
     module = zoo.get_component("attention", name).build(
         None, d_model=d_model, n_heads=n_heads,
@@ -70,6 +73,7 @@ def _sync(device) -> None:
 
 
 def measure(layer, length: int, *, batch: int, backward: bool, repeat: int, device, dtype):
+    """Time and peak memory of one layer at one length (median of ``repeat`` calls)."""
     x = torch.randn(batch, length, layer.d_model, device=device, dtype=dtype,
                     requires_grad=backward)
 
@@ -100,6 +104,7 @@ def run(
     memory_bound: int = 8 * 2**30, device: str = "cpu", dtype: torch.dtype = torch.float32,
     progress=None,
 ) -> list[Measurement]:
+    """Every mechanism at every length, skipping a mechanism past the memory bound."""
     results: list[Measurement] = []
     for spec in mechanisms:
         torch.manual_seed(0)
@@ -138,6 +143,7 @@ def run(
 
 
 def table(results: list[Measurement]) -> str:
+    """The measurements as a text table, one row per mechanism."""
     lengths = sorted({r.length for r in results})
     mechanisms = list(dict.fromkeys(r.mechanism for r in results))
     cell = {(r.mechanism, r.length): r for r in results}
@@ -172,6 +178,7 @@ def table(results: list[Measurement]) -> str:
 
 
 def records(results: list[Measurement], *, dtype, backward: bool, device: str) -> list[dict]:
+    """The measurements as JSON-ready rows, in the model benches' row shape."""
     out = []
     for r in results:
         row = asdict(r)
@@ -184,6 +191,7 @@ def records(results: list[Measurement], *, dtype, backward: bool, device: str) -
 
 
 def plot(results: list[Measurement], path, *, title: str) -> None:
+    """Time and peak memory against length, one line per mechanism, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -25,6 +25,8 @@ from .memory import PeakMemory
 
 @dataclass
 class Case:
+    """One implementation, dtype and mode to time: a call and what it handles."""
+
     bench: str
     impl: str
     dtype: str
@@ -40,6 +42,8 @@ class Case:
 
 @dataclass
 class Result:
+    """What one case measured, and its ratio to zoo's."""
+
     bench: str
     impl: str
     dtype: str
@@ -182,6 +186,7 @@ def add_ratios(results: list[Result]) -> None:
 
 
 def table(results: list[Result]) -> str:
+    """The results as a text table."""
     header = ["bench", "mode", "dtype", "impl", "throughput", "unit", "peak MiB", "GFLOP/s",
               "MFU", "zoo/impl", "noise"]
     rows = []
@@ -208,6 +213,7 @@ def _num(x: float) -> str:
 
 
 def records(results: list[Result], context: dict) -> list[dict]:
+    """The results as JSON-ready rows, each with the run's context."""
     out = []
     for r in results:
         row = asdict(r)

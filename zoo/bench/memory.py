@@ -37,6 +37,7 @@ def _status_kib(field: str) -> int:
 
 
 def cpu_supported() -> bool:
+    """True where the CPU's peak memory can be read (Linux's /proc clear_refs)."""
     return sys.platform.startswith("linux") and _STATUS.exists() and _CLEAR_REFS.exists()
 
 

@@ -55,6 +55,7 @@ def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: i
                 src_len: int = 64, tgt_len: int = 64, dtypes=("fp32", "bf16"),
                 impls=("zoo", "torch", "marian"), device: str = "cpu", kernel: str | None = None,
                 compile: bool = False, say=None) -> list[Case]:
+    """Training-step cases: zoo, torch.nn.Transformer and Marian on the same shapes."""
     import zoo
 
     torch.manual_seed(0)
@@ -91,6 +92,7 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
                  src_len: int = 64, new_tokens: int = 64, modes=("greedy", "beam4"),
                  impls=("zoo", "marian", "torch"), device: str = "cpu", kernel: str | None = None,
                  say=None) -> list[Case]:
+    """Decoding cases (greedy, beam 4): zoo, Marian's generate and torch.nn.Transformer."""
     import zoo
 
     torch.manual_seed(0)
@@ -135,6 +137,7 @@ def vit_cases(*, recipe: str = "vit-small-patch16-224", batch: int = 8,
               modes=("inference", "train"), dtypes=("fp32", "bf16"), impls=("zoo", "timm"),
               device: str = "cpu", kernel: str | None = None, compile: bool = False,
               say=None) -> list[Case]:
+    """ViT cases (inference, a training step): zoo and timm on the same shapes."""
     import zoo
 
     torch.manual_seed(0)

@@ -67,6 +67,7 @@ class TorchTransformer(nn.Module):
         return self.drop(self.embed(tokens) * self.scale + self.table[: tokens.shape[1]])
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """(B, Ls) sources and (B, Lt) targets -> (B, Lt, vocab) logits."""
         causal = nn.Transformer.generate_square_subsequent_mask(
             tgt.shape[1], device=tgt.device, dtype=torch.bool)
         src_pad, tgt_pad = src.eq(self.pad_id), tgt.eq(self.pad_id)
@@ -95,6 +96,7 @@ class TorchTransformer(nn.Module):
 
 
 def torch_transformer(zoo_model: nn.Module) -> nn.Module:
+    """A torch.nn.Transformer peer of ``zoo_model``'s sizes."""
     return TorchTransformer(_settings(zoo_model))
 
 
@@ -106,11 +108,13 @@ class MarianPeer(nn.Module):
         self.model = model
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """(B, Ls) sources and (B, Lt) targets -> (B, Lt, vocab) logits."""
         return self.model(input_ids=src, attention_mask=src.ne(0), decoder_input_ids=tgt,
                           use_cache=False).logits
 
 
 def marian(zoo_model: nn.Module) -> nn.Module:
+    """A Hugging Face Marian peer of ``zoo_model``'s sizes."""
     try:
         from transformers import MarianConfig, MarianMTModel
     except ImportError as exc:
@@ -131,6 +135,7 @@ def marian(zoo_model: nn.Module) -> nn.Module:
 
 
 def timm_vit(zoo_model: nn.Module) -> nn.Module:
+    """A timm ViT peer of ``zoo_model``'s sizes."""
     try:
         import timm
     except ImportError as exc:

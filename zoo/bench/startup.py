@@ -23,6 +23,7 @@ TARGETS = {"help": 0.3, "build": 2.0}
 
 
 def torch_imported_by_help() -> bool:
+    """True when ``zoo --help`` imports torch in a fresh process (it should not)."""
     code = ("import sys, runpy; sys.argv = ['zoo', '--help']\n"
             "try:\n    runpy.run_module('zoo', run_name='__main__')\nexcept SystemExit:\n"
             "    pass\nprint('torch' in sys.modules, file=sys.stderr)")
@@ -31,6 +32,7 @@ def torch_imported_by_help() -> bool:
 
 
 def run(repeats: int = 5) -> list[Result]:
+    """Each startup step timed in fresh processes (median of ``repeats``)."""
     results = []
     for (impl, mode), command in STEPS.items():
         subprocess.run(command, capture_output=True, check=True)  # warm the file cache

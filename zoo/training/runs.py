@@ -4,7 +4,8 @@ This module owns the folder's layout. A run folder holds ``train.yaml`` (the
 training recipe as run), ``model.yaml`` (the model recipe as built, with the
 task's overrides), ``metrics.jsonl`` (one JSON object per log line),
 ``checkpoints/`` (:mod:`zoo.training.checkpoint`), the task's own files (the
-translation task's ``tokenizer.json``), and at the end ``model.safetensors`` and
+translation task writes ``tokenizer.json``, which a saved model carries: see
+``artifact.TRAINING_FILES``), and at the end ``model.safetensors`` and
 ``results.json``. ``load_run`` turns a run into its model, task and recipe.
 """
 
@@ -33,8 +34,6 @@ WEIGHTS = WEIGHTS_NAME
 """``model.safetensors``: the final weights."""
 RESULTS = artifact.RESULTS_NAME
 """``results.json``: the test metrics, steps and seconds."""
-TOKENIZER = artifact.TOKENIZER_NAME
-"""``tokenizer.json``: written by the translation task into its run folder."""
 METRICS = "metrics.jsonl"
 """One JSON object per log line (train, valid and test rows)."""
 TENSORBOARD = "tensorboard"

@@ -48,6 +48,7 @@ def one_cycle(total: int, pct_start: float = 0.3, min_ratio: float = 0.0) -> Cal
 
 
 def make(spec, total: int) -> Callable[[int], float]:
+    """The schedule a ``ScheduleSpec`` names, for a run of ``total`` steps."""
     if spec.name == "inverse-sqrt":
         return inverse_sqrt(spec.warmup_steps)
     if spec.name == "constant":
