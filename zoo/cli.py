@@ -251,6 +251,26 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_env(sub) -> None:
+    """``zoo env [--json]``."""
+    p = sub.add_parser("env", help="this installation and machine, to paste into a bug report")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_env)
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """Print zoo's version, the plugins, torch, CUDA, the CPU's bf16/AMX units, the Hub."""
+    from .environment import as_text, report
+
+    data = report()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print("Copy and paste the lines below into your bug report.\n")
+        print(as_text(data))
+    return 0
+
+
 # -- zoo train -----------------------------------------------------------------------------------
 def add_train(sub) -> None:
     """``zoo train RECIPE`` or ``zoo train --resume RUN``."""
@@ -264,6 +284,8 @@ def add_train(sub) -> None:
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder")
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when there is one)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--allow-slow-bf16", action="store_true", help="train in bf16 even on a CPU "
+                   "without bf16 units (emulated: about 100x slower than fp32)")
     p.set_defaults(func=cmd_train)
 
 
@@ -279,7 +301,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                          "built-in recipes: " + ", ".join(list_train_recipes()))
     try:
         result = train(args.recipe, overrides=_parse_sets(args.set), run_dir=args.out,
-                       resume=args.resume, device=args.device, progress=not args.no_progress)
+                       resume=args.resume, device=args.device, progress=not args.no_progress,
+                       allow_slow_bf16=args.allow_slow_bf16)
     except Interrupted as exc:
         print(f"zoo: {exc}", file=sys.stderr)
         return 130
@@ -398,7 +421,8 @@ def cmd_plot_positions(args: argparse.Namespace) -> int:
 
 # -- the parser ----------------------------------------------------------------------------------
 COMMANDS = (add_list, add_save, add_push, add_pull, add_components, add_info, add_plugins,
-            add_train, add_translate, add_plot, add_attention_map, add_plot_positions, add_bench)
+            add_env, add_train, add_translate, add_plot, add_attention_map, add_plot_positions,
+            add_bench)
 """Each adds one subcommand (its arguments and its handler), in ``zoo --help``'s order."""
 
 

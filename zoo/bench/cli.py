@@ -140,4 +140,5 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--wait", type=float, default=60.0,
                         help="seconds to wait for a quiet machine (default 60)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="say what runs")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines (which case warms up, rounds left)")

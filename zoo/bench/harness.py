@@ -137,18 +137,25 @@ def count_flops(fn: Callable[[], object]) -> float:
 def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
               peaks: dict[str, float] | None = None, say=None) -> list[Result]:
     """Run every case ``warmup`` times, then ``repeats`` rounds of each in turn, then one
-    more call of each for its peak memory (beyond what was held before the call)."""
+    more call of each for its peak memory (beyond what was held before the call).
+    ``say`` hears which case warms up and how many rounds are left."""
     times: dict[int, list[float]] = {i: [] for i in range(len(cases))}
-    for case in cases:
+    for n, case in enumerate(cases, 1):
         if say:
-            say(f"warming up {case.bench} {case.mode} {case.dtype} {case.impl}")
+            say(f"warming up {case.bench} {case.mode} {case.dtype} {case.impl} "
+                f"({n}/{len(cases)})")
         for _ in range(warmup):
             case.run()
         _sync(case.device)
     order = list(range(len(cases)))
+    started = time.perf_counter()
     for round_ in range(repeats):
         if say:
-            say(f"round {round_ + 1}/{repeats}")
+            left = ""
+            if round_:
+                per_round = (time.perf_counter() - started) / round_
+                left = f", about {per_round * (repeats - round_):.0f} s left"
+            say(f"round {round_ + 1}/{repeats} of {len(cases)} cases{left}")
         for i in order[round_ % len(order):] + order[: round_ % len(order)]:
             start = time.perf_counter()
             cases[i].run()

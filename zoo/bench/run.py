@@ -12,12 +12,41 @@ from pathlib import Path
 BENCHES = ("train", "decode", "vit", "startup")
 
 
-def _say(verbose: bool):
-    return (lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True)) if verbose else None
+def _say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def _list(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else default
+
+
+def default_dtypes(device: str) -> tuple[tuple[str, ...], str]:
+    """The dtypes timed when ``--dtypes`` is not given: fp32, and bf16 where the device
+    has bf16 units; with the one-line reason when bf16 is left out."""
+    from .. import hardware
+
+    why = hardware.detect().why_no_bf16(device)
+    if why:
+        return ("fp32",), f"bf16 left out: {why}. Ask for it with --dtypes fp32,bf16."
+    return ("fp32", "bf16"), ""
+
+
+def dtypes_for(args) -> tuple[str, ...]:
+    """The dtypes to time: those asked for (with a warning on stderr for emulated bf16),
+    else the defaults for the device (saying on stdout why bf16 is left out)."""
+    from .. import hardware
+
+    if not args.dtypes:
+        dtypes, note = default_dtypes(args.device)
+        if note:
+            print(note, flush=True)
+        return dtypes
+    dtypes = _list(args.dtypes, ())
+    why = hardware.detect().why_no_bf16(args.device)
+    if "bf16" in dtypes and why:
+        print(f"zoo bench: warning: bf16 asked for with {why}; expect its rows to take "
+              "minutes.", file=sys.stderr, flush=True)
+    return dtypes
 
 
 def cases_for(bench: str, args, say) -> list:
@@ -28,7 +57,7 @@ def cases_for(bench: str, args, say) -> list:
     if bench == "train":
         return models.train_cases(
             batch=args.batch or 16, src_len=args.length or 64, tgt_len=args.length or 64,
-            vocab=args.vocab, dtypes=_list(args.dtypes, ("fp32", "bf16")),
+            vocab=args.vocab, dtypes=dtypes_for(args),
             impls=impls or ("zoo", "torch", "marian"), device=args.device, kernel=args.kernel,
             compile=args.compile, say=say)
     if bench == "decode":
@@ -41,24 +70,38 @@ def cases_for(bench: str, args, say) -> list:
         return models.vit_cases(
             recipe=args.vit_recipe, batch=args.batch or 8,
             modes=_list(args.modes, ("inference", "train")),
-            dtypes=_list(args.dtypes, ("fp32", "bf16")), impls=impls or ("zoo", "timm"),
+            dtypes=dtypes_for(args), impls=impls or ("zoo", "timm"),
             device=args.device, kernel=args.kernel, compile=args.compile, say=say)
     raise ValueError(bench)
+
+
+def peak_line(peaks: dict[str, float], no_bf16: str) -> str:
+    """``fp32 99 GFLOP/s, bf16 ...``: the bf16 figure, or why there is none to measure."""
+    fp32 = f"fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s"
+    if not no_bf16:
+        return f"{fp32}, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s"
+    emulated = f" (emulated: {peaks['bf16'] / 1e9:.2g} GFLOP/s)" if "bf16" in peaks else ""
+    return f"{fp32}, bf16: {no_bf16.split(',')[0].split(' (')[0]}{emulated}"
 
 
 def main(args) -> int:
     """Run the benches ``args`` asks for and print (and write) the results."""
     import torch
 
+    from .. import hardware
     from . import harness
 
-    say = _say(args.verbose)
+    say = (lambda message: None) if args.quiet else _say
     if args.threads:
         torch.set_num_threads(args.threads)
     benches = BENCHES if args.bench == "all" else (args.bench,)
     busy = harness.wait_for_quiet(args.wait, say=say)
-    peaks = {"fp32": harness.matmul_peak(torch.float32, args.device),
-             "bf16": harness.matmul_peak(torch.bfloat16, args.device)}
+    no_bf16 = hardware.detect().why_no_bf16(args.device)
+    peaks = {"fp32": harness.matmul_peak(torch.float32, args.device)}
+    if not no_bf16:
+        peaks["bf16"] = harness.matmul_peak(torch.bfloat16, args.device)
+    elif "bf16" in _list(args.dtypes, ()):  # emulated: a small product, or it takes minutes
+        peaks["bf16"] = harness.matmul_peak(torch.bfloat16, args.device, n=256)
     measured = dict(peaks)
     if args.peak_tflops:  # a datasheet figure (e.g. an H200's dense bf16) instead
         peaks["bf16"] = args.peak_tflops * 1e12
@@ -70,9 +113,8 @@ def main(args) -> int:
         "kernel": args.kernel, "compile": args.compile,
         "busy_before": round(busy, 3),
     }
-    print(f"matmul peak on this machine: fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, "
-          f"bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s ({torch.get_num_threads()} threads; "
-          f"machine {busy:.0%} busy before the run)")
+    print(f"matmul peak on this machine: {peak_line(peaks, no_bf16)} "
+          f"({torch.get_num_threads()} threads; machine {busy:.0%} busy before the run)")
     results: list = []
     for bench in benches:
         if bench == "startup":

@@ -22,6 +22,7 @@ import random
 import signal
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import hardware
 from ..builder import build
 from ..errors import RecipeError
 from ..recipe import get_recipe
@@ -71,12 +73,18 @@ def train(
     device: str | torch.device | None = None,
     progress: bool = True,
     stop_after_steps: int | None = None,
+    allow_slow_bf16: bool = False,
 ) -> RunResult:
     """Train a recipe (a built-in name, a file or a :class:`TrainRecipe`), or continue
     the run in ``resume``. Returns the run's folder, final step, test metrics, the
-    trained model and the task."""
+    trained model and the task.
+
+    ``precision: bf16`` is refused on a CPU without bf16 units (PyTorch would emulate
+    it, about two orders of magnitude slower than fp32) unless ``allow_slow_bf16``."""
     recipe = recipe_to_run(recipe, overrides, resume)
+    device = _device(device)
     check(recipe)  # a bad recipe fails here, leaving nothing on disk
+    check_precision(recipe.precision, device, allow_slow_bf16=allow_slow_bf16)
     trainer = Trainer.open(recipe, run_dir=run_dir, resume=resume, device=device)
     trainer.wrap_model()
     return trainer.run(progress=progress, stop_after_steps=stop_after_steps)
@@ -103,6 +111,26 @@ def check(recipe: TrainRecipe) -> None:
     task and its settings, the model recipe and its overrides."""
     registry.get("task", recipe.task.name).validate_settings(recipe.task.settings)
     resolve(get_recipe(recipe.model.recipe), dict(recipe.model.overrides))
+
+
+def check_precision(precision: str, device: torch.device, *, allow_slow_bf16: bool = False) -> None:
+    """Refuse a precision the device cannot run well: fp16 off CUDA (it needs a gradient
+    scaler), and bf16 where the device has no bf16 units, unless ``allow_slow_bf16``
+    (then it warns)."""
+    if precision == "fp16" and device.type != "cuda":
+        raise RecipeError("precision fp16 needs a CUDA device (it uses a gradient scaler); "
+                          "on the CPU use bf16 or fp32 (--set train.precision=fp32).")
+    if precision != "bf16":
+        return
+    why = hardware.detect().why_no_bf16(device)
+    if not why:
+        return
+    if not allow_slow_bf16:
+        raise RecipeError(
+            f"precision bf16 on {device.type}: {why}. Train in fp32 (precision: fp32 in the "
+            "recipe, or --set train.precision=fp32), or insist with --allow-slow-bf16 "
+            "(zoo.train(..., allow_slow_bf16=True)).")
+    warnings.warn(f"training in bf16 with {why}", RuntimeWarning, stacklevel=3)
 
 
 def build_model(recipe: TrainRecipe, task, device) -> Any:
@@ -175,11 +203,9 @@ def _device(requested) -> torch.device:
 
 
 def _autocast(precision: str, device: torch.device):
+    """Autocast for bf16 and fp16 (checked beforehand by :func:`check_precision`)."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    if precision == "fp16" and device.type != "cuda":
-        raise RecipeError("precision fp16 needs a CUDA device (it uses a gradient scaler); "
-                          "on the CPU use bf16.")
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
@@ -257,10 +283,9 @@ class Trainer:
     # -- open or resume the run -----------------------------------------------------------------
     @classmethod
     def open(cls, recipe: TrainRecipe, *, run_dir: str | Path | None, resume: str | Path | None,
-             device: str | torch.device | None) -> "Trainer":
+             device: torch.device) -> "Trainer":
         """Create the run folder (or open the one to resume), write its recipes, build the
         task and the model; a resumed run continues from its latest checkpoint."""
-        device = _device(device)
         dist = _Dist(device)
         if resume is not None:
             path = Path(resume)

@@ -1,0 +1,163 @@
+"""The machine's capabilities in one place, and what zoo does with them: bf16 only
+where the CPU has bf16 units (bench defaults, the training refusal and its
+override), progress from long benches, and ``zoo env``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+from pathlib import Path
+
+import pytest
+
+import zoo
+from zoo import hardware
+from zoo.bench import harness
+from zoo.bench import run as bench_run
+from zoo.cli import main
+
+from .conftest import run_zoo
+from .test_training import TINY
+
+REAL = hardware.detect()
+
+
+def machine(bf16: bool) -> hardware.Hardware:
+    """This machine, with its CPU's bf16 units said to be there or not."""
+    cpu = dataclasses.replace(REAL.cpu, name="Test CPU 9000", capability="AVX2", bf16=bf16,
+                              amx=False)
+    return hardware.Hardware(cpu=cpu, gpus=())
+
+
+@pytest.fixture(params=[True, False], ids=["bf16-units", "no-bf16-units"])
+def bf16_units(request, monkeypatch) -> bool:
+    monkeypatch.setattr(hardware, "detect", lambda: machine(request.param))
+    return request.param
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists() or platform.machine() != "x86_64",
+                    reason="reads x86 flags from Linux's /proc/cpuinfo")
+def test_the_cpu_reading_agrees_with_proc_cpuinfo():
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.partition(":")[2].split())
+            break
+    assert REAL.cpu.bf16 == bool({"avx512_bf16", "amx_bf16"} & flags)
+    assert REAL.cpu.amx == ("amx_bf16" in flags or "amx_tile" in flags)
+    assert REAL.cpu.cores >= 1 and REAL.cpu.threads >= 1
+    assert REAL.cpu.capability in ("AVX512", "AVX2", "DEFAULT")
+
+
+def test_cuda_devices_are_read_only_where_there_is_cuda():
+    import torch
+
+    assert len(REAL.gpus) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    assert not machine(False).has_bf16("cuda") and not machine(False).has_bf16("cpu")
+    gpu = hardware.GPU(index=0, name="H200", capability=(9, 0), memory_gib=139.8, bf16=True)
+    with_gpu = hardware.Hardware(cpu=machine(False).cpu, gpus=(gpu,))
+    assert with_gpu.has_bf16("cuda:0") and with_gpu.why_no_bf16("cuda") == ""
+    assert "no bf16 units on this CPU (Test CPU 9000, AVX2" in with_gpu.why_no_bf16("cpu")
+
+
+def test_bench_defaults_leave_bf16_out_only_without_units(bf16_units, capsys):
+    dtypes, note = bench_run.default_dtypes("cpu")
+    if bf16_units:
+        assert dtypes == ("fp32", "bf16") and note == ""
+    else:
+        assert dtypes == ("fp32",)
+        assert "bf16 left out: no bf16 units on this CPU (Test CPU 9000" in note
+        assert "--dtypes fp32,bf16" in note
+    args = argparse.Namespace(dtypes=None, device="cpu")
+    assert bench_run.dtypes_for(args) == dtypes
+    assert capsys.readouterr().out.strip() == note
+
+
+def test_asking_for_bf16_without_units_runs_it_with_a_warning(bf16_units, capsys):
+    args = argparse.Namespace(dtypes="fp32,bf16", device="cpu")
+    assert bench_run.dtypes_for(args) == ("fp32", "bf16")
+    warned = "warning: bf16 asked for with no bf16 units" in capsys.readouterr().err
+    assert warned is not bf16_units
+
+
+def test_the_peak_line_says_there_are_no_bf16_units_instead_of_zero(bf16_units):
+    why = hardware.detect().why_no_bf16("cpu")
+    peaks = {"fp32": 99e9, "bf16": 310e9} if bf16_units else {"fp32": 99e9}
+    line = bench_run.peak_line(peaks, why)
+    if bf16_units:
+        assert line == "fp32 99 GFLOP/s, bf16 310 GFLOP/s"
+    else:
+        assert line == "fp32 99 GFLOP/s, bf16: no bf16 units on this CPU"
+        assert "0 GFLOP/s" not in line.split("bf16")[1]
+
+
+def test_training_in_bf16_is_refused_without_units_unless_insisted(bf16_units, tmp_path):
+    overrides = {**TINY, "train.steps": 2, "train.precision": "bf16"}
+    if not bf16_units:
+        with pytest.raises(zoo.RecipeError) as err:
+            zoo.train("sort", overrides=overrides, run_dir=tmp_path / "refused", progress=False)
+        message = str(err.value)
+        assert "Test CPU 9000" in message and "precision: fp32" in message
+        assert "--allow-slow-bf16" in message
+        assert not (tmp_path / "refused").exists()  # refused before anything was written
+        with pytest.warns(RuntimeWarning, match="training in bf16 with no bf16 units"):
+            result = zoo.train("sort", overrides=overrides, run_dir=tmp_path / "insisted",
+                               progress=False, allow_slow_bf16=True)
+    else:
+        result = zoo.train("sort", overrides=overrides, run_dir=tmp_path / "ok", progress=False)
+    assert result.step == 2 and result.metrics
+
+
+def test_zoo_train_takes_allow_slow_bf16(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(hardware, "detect", lambda: machine(False))
+    args = ["train", "sort", "--out", str(tmp_path / "run"), "--no-progress"]
+    for key, value in {**TINY, "train.steps": 1, "train.precision": "bf16"}.items():
+        args += ["--set", f"{key}={'null' if value is None else value}"]
+    assert main(args) == 2
+    assert "--allow-slow-bf16" in capsys.readouterr().err
+    with pytest.warns(RuntimeWarning):
+        assert main([*args, "--allow-slow-bf16"]) == 0
+
+
+def test_fp16_on_the_cpu_is_refused_before_the_run_folder_exists(tmp_path):
+    with pytest.raises(zoo.RecipeError, match="fp16 needs a CUDA device"):
+        zoo.train("sort", overrides={**TINY, "train.precision": "fp16"},
+                  run_dir=tmp_path / "run", progress=False, device="cpu")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_long_bench_says_which_case_and_how_many_rounds_are_left():
+    heard = []
+    cases = [harness.Case(bench="train", impl=impl, dtype="fp32", mode="step",
+                          run=lambda: None, items=1, unit="tokens") for impl in ("zoo", "torch")]
+    harness.alternate(cases, repeats=3, warmup=1, say=heard.append)
+    assert heard[:2] == ["warming up train step fp32 zoo (1/2)",
+                         "warming up train step fp32 torch (2/2)"]
+    assert heard[2] == "round 1/3 of 2 cases"
+    assert heard[3].startswith("round 2/3 of 2 cases, about ") and heard[3].endswith(" s left")
+
+
+def test_zoo_env_json_names_what_a_bug_report_needs(monkeypatch):
+    result = run_zoo("env", "--json", env={"HF_ENDPOINT": "http://127.0.0.1:9",
+                                           "ZOO_PLUGINS": "norm,attention"})
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["zoo"] == zoo.__version__
+    assert data["torch"] and set(data["cuda"]) == {"built_with", "available"}
+    assert set(data["cpu"]) >= {"name", "capability", "bf16", "amx", "cores", "threads"}
+    assert data["cpu"]["bf16"] is REAL.cpu.bf16 and data["cpu"]["capability"] == \
+        REAL.cpu.capability
+    assert {p["name"] for p in data["plugins"]} == {"norm", "attention"}
+    assert all(p["ok"] and p["distribution"] == "zoo-transformers" for p in data["plugins"])
+    assert data["hub"]["endpoint"] == "http://127.0.0.1:9" and data["hub"]["cache"]
+    assert data["settings"]["ZOO_PLUGINS"] == "norm,attention"
+    assert data["packages"]["pydantic"]
+
+
+def test_zoo_env_text_says_whether_the_cpu_has_bf16_units(bf16_units, capsys):
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert "Copy and paste" in out and f"zoo version: {zoo.__version__}" in out
+    assert f"bf16 units: {'yes' if bf16_units else 'no'}" in out and "Test CPU 9000" in out
