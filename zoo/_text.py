@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import reprlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,6 +15,35 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 """Component names: lower-case letters, digits and dashes (``sliding-window``)."""
 RECIPE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 """Recipe names: also dots and underscores (``vit-small-patch16-224``)."""
+
+
+DISTRIBUTION_RE = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+"""A package (distribution) name, as PEP 508 allows it: what ``pip install`` takes."""
+
+
+def is_git_ref(name: str) -> bool:
+    """True for a revision that is safe to hand to git and to the Hub cache: a branch, tag
+    or commit name as ``git check-ref-format`` allows it (no ``..``, no leading or trailing
+    ``/``, no control characters, no ``~^:?*[\\`` or spaces, no ``@{``)."""
+    if not name or len(name) > 255 or name == "@" or ".." in name or "@{" in name:
+        return False
+    if name.startswith("/") or name.endswith(("/", ".", ".lock")) or "//" in name:
+        return False
+    if any(ord(c) < 0x20 or ord(c) == 0x7F or c in " ~^:?*[\\" for c in name):
+        return False
+    return not any(part.startswith(".") or part.endswith(".lock") for part in name.split("/"))
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple = 3, 6, 6, 6
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 80, 80, 40
+
+
+def short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut short: a bad value in an error is quoted in at most ``limit``
+    characters, however large (or self-repeating) it is."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def natural_key(text: str) -> list[Any]:
@@ -52,5 +82,5 @@ def describe_validation_error(exc: ValidationError, where: str, model: type[Base
         elif err["type"] == "missing":
             lines.append(f"missing required key {loc!r}")
         else:
-            lines.append(f"{loc or 'value'}: {err['msg']} (got {err.get('input')!r})")
+            lines.append(f"{loc or 'value'}: {err['msg']} (got {short_repr(err.get('input'))})")
     return f"Invalid {where}: " + "; ".join(lines)

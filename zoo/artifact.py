@@ -11,9 +11,13 @@ destination and moved into place.
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
+import hashlib
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -22,9 +26,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._text import quoted
+from ._text import DISTRIBUTION_RE, quoted, short_repr
 from .errors import ArtifactError, MissingPluginError
-from .files import folder_beside
+from .files import describe_os_error, folder_beside
 from .recipe import Recipe
 from .registry import registry
 from .version import __version__
@@ -74,6 +78,9 @@ def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{source}: {CONFIG_NAME} is not valid JSON ({exc}).") from None
+    except RecursionError:
+        raise ArtifactError(f"{source}: {CONFIG_NAME} is nested too deeply to be a zoo "
+                            "config.") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or "recipe" not in data:
         hint = ""
         if isinstance(data, dict) and ("architectures" in data or "model_type" in data):
@@ -84,7 +91,12 @@ def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:
             f"{source}: {CONFIG_NAME} is not a zoo config (it needs \"format\": \"zoo\" and a "
             f"\"recipe\").{hint}"
         )
-    if data.get("format_version", 0) > FORMAT_VERSION:
+    version = data.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ArtifactError(f"{source}: {CONFIG_NAME} has format_version "
+                            f"{short_repr(version, 60)}; it is a whole number (this zoo "
+                            f"writes {FORMAT_VERSION}).")
+    if version > FORMAT_VERSION:
         raise ArtifactError(
             f"{source} was saved by zoo {data.get('zoo_version')} in artifact format "
             f"{data['format_version']}; this zoo reads format {FORMAT_VERSION}. Upgrade zoo."
@@ -108,11 +120,20 @@ def check_plugins(recipe: Recipe, components: Any, source: str) -> None:
         family, name = entry.get("family"), entry.get("name")
         if isinstance(family, str) and isinstance(name, str) and (family, name) not in registry:
             dist = entry.get("distribution") or entry.get("plugin") or "?"
-            missing.setdefault(str(dist), []).append(f"{family} {name!r}")
+            missing.setdefault(str(dist), []).append(f"{family} {short_repr(name, 60)}")
     if missing:
-        parts = [f"plugin {dist!r} (pip install {dist})" + (f" for {', '.join(what)}" if what else "")
-                 for dist, what in missing.items()]
-        raise MissingPluginError(f"{source}: this model needs {'; '.join(parts)}.")
+        raise MissingPluginError(f"{source}: this model needs "
+                                 f"{'; '.join(_needs(d, what) for d, what in missing.items())}.")
+
+
+def _needs(dist: str, what: list[str]) -> str:
+    """``plugin 'x' (pip install x) for ...``; a name that is no package name (a hostile
+    config's ``x; curl ... | sh``) is quoted, never offered as a command."""
+    needed = f" for {', '.join(what)}" if what else ""
+    if DISTRIBUTION_RE.match(dist):
+        return f"plugin {dist!r} (pip install {dist}){needed}"
+    return (f"a plugin its {CONFIG_NAME} names {short_repr(dist, 60)}, which is not a package "
+            f"name{needed}")
 
 
 # -- weights -----------------------------------------------------------------------------------
@@ -169,10 +190,12 @@ def weight_files(folder: Path, source: str) -> list[Path]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            if not all(isinstance(v, str) for v in weight_map.values()):
+                raise TypeError("a shard name that is not a string")
             names = sorted(set(weight_map.values()))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ArtifactError(f"{source}: {INDEX_NAME} is malformed ({exc!r}); it maps each "
-                                "tensor name to its shard file.") from None
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise ArtifactError(f"{source}: {INDEX_NAME} is malformed ({short_repr(exc)}); it "
+                                "maps each tensor name to its shard file.") from None
         for name in names:
             if "/" in name or "\\" in name or not name.endswith(".safetensors"):
                 raise ArtifactError(f"{source}: {INDEX_NAME} names shard {name!r}; shards are "
@@ -227,6 +250,14 @@ def load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], source: st
     state = dict(state)
     for group in _tied_groups(model):
         present = [n for n in group if n in state]
+        first = state[present[0]] if present else None
+        if len(present) > 1 and not all(
+                state[n].shape == first.shape and torch.equal(state[n], first)
+                for n in present[1:]):
+            raise ArtifactError(
+                f"{source}: {quoted(present)} are one tensor in the model (tied weights), and "
+                "the file stores them with different values. Which one is meant cannot be "
+                "known; save the model again.")
         if present:
             for name in group:
                 state.setdefault(name, state[present[0]])
@@ -234,7 +265,11 @@ def load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], source: st
     unexpected = [k for k in state if k not in expected]
     wrong = [f"{k}: expected {tuple(expected[k].shape)}, file has {tuple(state[k].shape)}"
              for k in expected if k in state and state[k].shape != expected[k].shape]
+    kinds = [f"{k}: the model holds {expected[k].dtype}, the file {state[k].dtype}"
+             for k in expected if k in state and _kind(state[k]) != _kind(expected[k])]
     problems = []
+    if kinds:
+        problems.append(f"wrong kinds of number: {'; '.join(kinds[:5])}")
     if missing:
         problems.append(f"missing tensors {_few(missing)}")
     if unexpected:
@@ -247,8 +282,23 @@ def load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], source: st
             "The config and weights must come from the same save_pretrained; overrides that "
             "change shapes cannot be applied to saved weights."
         )
+    bad = [k for k in expected if k in state and state[k].is_floating_point()
+           and not bool(torch.isfinite(state[k]).all())]
+    if bad:
+        warnings.warn(f"{source}: tensors holding NaN or infinite values: {_few(bad)}. The "
+                      "model will compute NaN; these weights are probably broken.",
+                      RuntimeWarning, stacklevel=2)
     model.load_state_dict(state, strict=True)
     return model
+
+
+def _kind(tensor: torch.Tensor) -> str:
+    """float, complex, bool or int: a weight may change precision, never kind."""
+    if tensor.is_floating_point():
+        return "float"
+    if tensor.is_complex():
+        return "complex"
+    return "bool" if tensor.dtype == torch.bool else "int"
 
 
 def _few(names: list[str]) -> str:
@@ -256,9 +306,49 @@ def _few(names: list[str]) -> str:
 
 
 # -- folders -----------------------------------------------------------------------------------
-def _stale_weights(name: str) -> bool:
-    """Weight files of an earlier save that a new one replaces (e.g. shards of a larger model)."""
-    return (name.startswith("model") and name.endswith(".safetensors")) or name == INDEX_NAME
+def is_artifact_file(name: str) -> bool:
+    """True for a name the format owns (config, weights, card, a run's files)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in FILES)
+
+
+def _user_file(name: str) -> bool:
+    """Files of an existing folder that a new save keeps: whatever the format does not own
+    (a file of the previous save, such as its shards or its train.yaml, would describe
+    another model)."""
+    return not is_artifact_file(name) and not name.endswith(PICKLE_SUFFIXES)
+
+
+def file_digest(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def weight_digests(folder: Path) -> dict[str, str]:
+    """The digest of each weight file (and the shard index) in ``folder``, by name."""
+    names = sorted(p.name for p in folder.iterdir()
+                   if p.name.endswith(".safetensors") or p.name == INDEX_NAME)
+    return {name: file_digest(folder / name) for name in names}
+
+
+def check_digests(folder: Path, config: dict[str, Any], source: str) -> None:
+    """Refuse weights that are not the ones ``config.json`` was saved with (a folder that
+    mixes two saves, or a file changed since). Configs without digests (saved by an
+    older zoo) pass."""
+    written = config.get("weights")
+    if not isinstance(written, dict) or not isinstance(written.get("digests"), dict):
+        return
+    expected = written["digests"]
+    found = {name: file_digest(folder / name) for name in expected if (folder / name).is_file()}
+    changed = sorted(n for n in expected if found.get(n) != expected[n])
+    if changed:
+        raise ArtifactError(
+            f"{source}: {quoted(changed)} {'is' if len(changed) == 1 else 'are'} not the "
+            f"weights its {CONFIG_NAME} was saved with (their sha256 differs): the folder "
+            "mixes two saves, or a file was changed since. Save the model again.")
 
 
 def write_artifact(
@@ -270,20 +360,24 @@ def write_artifact(
     extra_files: Mapping[str, Path] | None = None,
     max_shard_size: int | str = "5GB",
 ) -> Path:
-    """Write ``config`` as ``config.json``, the weights (sharded above ``max_shard_size``),
-    ``card`` as ``README.md`` and copies of ``extra_files`` (name -> file) to ``folder``.
+    """Write ``config`` as ``config.json`` (with the digest of each weight file), the
+    weights (sharded above ``max_shard_size``), ``card`` as ``README.md`` and copies of
+    ``extra_files`` (name -> file) to ``folder``.
 
-    The files are written beside ``folder`` and moved into place; over an existing folder
-    they replace their namesakes and the weight files of the earlier save."""
+    Everything is written beside ``folder`` and replaces it in one atomic swap, so a
+    kill at any moment leaves the old save or the new one, never a mix; two saves of
+    one folder take turns. Files of an existing folder that the format does not own
+    (notes of your own) are kept."""
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ArtifactError("The model is on the meta device and has no weights to save; build "
                             "it on a real device (or load weights into it) first.")
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ArtifactError(f"{folder} exists and is not a folder.")
-    with folder_beside(folder, replace="files", stale=_stale_weights) as tmp:
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    with _writing(folder), folder_beside(folder, keep=_user_file) as tmp:
         save_weights(model, tmp, max_shard_size)
+        config = {**config, "weights": {"digests": weight_digests(tmp)}}
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         for name, path in (extra_files or {}).items():
             shutil.copyfile(path, tmp / name)
         (tmp / CARD_NAME).write_text(card, encoding="utf-8")
@@ -292,12 +386,23 @@ def write_artifact(
 
 def copy_artifact(source: Path, folder: str | os.PathLike[str]) -> Path:
     """Copy a saved model's files (following the Hub cache's links) to ``folder``, written
-    beside it first and moved into place like :func:`write_artifact`'s."""
+    beside it and swapped into place like :func:`write_artifact`'s."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ArtifactError(f"{folder} exists and is not a folder.")
-    with folder_beside(folder, replace="files", stale=_stale_weights) as tmp:
+    with _writing(folder), folder_beside(folder, keep=_user_file) as tmp:
         for path in source.iterdir():
             if path.is_file():
                 shutil.copyfile(path, tmp / path.name)
     return folder
+
+
+@contextlib.contextmanager
+def _writing(folder: Path):
+    """The file system's refusals (a full disk, no permission, a lock held too long) as
+    one ArtifactError naming the folder; nothing of the old save is lost."""
+    try:
+        yield
+    except (OSError, TimeoutError) as exc:
+        raise ArtifactError(f"Could not save to {folder}: {describe_os_error(exc, folder)}. "
+                            "Nothing was changed there.") from None

@@ -21,9 +21,10 @@ from torch import nn
 
 from . import hub
 from ._text import quoted
-from .artifact import load_weights, read_config, read_weights, weight_files
+from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .convert import CONVERTERS
 from .errors import ArtifactError, MemoryBudgetError, RecipeError
+from .files import recover
 from .recipe import PretrainedWeights, Recipe, list_recipes
 from .recipe import get_recipe as _catalogue_recipe
 from .resolver import Resolved, resolve
@@ -57,6 +58,7 @@ class SavedModel:
         return hub.download(self.repo_id, self.revision, what=self.name)
 
     def _local(self) -> Path:
+        recover(self.folder)  # a save killed halfway through its swap: the old one is back
         if not self.folder.is_dir():
             raise ArtifactError(f"{self.name}: no such folder.")
         return self.folder
@@ -160,10 +162,13 @@ def _build_saved(saved: SavedModel, *, weights: bool, device: Any, dtype: torch.
                  overrides: dict[str, Any]) -> nn.Module:
     """A saved model: its config, then its weights (read before anything is built)."""
     folder = saved.files_folder() if weights else saved.config_folder()
-    recipe, _ = read_config(folder, saved.name)
+    recipe, config = read_config(folder, saved.name)
     state = read_weights(weight_files(folder, saved.name), saved.name) if weights else None
-    return _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
-                     source=saved.name)
+    model = _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
+                      source=saved.name)
+    if weights:  # after the strict load, whose errors name the tensors
+        check_digests(folder, config, saved.name)
+    return model
 
 
 def _published_weights(weights: PretrainedWeights) -> tuple[dict[str, torch.Tensor], str]:

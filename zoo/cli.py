@@ -21,14 +21,15 @@ from .version import __version__
 
 
 def _parse_sets(pairs: list[str]) -> dict[str, Any]:
-    import yaml
+    """``--set key=value`` pairs, each value read as YAML (bounded, like a recipe file)."""
+    from .recipe import parse_value
 
     overrides = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise SystemExit(f"zoo: --set takes key=value (e.g. norm=rmsnorm), got {pair!r}")
-        overrides[key] = yaml.safe_load(value)
+        overrides[key] = parse_value(value, f"--set {key}")
     return overrides
 
 

@@ -31,6 +31,14 @@ class PluginError(ZooError, RuntimeError):
     """A plugin that could not be loaded or broke while registering."""
 
 
+class CheckpointError(ZooError, RuntimeError):
+    """A checkpoint that cannot be written (a full disk) or read back (a corrupt one)."""
+
+
+class TrainingError(ZooError, RuntimeError):
+    """Training that cannot go on as it is (its loss became NaN or infinite)."""
+
+
 class ArtifactError(ZooError, ValueError):
     """A saved model (a folder or a Hub repository) that cannot be loaded as it is."""
 

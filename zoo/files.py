@@ -2,18 +2,31 @@
 
 One policy for everything zoo writes (recipes, run files, checkpoints, saved
 models): write beside the destination under a temporary name, flush and fsync
-the data, rename into place, then fsync the folder that holds it so the rename
-itself survives a power cut.
+the data, move it into place in one rename, then fsync the folder that holds it
+so that the rename itself survives a power cut. New files and folders get the
+user's umask, as ``cp`` would give them.
+
+A folder that already exists is replaced whole, in one atomic swap (Linux's
+``renameat2(RENAME_EXCHANGE)``). Where the system cannot swap, the old folder is
+renamed aside and the new one renamed in; a kill between the two leaves the old
+one aside, and :func:`recover` (called by every later read or write of that
+folder) puts it back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+LOCK_TIMEOUT = 600.0
+"""Seconds a save waits for another save of the same folder before giving up."""
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -37,6 +50,65 @@ def fsync_file(path: str | os.PathLike[str]) -> None:
         os.fsync(fh.fileno())
 
 
+def disk_free(path: str | os.PathLike[str]) -> int | None:
+    """Bytes free on the disk that holds ``path`` (or its nearest existing parent)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+_FULL = ("No space left", "StorageFull", "os error 28", "Disk quota exceeded")
+
+
+def describe_os_error(exc: BaseException, path: str | os.PathLike[str]) -> str:
+    """What went wrong writing ``path``, in words: a full disk says so (with the space
+    left), whichever library noticed it (Python, safetensors, torch's zip writer)."""
+    text = str(exc)
+    free = disk_free(path)
+    full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+        marker in text for marker in _FULL)
+    if full or ("write failed" in text and free is not None and free < 64 * 2**20):
+        left = f"; {free / 2**20:.0f} MiB free" if free is not None else ""
+        return f"the disk that holds {path} is full{left}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
+    return f"{type(exc).__name__}: {text}"
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """True for an error that says the file system refused a write (an ``OSError``, or the
+    words safetensors and torch's zip writer use for one)."""
+    text = str(exc)
+    return isinstance(exc, OSError) or "write failed" in text or "IoError" in text or any(
+        marker in text for marker in _FULL)
+
+
+def umask() -> int:
+    """This process's umask (read without changing it where Linux says it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _give_umask_modes(tmp: Path) -> None:
+    """mkdtemp makes 0700 folders and safetensors 0600 files: give them the modes a
+    plain ``mkdir`` and ``open`` would have."""
+    mask = umask()
+    for path in [*tmp.rglob("*"), tmp]:
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a temporary path beside ``path``, fsync it and rename it over
     ``path``; on any error the temporary file is removed and ``path`` is untouched."""
@@ -47,6 +119,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) 
     tmp = Path(name)
     try:
         write(tmp)
+        tmp.chmod(path.stat().st_mode & 0o7777 if path.is_file() else 0o666 & ~umask())
         fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
@@ -61,55 +134,131 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-@contextlib.contextmanager
-def folder_beside(
-    folder: str | os.PathLike[str],
-    *,
-    replace: str = "folder",
-    stale: Callable[[str], bool] | None = None,
-) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``folder`` to write into; when the block
-    ends without an error, every file in it is fsynced and it is moved into place.
-
-    When ``folder`` does not exist yet, one rename moves it in. When it does,
-    ``replace="folder"`` swaps the whole folder (the old one is renamed aside, the new one
-    renamed in, the old one removed); ``replace="files"`` moves each new file over its
-    namesake and leaves the folder's other files, except those ``stale(name)`` selects.
-    On an error nothing is moved and the temporary folder is removed.
-    """
-    if replace not in ("folder", "files"):
-        raise ValueError(f"replace is 'folder' or 'files', got {replace!r}")
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+# -- folders -----------------------------------------------------------------------------------
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2`` with ``RENAME_EXCHANGE``);
+    False where the system or the file system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
-        yield tmp
-        written = sorted(p.name for p in tmp.iterdir())
-        for name in written:
-            fsync_file(tmp / name)
-        fsync_dir(tmp)
-        _move_into_place(tmp, folder, written, replace, stale)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(a))
 
 
-def _move_into_place(tmp: Path, folder: Path, written: Iterable[str], replace: str,
-                     stale: Callable[[str], bool] | None) -> None:
+def _aside_names(folder: Path) -> list[Path]:
+    """Earlier versions of ``folder`` renamed aside by a swap that was cut short, newest
+    first."""
+    found = [p for p in folder.parent.glob(f".{folder.name}.old-*") if p.is_dir()]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def recover(folder: str | os.PathLike[str]) -> bool:
+    """Put back the previous version of ``folder`` when a swap was killed between its two
+    renames (the folder is missing and its old version lies aside). True when it did."""
+    folder = Path(folder)
+    if folder.exists():
+        return False
+    aside = _aside_names(folder)
+    if not aside:
+        return False
+    os.replace(aside[0], folder)
+    fsync_dir(folder.parent)
+    return True
+
+
+def remove_leftovers(folder: str | os.PathLike[str]) -> None:
+    """Remove the temporary and set-aside copies of ``folder`` that killed writes left
+    (after :func:`recover` has had its chance)."""
+    folder = Path(folder)
+    for pattern in (f".{folder.name}.tmp-*", f".{folder.name}.old-*"):
+        for path in folder.parent.glob(pattern):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(True)
+
+
+def _swap_in(tmp: Path, folder: Path) -> None:
+    """Make ``tmp`` be ``folder``: one rename when there is none yet, else one atomic swap
+    (or, where the system cannot swap, two renames that :func:`recover` can undo)."""
     if not folder.exists():
         os.replace(tmp, folder)
     elif not folder.is_dir():
         raise NotADirectoryError(f"{folder} exists and is not a folder")
-    elif replace == "folder":
+    elif _exchange(tmp, folder):
+        shutil.rmtree(tmp, ignore_errors=True)  # now the old version
+    else:
         aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
         os.replace(folder, aside)
         os.replace(tmp, folder)
         shutil.rmtree(aside, ignore_errors=True)
-    else:
-        written = list(written)
-        for name in written:
-            os.replace(tmp / name, folder / name)
-        for old in folder.iterdir():
-            if old.name not in written and stale is not None and stale(old.name):
-                old.unlink()
-        fsync_dir(folder)
     fsync_dir(folder.parent)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path, lock: bool) -> Iterator[None]:
+    if not lock:
+        yield
+        return
+    from filelock import FileLock, Timeout
+
+    try:
+        with FileLock(str(folder.parent / f".{folder.name}.lock"), timeout=LOCK_TIMEOUT):
+            yield
+    except Timeout:
+        raise TimeoutError(f"another process has been writing {folder} for "
+                           f"{LOCK_TIMEOUT:.0f} s (it holds .{folder.name}.lock beside it); "
+                           "try again when it is done") from None
+
+
+@contextlib.contextmanager
+def folder_beside(
+    folder: str | os.PathLike[str],
+    *,
+    keep: Callable[[str], bool] | None = None,
+    lock: bool = True,
+) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``folder`` to write into; when the block
+    ends without an error, its files get the user's umask and are fsynced, and it takes
+    the place of ``folder`` in one atomic step. On an error nothing is moved.
+
+    Entries of the old ``folder`` that ``keep(name)`` selects (and the block did not
+    write) are carried into the new one first, as hard links. With ``lock``, writers of
+    the same folder take turns (a ``.NAME.lock`` file beside it); leftovers of killed
+    writes are recovered or removed first."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(folder, lock):
+        recover(folder)
+        remove_leftovers(folder)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+        try:
+            yield tmp
+            _give_umask_modes(tmp)
+            if keep is not None and folder.is_dir():
+                for old in folder.iterdir():
+                    if keep(old.name) and not (tmp / old.name).exists():
+                        if old.is_dir() and not old.is_symlink():
+                            shutil.copytree(old, tmp / old.name, symlinks=True,
+                                            copy_function=_link_or_copy)
+                        else:
+                            _link_or_copy(str(old), str(tmp / old.name))
+            for path in tmp.rglob("*"):
+                if path.is_file() and not path.is_symlink():
+                    fsync_file(path)
+            fsync_dir(tmp)
+            _swap_in(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifact import CONFIG_NAME, FILES, INDEX_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME, pickle_refusal
+from ._text import is_git_ref, short_repr
 from .errors import ArtifactError
 
 
@@ -36,7 +37,28 @@ def parse_repo(text: str, what: str | None = None) -> tuple[str, str | None]:
     except HFValidationError as exc:
         raise ArtifactError(f"{what or text!r}: {repo_id!r} is not a Hub repository id ({exc}). "
                             "Write owner/name or owner/name@revision.") from None
+    check_revision(revision or None, what or text)
     return repo_id, revision or None
+
+
+def parse_repo_id(text: str) -> str:
+    """``owner/repo``, with no revision: where a repository is created or pushed to, the
+    branch is a separate argument."""
+    repo_id, revision = parse_repo(text)
+    if revision is not None:
+        raise ArtifactError(f"{short_repr(text, 120)}: push to a repository id, owner/name, "
+                            f"and give the branch as revision={revision!r} (zoo push "
+                            f"--revision {revision}).")
+    return repo_id
+
+
+def check_revision(revision: str | None, what: str) -> None:
+    """Refuse a revision that is not a git ref name: huggingface_hub joins it into the
+    cache's paths, so ``../..`` in one could write outside the cache."""
+    if revision is not None and not is_git_ref(revision):
+        raise ArtifactError(f"{short_repr(what, 120)}: {short_repr(revision, 80)} is not a "
+                            "branch, tag or commit name (no '..', no leading '/', no spaces "
+                            "or control characters).")
 
 
 def _what(repo_id: str, revision: str | None) -> str:
@@ -96,6 +118,7 @@ def download(repo_id: str, revision: str | None = None, *, token: str | None = N
     from huggingface_hub import HfApi, snapshot_download
 
     what = what or _what(repo_id, revision)
+    check_revision(revision, what)
     with _hub_errors(what):
         folder = Path(snapshot_download(
             repo_id, revision=revision, allow_patterns=FILES, endpoint=endpoint(),
@@ -117,7 +140,9 @@ def download_file(repo_id: str, filename: str, revision: str | None = None, *,
     """One file of a repository, in the local cache (downloaded when not there)."""
     from huggingface_hub import hf_hub_download
 
-    with _hub_errors(what or f"{_what(repo_id, revision)}/{filename}"):
+    what = what or f"{_what(repo_id, revision)}/{filename}"
+    check_revision(revision, what)
+    with _hub_errors(what):
         return Path(hf_hub_download(repo_id, filename, revision=revision, endpoint=endpoint(),
                                     token=token))
 
@@ -144,7 +169,8 @@ def upload(
     huggingface_hub's ``CommitInfo``."""
     from huggingface_hub import HfApi
 
-    parse_repo(repo_id)
+    repo_id = parse_repo_id(repo_id)
+    check_revision(revision, f"{repo_id}@{revision}")
     api = HfApi(endpoint=endpoint(), token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
     if revision is not None and revision != "main":

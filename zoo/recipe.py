@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import os
 import re
 from importlib import resources
@@ -27,12 +28,15 @@ from pydantic import (
 )
 
 from ._text import (
+    DISTRIBUTION_RE,
     NAME_RE,
     RECIPE_NAME_RE,
     describe_validation_error,
     did_you_mean,
+    is_git_ref,
     natural_key,
     quoted,
+    short_repr,
 )
 from .errors import RecipeError, UnknownNameError
 from .files import atomic_write_text
@@ -85,6 +89,14 @@ class PretrainedWeights(BaseModel):
             raise ValueError(f"{value!r} is not a Hub repository id (owner/name)")
         return value
 
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, value: str) -> str:
+        if not is_git_ref(value):
+            raise ValueError(f"{short_repr(value, 80)} is not a branch, tag or commit name "
+                             "(no '..', no leading '/', no spaces or control characters)")
+        return value
+
     @field_validator("filename")
     @classmethod
     def _safetensors(cls, value: str) -> str:
@@ -110,6 +122,15 @@ class Recipe(BaseModel):
     weights: PretrainedWeights | None = None
     """Published weights, loaded by ``zoo.build(name, pretrained=True)``."""
 
+    @field_validator("requires")
+    @classmethod
+    def _distributions(cls, names: list[str]) -> list[str]:
+        bad = [n for n in names if not DISTRIBUTION_RE.match(n)]
+        if bad:
+            raise ValueError(f"{short_repr(bad, 80)}: requires lists package names, as pip "
+                             "installs them (e.g. zoo-plugin-example)")
+        return names
+
     @field_validator("name")
     @classmethod
     def _recipe_name(cls, name: str) -> str:
@@ -133,6 +154,7 @@ class Recipe(BaseModel):
                 f"{source}: a recipe is a mapping with keys {quoted(cls.model_fields)}, "
                 f"got {type(data).__name__}."
             )
+        check_data(data, source)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -145,10 +167,60 @@ def parse_recipe_text(text: str, source: str, suffix: str = ".yaml") -> Recipe:
     return Recipe.from_dict(parse_data(text, source, suffix), source)
 
 
+MAX_TEXT = 1 << 20
+"""Characters a recipe, a training recipe or a ``--set`` value may have."""
+MAX_NODES = 20_000
+"""Values (each mapping, list, key and scalar, counted every time a YAML alias repeats one)
+that such data may hold: far more than any recipe, far less than a billion laughs."""
+MAX_DEPTH = 32
+"""Nesting such data may have."""
+MAX_INT = 2**53
+"""The largest integer a recipe may give (any size, count or seed is far below it; torch
+takes no integer past 2^63)."""
+
+
+def check_data(data: Any, source: str) -> Any:
+    """Refuse data too large, too deep, with integers beyond any size zoo takes, or with
+    NaN or infinite numbers, before anything validates it (or quotes it in an error). The
+    walk stops at the first excess, so a self-repeating input costs no more than the
+    limits."""
+    count = 0
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise RecipeError(f"{source}: more than {MAX_NODES:,} values (YAML aliases count "
+                              "each time they repeat); a recipe is a few dozen. Refusing it.")
+        if depth > MAX_DEPTH:
+            raise RecipeError(f"{source}: nested more than {MAX_DEPTH} levels deep; a recipe "
+                              "is a few levels deep. Refusing it.")
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for pair in value.items() for item in pair)
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int) and abs(value) > MAX_INT:
+            raise RecipeError(f"{source}: the integer {short_repr(value, 60)} is larger than "
+                              f"any size, count or seed zoo takes (at most 2^53).")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise RecipeError(f"{source}: {value} is not a number a setting can take; give a "
+                              "finite value.")
+    return data
+
+
 def parse_data(text: str, source: str, suffix: str = ".yaml") -> Any:
-    """Plain data from YAML or JSON text; YAML tags that would build objects are refused."""
+    """Plain data from YAML or JSON text; YAML tags that would build objects are refused,
+    and so is data past :func:`check_data`'s limits."""
+    if len(text) > MAX_TEXT:
+        raise RecipeError(f"{source}: {len(text):,} characters; a recipe is a few hundred. "
+                          "Refusing it.")
     try:
         data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+    except RecursionError:
+        raise RecipeError(f"{source}: nested too deeply to read; a recipe is a few levels "
+                          "deep.") from None
     except yaml.constructor.ConstructorError as exc:
         raise RecipeError(
             f"{source}: {exc.problem} ({exc.problem_mark}). Recipes are plain data "
@@ -157,7 +229,23 @@ def parse_data(text: str, source: str, suffix: str = ".yaml") -> Any:
         ) from None
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise RecipeError(f"{source}: not valid {suffix.lstrip('.').upper()}: {exc}") from None
-    return data
+    return check_data(data, source)
+
+
+def parse_value(text: str, source: str) -> Any:
+    """One value written as YAML (``--set key=value``): ``3``, ``rmsnorm``, ``{name: ...}``."""
+    return parse_data(text, source, ".yaml")
+
+
+def read_text(path: Path, what: str) -> str:
+    """A file's text, read as UTF-8; an unreadable or non-UTF-8 file is one RecipeError."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{what} {path} is not UTF-8 text (byte {exc.start}: "
+                          f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8.") from None
+    except OSError as exc:
+        raise RecipeError(f"Cannot read {what} {path}: {exc.strerror}.") from None
 
 
 def load_recipe(path: str | os.PathLike[str]) -> Recipe:
@@ -165,11 +253,7 @@ def load_recipe(path: str | os.PathLike[str]) -> Recipe:
     path = Path(path)
     if path.suffix not in RECIPE_SUFFIXES:
         raise RecipeError(f"{path}: recipe files end in {quoted(RECIPE_SUFFIXES)}.")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RecipeError(f"Cannot read recipe {path}: {exc.strerror}.") from None
-    return parse_recipe_text(text, str(path), path.suffix)
+    return parse_recipe_text(read_text(path, "recipe"), str(path), path.suffix)
 
 
 def dump_recipe(recipe: Recipe, suffix: str = ".yaml") -> str:

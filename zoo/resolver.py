@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ._text import did_you_mean, quoted
 from .errors import CapabilityError, RecipeError
 from .families import Slot
-from .recipe import ComponentRef, Recipe
+from .recipe import ComponentRef, Recipe, check_data
 from .registry import Component, describe_validation_error, registry
 
 
@@ -121,6 +121,7 @@ def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     recipe = recipe.model_copy(deep=True)
     if not overrides:
         return recipe
+    check_data(dict(overrides), f"overrides of recipe {recipe.name!r}")
     arch = registry.get("architecture", recipe.architecture.name)
     slots = _slots_of(arch)
     fields = set(arch.settings_model.model_fields) if arch.settings_model else set()

@@ -97,7 +97,7 @@ def push_to_hub(
     earlier push that this one no longer has (other shards) are deleted in the same
     commit. ``revision`` names a branch, created from main when it does not exist.
     """
-    hub.parse_repo(repo_id)
+    repo_id = hub.parse_repo_id(repo_id)  # refused before anything is built or written
     with tempfile.TemporaryDirectory(prefix="zoo-push-") as tmp:
         folder = _artifact_folder(model, Path(tmp) / "artifact", repo_id, max_shard_size)
         return hub.upload(folder, repo_id, token=token, private=private, revision=revision,

@@ -19,6 +19,11 @@ from zoo.cache import DecoderCache
 from zoo.families import Slot
 from zoo.ops import Dropout, Linear
 
+# Bounds far past any model one machine holds: a typo (d_model=10**9, 10**6 layers) is
+# refused at once instead of being counted for minutes or passed to torch as an overflow.
+MAX_WIDTH, MAX_HEADS, MAX_FF = 2**16, 2**10, 2**18
+MAX_LAYERS, MAX_VOCAB, MAX_LENGTH = 2**10, 2**31, 2**20
+
 SELF_ATTENTION = {"causal": True, "padding_mask": True}
 CROSS_ATTENTION = {"cross_attention": True, "padding_mask": True}
 
@@ -26,22 +31,22 @@ CROSS_ATTENTION = {"cross_attention": True, "padding_mask": True}
 class Seq2SeqSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    vocab_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
     """Shared vocabulary (source = target) when share_embeddings; else the target's."""
-    src_vocab_size: int | None = Field(None, gt=0)
+    src_vocab_size: int | None = Field(None, gt=0, le=MAX_VOCAB)
     """Source vocabulary when embeddings are not shared (defaults to vocab_size)."""
-    d_model: int = Field(512, gt=0)
-    n_heads: int = Field(8, gt=0)
-    d_ff: int = Field(2048, gt=0)
-    encoder_layers: int = Field(6, ge=0)
-    decoder_layers: int = Field(6, ge=1)
+    d_model: int = Field(512, gt=0, le=MAX_WIDTH)
+    n_heads: int = Field(8, gt=0, le=MAX_HEADS)
+    d_ff: int = Field(2048, gt=0, le=MAX_FF)
+    encoder_layers: int = Field(6, ge=0, le=MAX_LAYERS)
+    decoder_layers: int = Field(6, ge=1, le=MAX_LAYERS)
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     activation_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     """Dropout inside the feed-forward network, after its activation. The paper has none
     (sec. 5.4: residual dropout and dropout on the embedding sums only); fairseq and
     Marian call it activation_dropout, torch.nn.Transformer ties it to dropout."""
-    max_len: int = Field(1024, gt=0)
+    max_len: int = Field(1024, gt=0, le=MAX_LENGTH)
     norm_placement: Literal["post", "pre"] = "post"
     final_norm: bool | None = None
     """A norm after each stack; None means: only with pre-norm."""
@@ -59,6 +64,13 @@ class Seq2SeqSettings(BaseModel):
             raise ValueError(
                 f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}; "
                 f"n_heads could be one of {divisors}"
+            )
+        if self.pad_id is not None and self.pad_id >= min(self.vocab_size,
+                                                          self.src_vocab_size or self.vocab_size):
+            raise ValueError(
+                f"pad_id {self.pad_id} is not a token of a vocabulary of "
+                f"{min(self.vocab_size, self.src_vocab_size or self.vocab_size)} (ids start at "
+                "0); use an id below the vocabulary size, or pad_id: null for no padding"
             )
         if self.share_embeddings and self.src_vocab_size not in (None, self.vocab_size):
             raise ValueError(

@@ -21,14 +21,14 @@ from zoo.ops import Dropout, Linear
 class ViTSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    image_size: int = Field(224, gt=0)
-    patch_size: int = Field(16, gt=0)
-    in_chans: int = Field(3, gt=0)
-    num_classes: int = Field(1000, ge=0)
-    d_model: int = Field(768, gt=0)
-    n_heads: int = Field(12, gt=0)
-    d_ff: int = Field(3072, gt=0)
-    depth: int = Field(12, ge=0)
+    image_size: int = Field(224, gt=0, le=2**14)
+    patch_size: int = Field(16, gt=0, le=2**14)
+    in_chans: int = Field(3, gt=0, le=2**10)
+    num_classes: int = Field(1000, ge=0, le=2**31)
+    d_model: int = Field(768, gt=0, le=2**16)
+    n_heads: int = Field(12, gt=0, le=2**10)
+    d_ff: int = Field(3072, gt=0, le=2**18)
+    depth: int = Field(12, ge=0, le=2**10)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     class_token: bool = True

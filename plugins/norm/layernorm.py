@@ -17,7 +17,7 @@ class LayerNorm(nn.Module):
 
     class Settings(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        eps: float = Field(1e-5, gt=0.0)
+        eps: float = Field(1e-5, gt=0.0, allow_inf_nan=False)
         bias: bool = True
 
     def __init__(self, settings: Settings, *, dim: int) -> None:

@@ -12,7 +12,7 @@ class RMSNorm(nn.Module):
 
     class Settings(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        eps: float = Field(1e-6, gt=0.0)
+        eps: float = Field(1e-6, gt=0.0, allow_inf_nan=False)
 
     def __init__(self, settings: Settings, *, dim: int) -> None:
         super().__init__()

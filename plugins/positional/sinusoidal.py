@@ -12,9 +12,13 @@ from torch import nn
 def sinusoid_table(length: int, dim: int, base: float = 10000.0, offset: int = 0) -> torch.Tensor:
     """(length, dim) table of positions offset .. offset+length-1 (eq. of sec. 3.5).
 
-    Computed on the CPU, then moved to the default device: on the meta device (a
-    model built only to be counted) these ops would run torch's reference
-    implementations, whose first use imports torch._dynamo (seconds)."""
+    Computed on the CPU, then moved to the default device. On the meta device (a
+    model built only to be counted) it is only shaped: computing it there would run
+    torch's reference implementations, whose first use imports torch._dynamo
+    (seconds), and computing it on the CPU would allocate what the count is there to
+    refuse."""
+    if torch.get_default_device().type == "meta":
+        return torch.empty(length, dim)
     cpu = torch.device("cpu")
     position = torch.arange(offset, offset + length, dtype=torch.float32, device=cpu)[:, None]
     inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=cpu)

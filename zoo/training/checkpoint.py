@@ -4,13 +4,16 @@ A checkpoint is a folder ``checkpoints/step-NNNNNNNN/`` with the weights
 (``model.safetensors``) and the rest of the state (``state.pt``: optimizer,
 scheduler, step, data position, random generators; loaded with
 ``torch.load(weights_only=True)``, which builds no objects). It is written beside
-its place, flushed, and moved into place (:func:`zoo.files.folder_beside`); then the
-``latest`` file is replaced atomically to name it. A process killed at any moment
-leaves ``latest`` naming a whole checkpoint.
+its place, flushed, and moved into place (:func:`zoo.files.folder_beside`: a step
+saved twice is swapped in whole, never removed first); then the ``latest`` file is
+replaced atomically to name it. A process killed at any moment leaves a whole
+checkpoint to resume from: the one ``latest`` names, or, when that is missing or
+unreadable, the newest whole one. Leftovers of killed saves go at the next save.
 """
 
 from __future__ import annotations
 
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -20,7 +23,14 @@ import numpy as np
 import torch
 
 from ..artifact import WEIGHTS_NAME, load_weights, read_weights, save_weights_file
-from ..files import atomic_write_text, folder_beside
+from ..errors import ArtifactError, CheckpointError
+from ..files import (
+    atomic_write_text,
+    describe_os_error,
+    folder_beside,
+    is_write_failure,
+    recover,
+)
 
 CHECKPOINTS = "checkpoints"
 """The run folder's sub-folder of checkpoints."""
@@ -57,27 +67,77 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, extra: dict,
                     keep: int = 2) -> Path:
     """Save step ``step`` as ``checkpoints/step-NNNNNNNN``, point ``latest`` at it and keep the
-    newest ``keep`` checkpoints."""
+    newest ``keep`` checkpoints. A full disk (or any refusal to write) raises
+    :class:`~zoo.errors.CheckpointError` and leaves the earlier checkpoints as they were."""
     folder = Path(run_dir) / CHECKPOINTS
     final = folder / f"step-{step:08d}"
-    with folder_beside(final, replace="folder") as tmp:
-        save_weights_file(model, tmp / WEIGHTS_NAME)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "rng": rng_state(), **extra}, tmp / STATE)
-    atomic_write_text(folder / LATEST, final.name + "\n")
+    _remove_leftovers(folder)
+    try:
+        with folder_beside(final, lock=False) as tmp:
+            save_weights_file(model, tmp / WEIGHTS_NAME)
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "rng": rng_state(), **extra}, tmp / STATE)
+        atomic_write_text(folder / LATEST, final.name + "\n")
+    except Exception as exc:
+        if not is_write_failure(exc):
+            raise
+        previous = latest_checkpoint(run_dir)
+        raise CheckpointError(
+            f"Could not save the checkpoint of step {step} in {folder}: "
+            f"{describe_os_error(exc, folder)}. "
+            + (f"The checkpoint of step {_step_of(previous)} is kept; free some space and "
+               f"resume with: zoo train --resume {run_dir}" if previous is not None else
+               "No earlier checkpoint exists.")) from None
     older = sorted(p for p in folder.glob("step-*") if p.name != final.name)
     for old in older[: max(0, len(older) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint ``latest`` names, or None when there is none (or it is not whole)."""
-    pointer = Path(run_dir) / CHECKPOINTS / LATEST
-    if not pointer.exists():
+def _step_of(path: Path) -> int:
+    return int(path.name.removeprefix("step-"))
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Temporary and set-aside folders of killed saves (``.step-*``), once whatever
+    ``latest`` names has been recovered."""
+    if not folder.is_dir():
+        return
+    named = _named(folder)
+    if named is not None:
+        recover(named)
+    for path in folder.glob(".step-*"):
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(True)
+
+
+def _named(folder: Path) -> Path | None:
+    """The folder ``latest`` names, or None when it names nothing readable."""
+    try:
+        name = (folder / LATEST).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
         return None
-    path = pointer.parent / pointer.read_text().strip()
-    return path if (path / STATE).exists() else None
+    if not name.startswith("step-") or "/" in name or "\\" in name:
+        return None
+    return folder / name
+
+
+def _whole(path: Path | None) -> bool:
+    return path is not None and (path / STATE).is_file() and (path / WEIGHTS_NAME).is_file()
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint to resume from: the one ``latest`` names, else (it is missing, or
+    ``latest`` is unreadable) the newest whole one; None when there is none."""
+    folder = Path(run_dir) / CHECKPOINTS
+    if not folder.is_dir():
+        return None
+    named = _named(folder)
+    if named is not None:
+        recover(named)
+        if _whole(named):
+            return named
+    whole = [p for p in folder.glob("step-*") if _whole(p)]
+    return max(whole, key=_step_of) if whole else None
 
 
 def load_checkpoint_weights(path: Path, model) -> None:
@@ -87,11 +147,22 @@ def load_checkpoint_weights(path: Path, model) -> None:
 
 
 def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> dict:
-    """Load a checkpoint into ``model`` (and ``optimizer``, ``scheduler``); returns its state."""
-    load_checkpoint_weights(path, model)
-    state = torch.load(Path(path) / STATE, weights_only=True, map_location="cpu")
-    if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None:
-        scheduler.load_state_dict(state["scheduler"])
+    """Load a checkpoint into ``model`` (and ``optimizer``, ``scheduler``); returns its state.
+    An unreadable or mismatched checkpoint raises :class:`~zoo.errors.CheckpointError`."""
+    path = Path(path)
+    try:
+        load_checkpoint_weights(path, model)
+        state = torch.load(path / STATE, weights_only=True, map_location="cpu")
+        if optimizer is not None:
+            optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        for key in ("step", "epoch", "position", "rng"):
+            state[key]
+    except (ArtifactError, RuntimeError, KeyError, ValueError, TypeError, EOFError, OSError,
+            pickle.UnpicklingError) as exc:
+        detail = str(exc) if isinstance(exc, ArtifactError) else f"{type(exc).__name__}: {exc}"
+        raise CheckpointError(
+            f"The checkpoint {path} cannot be resumed from: {detail[:500]}. Remove that "
+            "folder to resume from the one before it (or from the start).") from None
     return state

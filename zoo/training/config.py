@@ -9,12 +9,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .._text import describe_validation_error, did_you_mean, quoted
 from ..errors import RecipeError
 from ..files import atomic_write_text
-from ..recipe import ComponentRef, parse_data
+from ..recipe import ComponentRef, check_data, parse_data, read_text
 
 
 class _Strict(BaseModel):
@@ -86,7 +94,8 @@ class TrainRecipe(_Strict):
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """bf16: autocast on CPU and CUDA; fp16: autocast with a gradient scaler, CUDA only."""
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32)
+    """Seeds Python's, numpy's and torch's generators (numpy takes 32 bits)."""
     eval_every: int | None = Field(None, ge=1)
     """Steps between evaluations on the validation split; None: after every epoch."""
     eval_limit: int | None = Field(None, ge=1)
@@ -105,6 +114,16 @@ class TrainRecipe(_Strict):
     """Under torchrun: DistributedDataParallel, or FSDP (fully_shard)."""
     decode: DecodeSpec = Field(default_factory=DecodeSpec)
 
+    @field_validator("name")
+    @classmethod
+    def _one_folder_name(cls, name: str) -> str:
+        if not name or name in (".", "..") or name.startswith(".") or any(
+                c in name for c in "/\\\0:") or not name.isprintable():
+            raise ValueError(f"{name!r} cannot name a run: the run folder is runs/NAME, so "
+                             "the name is one plain folder name (no '/', '\\', ':', no "
+                             "leading '.'), e.g. 'sort-rope'")
+        return name
+
     @model_validator(mode="after")
     def _length(self) -> "TrainRecipe":
         if (self.epochs is None) == (self.steps is None):
@@ -121,6 +140,7 @@ SECTIONS = {"model", "task", "optimizer", "schedule", "decode", "train"}
 def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> TrainRecipe:
     """``model.X`` (a model override), ``task.X`` (a task setting), ``optimizer.X``,
     ``schedule.X``, ``decode.X``, ``train.X`` (a top-level field such as steps)."""
+    check_data(dict(overrides), "training overrides")
     data = recipe.model_dump(mode="json")
     for key, value in overrides.items():
         section, _, rest = key.partition(".")
@@ -156,7 +176,7 @@ def load_train_recipe(path: str | Path) -> TrainRecipe:
     path = Path(path)
     if not path.is_file():
         raise RecipeError(f"No training recipe file {str(path)!r}.")
-    data = parse_data(path.read_text(encoding="utf-8"), str(path), path.suffix)
+    data = parse_data(read_text(path, "training recipe"), str(path), path.suffix)
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a training recipe is a mapping (name, model, task, ...).")
     data.setdefault("name", path.stem)

@@ -32,7 +32,7 @@ import torch
 
 from .. import hardware
 from ..builder import build
-from ..errors import RecipeError
+from ..errors import CheckpointError, RecipeError, TrainingError
 from ..recipe import get_recipe
 from ..registry import registry
 from ..resolver import resolve
@@ -85,7 +85,15 @@ def train(
     device = _device(device)
     check(recipe)  # a bad recipe fails here, leaving nothing on disk
     check_precision(recipe.precision, device, allow_slow_bf16=allow_slow_bf16)
-    trainer = Trainer.open(recipe, run_dir=run_dir, resume=resume, device=device)
+    try:
+        trainer = Trainer.open(recipe, run_dir=run_dir, resume=resume, device=device)
+    except CheckpointError as exc:
+        if resume is None or not overrides:
+            raise
+        raise RecipeError(
+            f"The overrides {', '.join(map(repr, overrides))} do not fit the checkpoint of "
+            f"{resume}: {exc}\nA resumed run keeps its model; nothing was written. Resume "
+            "without them, or start a new run with them.") from None
     trainer.wrap_model()
     return trainer.run(progress=progress, stop_after_steps=stop_after_steps)
 
@@ -134,8 +142,15 @@ def check_precision(precision: str, device: torch.device, *, allow_slow_bf16: bo
 
 
 def build_model(recipe: TrainRecipe, task, device) -> Any:
-    """The recipe's model, with its overrides and then the task's (vocabulary, classes)."""
-    overrides = {**recipe.model.overrides, **task.model_overrides()}
+    """The recipe's model, with its overrides and then the task's (vocabulary, classes); an
+    override of the recipe's that the task replaces is said, not dropped silently."""
+    decided = task.model_overrides()
+    for key, value in recipe.model.overrides.items():
+        if key in decided and decided[key] != value:
+            warnings.warn(f"model.{key}={value!r} is replaced by {decided[key]!r}: task "
+                          f"{recipe.task.name!r} decides {key} (from its data)", UserWarning,
+                          stacklevel=3)
+    overrides = {**recipe.model.overrides, **decided}
     return build(recipe.model.recipe, device=device, **overrides)
 
 
@@ -266,6 +281,13 @@ class Trainer:
         self.train_data = task.dataset("train")
         self.total = recipe.steps or recipe.epochs * math.ceil(len(self.train_data)
                                                                / recipe.batch_size)
+        last = len(self.train_data) % recipe.batch_size or recipe.batch_size
+        if dist.world > 1 and last < recipe.accumulate * dist.world:
+            raise RecipeError(
+                f"The last batch of each epoch holds {last} examples, fewer than the "
+                f"{recipe.accumulate * dist.world} micro-batches (accumulate x processes) it "
+                "is split into. Change batch_size or accumulate so that it divides "
+                f"{len(self.train_data)} examples better.")
         self.optimizer = _optimizer(recipe.optimizer, model)
         factor = schedules.make(recipe.schedule, self.total)
         # the optimizer's first update is step 1 of the schedule (the paper counts from 1)
@@ -294,30 +316,43 @@ class Trainer:
         else:
             path = dist.same_folder(new_run_dir(recipe.name))
         run = RunFolder(path)
+        if path.exists() and not path.is_dir():
+            raise RecipeError(f"{path} is a file; a run folder is a folder. Choose another "
+                              "--out (run_dir=).")
         if resume is None and is_run(path):
             raise RecipeError(f"{path} already holds a run; continue it with --resume {path} "
                               "(resume=...), or choose another folder.")
-        if dist.main:
-            run.write_train_recipe(recipe)
-        dist.barrier()
         seed_everything(recipe.seed)
         task = build_task(recipe, path)
         task.prepare()
         model = build_model(recipe, task, device)
-        if dist.main:
-            run.write_model_recipe(model.recipe)
         if recipe.activation_checkpointing:
             model.gradient_checkpointing = True
-        return cls(recipe, run, dist, device, task, model, resumed=resume is not None)
+        trainer = cls(recipe, run, dist, device, task, model, resumed=resume is not None)
+        # written only now: a resume whose overrides do not fit its checkpoint, or a task
+        # or model that fails to build, changes nothing on disk
+        if dist.main:
+            run.write_train_recipe(recipe)
+            run.write_model_recipe(model.recipe)
+        dist.barrier()
+        return trainer
 
     def _restore(self) -> None:
+        """Continue from the latest whole checkpoint; a run killed before its first one
+        starts again from step 0."""
         checkpoint = latest_checkpoint(self.folder.path)
         if checkpoint is None:
-            raise RecipeError(f"{self.folder.path} has no checkpoint to resume from.")
+            warnings.warn(f"{self.folder.path} has no checkpoint yet: the run starts again "
+                          "from step 0", RuntimeWarning, stacklevel=2)
+            if self.dist.main:
+                self.folder.truncate_metrics(after_step=0)
+            return
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.elapsed = state.get("elapsed", 0.0)
         set_rng_state(state["rng"])
+        if self.dist.main:
+            self.folder.truncate_metrics(after_step=self.step)
 
     # -- wrap the model -------------------------------------------------------------------------
     def wrap_model(self) -> None:
@@ -361,6 +396,9 @@ class Trainer:
             self._close_bar()
             self.save()
             raise Interrupted(self.folder.path, self.step) from None
+        except TrainingError:
+            self._close_bar()
+            raise
         finally:
             interrupt.remove()
         self._close_bar()
@@ -393,6 +431,8 @@ class Trainer:
         chunks = [c.tolist() for c in torch.tensor(indices).tensor_split(recipe.accumulate
                                                                           * dist.world)]
         mine = chunks[dist.rank * recipe.accumulate:(dist.rank + 1) * recipe.accumulate]
+        if dist.world == 1:  # a short last batch leaves some micro-batches empty
+            mine = [chunk for chunk in mine if chunk]
         losses = []
         for i, chunk in enumerate(mine):
             batch = _to(self.task.collate([self.train_data[j] for j in chunk]), self.device)
@@ -406,6 +446,7 @@ class Trainer:
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             losses.append(float(loss.detach()))
             window.units += units
+        self._stop_on_nonfinite(losses)
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         if recipe.clip_norm:
@@ -425,6 +466,23 @@ class Trainer:
             self._log_window(window, lr)
         if self.bar is not None:
             self.bar.update(1)
+
+    def _stop_on_nonfinite(self, losses: list[float]) -> None:
+        """A NaN or infinite loss stops the run before the step is applied, keeping the last
+        good checkpoint (with fp16, the gradient scaler skips such steps itself)."""
+        if self.scaler is not None:
+            return
+        bad = float(not all(math.isfinite(x) for x in losses))
+        if self.dist.mean(bad) == 0.0:
+            return
+        kept = latest_checkpoint(self.folder.path)
+        raise TrainingError(
+            f"The loss became {next((x for x in losses if not math.isfinite(x)), 'nan')} at "
+            f"step {self.step + 1} (epoch {self.epoch}); that step was not applied. "
+            + (f"The checkpoint of step {int(kept.name.removeprefix('step-'))} is kept. "
+               if kept is not None else "There is no checkpoint yet. ")
+            + "Lower optimizer.lr, raise schedule.warmup_steps or set train.clip_norm, then "
+            f"continue with: zoo train --resume {self.folder.path} --set optimizer.lr=...")
 
     def _log_window(self, window: _Window, lr: float) -> None:
         now = time.perf_counter()

@@ -107,6 +107,23 @@ class RunFolder:
         """Write ``model.yaml``."""
         atomic_write_text(self.path / MODEL_RECIPE, dump_recipe(recipe))
 
+    def truncate_metrics(self, after_step: int) -> None:
+        """Drop the rows of ``metrics.jsonl`` past ``after_step`` (those of an attempt that was
+        killed after its last checkpoint, and is being done again)."""
+        path = self.path / METRICS
+        if not path.is_file():
+            return
+        kept = []
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by the kill
+            if isinstance(row, dict) and isinstance(row.get("step"), int) and \
+                    row["step"] <= after_step:
+                kept.append(line)
+        atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Add one row to ``metrics.jsonl``."""
         with open(self.path / METRICS, "a", encoding="utf-8") as fh:
