@@ -43,3 +43,13 @@ def test_every_public_class_and_function_of_the_core_has_a_docstring():
                                 and isinstance(m, ast.FunctionDef) and not m.name.startswith("_")]
             missing += [f"{where}:{m.lineno} {m.name}" for m in members if not ast.get_docstring(m)]
     assert not missing, "public names without a docstring:\n" + "\n".join(missing)
+
+
+def test_the_promises_page_names_tests_that_exist():
+    import re
+
+    page = (ROOT / "docs" / "promises.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(test_\w+)`", page))
+    defined = {m for path in (ROOT / "tests").glob("test_*.py")
+               for m in re.findall(r"^def (test_\w+)", path.read_text(), re.M)}
+    assert len(named) > 30 and not named - defined, sorted(named - defined)

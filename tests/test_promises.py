@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import zoo
-from zoo.artifact import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME, weight_digests
+from zoo.artifact import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 from zoo.training.checkpoint import latest_checkpoint
 
 from .conftest import run_zoo
@@ -333,6 +333,8 @@ def edit_config(folder: Path, edit) -> None:
 
 def rewrite_weights(folder: Path, state: dict) -> None:
     """A crafted artifact: other weights, with digests that match them."""
+    from zoo.artifact import weight_digests
+
     save_file(state, str(folder / WEIGHTS_NAME))
     edit_config(folder, lambda c: c.__setitem__("weights", {"digests": weight_digests(folder)}))
 

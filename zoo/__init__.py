@@ -52,6 +52,8 @@ _LAZY = {
     "DuplicateComponentError": "zoo.errors",
     "MemoryBudgetError": "zoo.errors",
     "PluginError": "zoo.errors",
+    "CheckpointError": "zoo.errors",
+    "TrainingError": "zoo.errors",
 }
 
 __all__ = ["hookimpl", "__version__", *_LAZY]
