@@ -15,9 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from zoo.cache import DecoderCache
-from zoo.families import Slot
-from zoo.ops import Dropout, Linear
+from zoo.plugin import DecoderCache, Dropout, Linear, Slot
 
 # Bounds far past any model one machine holds: a typo (d_model=10**9, 10**6 layers) is
 # refused at once instead of being counted for minutes or passed to torch as an overflow.
@@ -202,7 +200,7 @@ class Seq2Seq(nn.Module):
         """Decode ``src`` (B, Ls): ``greedy``, ``beam`` or ``sample`` (see zoo.decoding);
         e.g. ``model.generate(src, strategy="beam", beam_size=4, max_new_tokens=64,
         bos_id=1, eos_id=2)``."""
-        from zoo.decoding import generate
+        from zoo.plugin import generate
 
         return generate(self, src, strategy=strategy, **kwargs)
 

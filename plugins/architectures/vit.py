@@ -14,8 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from zoo.families import Slot
-from zoo.ops import Dropout, Linear
+from zoo.plugin import Dropout, Linear, Slot
 
 
 class ViTSettings(BaseModel):

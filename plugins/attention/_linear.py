@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from zoo.cache import KVCache
+from zoo.plugin import KVCache, MultiHeadAttention
 
-from ._base import MultiHeadAttention
 
 EPS = 1e-30  # a division guard only: a tiny denominator is still exact (see performer.py)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from ._base import AttentionSettings
+from zoo.plugin import AttentionSettings
 from ._linear import FeatureMapAttention
 
 

@@ -20,7 +20,7 @@ import math
 import torch
 from pydantic import Field
 
-from ._base import AttentionSettings
+from zoo.plugin import AttentionSettings
 from ._linear import FeatureMapAttention, causal_linear_attention, linear_attention
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ._base import MultiHeadAttention, boolean_mask
+from zoo.plugin import MultiHeadAttention, boolean_mask
 
 
 class VanillaAttention(MultiHeadAttention):

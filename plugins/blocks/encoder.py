@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from zoo.ops import Dropout
+from zoo.plugin import Dropout
 
 
 class EncoderBlock(nn.Module):

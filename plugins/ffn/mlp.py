@@ -6,7 +6,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from zoo.ops import Dropout, Linear
+from zoo.plugin import Dropout, Linear
 
 
 class MLPSettings(BaseModel):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from zoo.ops import Dropout, Linear
+from zoo.plugin import Dropout, Linear
 
 
 class SwiGLUFFN(nn.Module):

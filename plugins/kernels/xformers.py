@@ -12,7 +12,7 @@ import importlib.util
 
 import torch
 
-from zoo.errors import CapabilityError
+from zoo.plugin import CapabilityError
 
 
 def available() -> bool:

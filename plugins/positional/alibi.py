@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ._inside import InsideAttention
+from zoo.plugin import InsideAttention
 
 
 def alibi_slopes(n_heads: int) -> list[float]:

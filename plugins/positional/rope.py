@@ -14,9 +14,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from zoo.errors import RecipeError
-
-from ._inside import InsideAttention
+from zoo.plugin import InsideAttention, RecipeError
 
 
 class RotaryPositions(InsideAttention):

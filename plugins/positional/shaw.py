@@ -16,7 +16,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from ._inside import InsideAttention
+from zoo.plugin import InsideAttention
 
 
 class ShawRelativePositions(InsideAttention):

@@ -47,7 +47,7 @@ class Seq2SeqTask:
                   batch_size: int = 64, device=None, max_new_tokens: int | None = None
                   ) -> list[str]:
         """Decode ``texts`` (parsed with ``parse_input``) in batches; greedy for beam 1."""
-        from zoo.decoding import beam_search, greedy
+        from zoo.plugin import beam_search, greedy
 
         beam = self.default_beam if beam_size is None else beam_size
         device = device or next(model.parameters()).device

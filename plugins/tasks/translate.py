@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from zoo.task import missing_debian_package
+from zoo.plugin import missing_debian_package
 
 from ._seq2seq import BOS, EOS, PAD, Seq2SeqTask
 

@@ -1,9 +1,11 @@
-"""What every built-in attention mechanism shares: the projections, the heads,
-positions applied inside attention, the KV cache and the mask conventions.
+"""The bases an attention mechanism or a position inside attention builds on: the
+projections, the heads, positions applied inside attention, the KV cache and the
+mask conventions (part of the plugin API, :mod:`zoo.plugin`).
 
 A mechanism subclasses :class:`MultiHeadAttention` and implements ``_attend``
 (queries, keys and values already split into heads, rotated when the positions
-are rotary, and extended by the cache).
+are rotary, and extended by the cache). A position that acts inside attention
+subclasses :class:`InsideAttention` and offers the method of its kind.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from zoo.cache import KVCache
-from zoo.errors import RecipeError
-from zoo.ops import Linear
+from .cache import KVCache
+from .errors import RecipeError
+from .ops import Linear
 
 
 class AttentionSettings(BaseModel):
+    """The settings every :class:`MultiHeadAttention` takes (subclass it to add yours)."""
+
     model_config = ConfigDict(extra="forbid")
     bias: bool = True
     """Biases in the query, key, value and output projections."""
@@ -197,3 +201,22 @@ class MultiHeadAttention(nn.Module):
         if self.position_kind == "relative":
             out = out + self.positional.values_term(weights, rel)
         return out
+
+
+class InsideAttention(nn.Module):
+    """Base of rotary, bias and relative positions: ``forward`` (on the embeddings) is
+    the identity; the attention calls the kind's own method:
+
+    - ``kind = "rotary"``: ``rotate(x (B, H, L, D), positions (L,)) -> x`` rotated;
+    - ``kind = "bias"``: ``bias(rel (Lq, Lk)) -> (H, Lq, Lk)`` added to the scores, where
+      ``rel`` is key position minus query position;
+    - ``kind = "relative"``: ``scores(q (B, H, Lq, D), rel) -> (B, H, Lq, Lk)`` added to
+      q.k before scaling, and ``values_term(weights (B, H, Lq, Lk), rel) -> (B, H, Lq, D)``
+      added to the output (Shaw et al. 2018)."""
+
+    kind: str
+    """``rotary``, ``bias`` or ``relative``: which method the attention calls."""
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``x`` unchanged: these positions add nothing to the embeddings."""
+        return x

@@ -1,0 +1,67 @@
+"""The plugin API: everything a plugin's components subclass or call, in one place.
+
+A plugin's hook module imports ``zoo.hookimpl`` (light: no torch); its component
+modules import from here::
+
+    from zoo.plugin import MultiHeadAttention, KVCache, Linear, RecipeError
+
+Nothing a plugin needs lives in an underscored module, and a plugin imports
+nothing else of zoo (``tests/test_layers.py`` holds the built-in plugins to that).
+The contract each family's members honour is in ``docs/contract/``; the
+conformance kit that checks it is :mod:`zoo.testing`.
+"""
+
+from __future__ import annotations
+
+from .attention import (
+    AttentionSettings,
+    InsideAttention,
+    MultiHeadAttention,
+    boolean_mask,
+    relative_positions,
+)
+from .cache import DecoderCache, KVCache
+from .decoding import beam_search, filter_logits, generate, greedy, length_penalty, sample
+from .errors import (
+    CapabilityError,
+    MissingPluginError,
+    PluginError,
+    RecipeError,
+    ZooError,
+)
+from .families import (
+    ArchitectureCapabilities,
+    AttentionCapabilities,
+    BlockCapabilities,
+    FFNCapabilities,
+    KernelCapabilities,
+    NormCapabilities,
+    PositionalCapabilities,
+    Slot,
+    TaskCapabilities,
+)
+from .hookspecs import hookimpl
+from .ops import Dropout, Linear, dropout
+from .task import Task, TaskDataError, missing_debian_package
+
+__all__ = [
+    # hooks
+    "hookimpl",
+    # attention and positions inside attention
+    "MultiHeadAttention", "AttentionSettings", "InsideAttention", "boolean_mask",
+    "relative_positions", "KVCache", "DecoderCache",
+    # layers
+    "Linear", "Dropout", "dropout",
+    # architectures
+    "Slot",
+    # decoding
+    "generate", "greedy", "beam_search", "sample", "filter_logits", "length_penalty",
+    # tasks
+    "Task", "TaskDataError", "missing_debian_package",
+    # capabilities
+    "AttentionCapabilities", "KernelCapabilities", "PositionalCapabilities",
+    "NormCapabilities", "FFNCapabilities", "BlockCapabilities", "ArchitectureCapabilities",
+    "TaskCapabilities",
+    # errors
+    "ZooError", "RecipeError", "CapabilityError", "PluginError", "MissingPluginError",
+]
