@@ -29,17 +29,27 @@ def fresh_registry():
     registry.reset()
 
 
-@pytest.fixture(scope="session")
-def plugin_site(tmp_path_factory) -> Path:
-    """The two fixture plugin packages, pip-installed into a folder of their own."""
-    target = tmp_path_factory.mktemp("site")
+def pip_install(target: Path, *packages: str) -> Path:
+    """Fixture packages, really installed by pip into ``target``."""
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--target", str(target),
-         str(FIXTURES / "zoo-plugin-example"), str(FIXTURES / "zoo-plugin-broken")],
+         "--no-index", "--target", str(target), *(str(FIXTURES / p) for p in packages)],
         check=True,
     )
     return target
+
+
+@pytest.fixture(scope="session")
+def plugin_site(tmp_path_factory) -> Path:
+    """The two fixture plugin packages, pip-installed into a folder of their own."""
+    return pip_install(tmp_path_factory.mktemp("site"), "zoo-plugin-example",
+                       "zoo-plugin-broken")
+
+
+@pytest.fixture(scope="session")
+def nonconforming_site(tmp_path_factory) -> Path:
+    """The plugin that claims a KV cache it does not honour, in a folder of its own."""
+    return pip_install(tmp_path_factory.mktemp("bad-site"), "zoo-plugin-nonconforming")
 
 
 @pytest.fixture

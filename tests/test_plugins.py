@@ -21,7 +21,8 @@ from zoo.registry import registry
 from .conftest import run_zoo
 
 ROOT = Path(__file__).parents[1]
-BUILTIN = {"architectures", "attention", "blocks", "ffn", "kernels", "norm", "positional", "tasks"}
+BUILTIN = {"architectures", "attention", "blocks", "ffn", "kernels", "norm", "positional", "tasks",
+           "recipes"}
 
 
 def test_builtin_plugins_come_from_entry_points():
@@ -38,16 +39,16 @@ def test_core_never_imports_a_plugin_by_name():
         assert "zoo.plugins" not in path.read_text(), path
 
 
-def test_every_hook_is_a_family_hook_and_documented():
+def test_every_hook_is_a_family_hook_or_recipes_and_documented():
     specs = {n for n, f in inspect.getmembers(hookspecs, inspect.isfunction)
              if hasattr(f, "zoo_spec")}
-    assert specs == {f.hook for f in FAMILIES.values()}
+    assert specs == {f.hook for f in FAMILIES.values()} | {"register_recipes"}
     docs = (ROOT / "docs" / "plugins.md").read_text()
     for hook in specs:
         assert f"`{hook}`" in docs, f"{hook} undocumented in docs/plugins.md"
 
 
-REQUIRED_CAPABILITIES = {"block": {"role": "encoder"},
+REQUIRED_CAPABILITIES = {"block": {"role": "encoder"}, "positional": {"kind": "absolute"},
                          "architecture": {"inputs": "tokens", "outputs": "tokens"}}
 
 
@@ -102,15 +103,47 @@ def test_plugin_failing_in_registration_is_rolled_back_and_reported(fresh_regist
 
 def test_misspelled_hook_is_reported(fresh_registry):
     plugin = types.SimpleNamespace(register_norm=zoo.hookimpl(lambda register: None))
-    with pytest.raises(zoo.PluginError, match="register_norm"):
+    with pytest.raises(zoo.PluginError, match="register_norm.*Did you mean 'register_norms'"):
         zoo.register_plugin(plugin, name="typo")
+
+
+def test_a_plugin_ships_recipes_that_zoo_list_names(with_plugins, plugin_site):
+    assert "transformer-mqa-tiny" in zoo.list_recipes("transformer-*")
+    model = zoo.build("transformer-mqa-tiny")
+    assert type(model.decoder.layers[0].cross_attn).__name__ == "MultiQueryAttention"
+    listed = run_zoo("list", "transformer-*", pythonpath=plugin_site)
+    rows = {line.split()[0]: line.split()[2] for line in listed.stdout.splitlines()[2:]}
+    assert rows["transformer-mqa-tiny"] == "example" and rows["transformer-tiny"] == "recipes"
+
+
+def test_a_recipe_requiring_a_missing_package_says_pip_install(fresh_registry):
+    data = zoo.get_recipe("transformer-tiny").to_dict()
+    data["requires"] = ["zoo-transformers", "zoo-plugin-not-installed"]
+    data["components"]["attention"] = "flash-of-genius"
+    with pytest.raises(zoo.MissingPluginError, match="pip install zoo-plugin-not-installed"):
+        zoo.build(zoo.Recipe.from_dict(data))
+
+
+def test_a_plugin_recipe_clashing_with_another_is_refused(fresh_registry):
+    plugin = types.SimpleNamespace(register_recipes=zoo.hookimpl(
+        lambda register: register("transformer-tiny", {"name": "transformer-tiny"})))
+    with pytest.raises(zoo.PluginError, match="recipe 'transformer-tiny' is already "
+                                              "registered by plugin 'recipes'"):
+        zoo.register_plugin(plugin, name="clash")
+
+
+def test_asking_for_a_component_of_a_plugin_that_failed_names_it(with_plugins):
+    with pytest.raises(zoo.UnknownNameError, match="1 plugin failed to load.*'broken' "
+                                                   "\\(ImportError"):
+        zoo.get_component("attention", "only-in-broken")
 
 
 def test_third_party_package_adds_attention_and_norm(with_plugins):
     infos = {i.name: i for i in zoo.list_plugins()}
     example = infos["example"]
     assert example.ok and example.distribution == "zoo-plugin-example" and example.version == "1.2.3"
-    assert set(example.registered) == {("attention", "multi-query"), ("norm", "scalenorm")}
+    assert set(example.registered) == {("attention", "multi-query"), ("norm", "scalenorm"),
+                                       ("recipe", "transformer-mqa-tiny")}
     model = zoo.build("transformer-tiny", attention="multi-query", norm="scalenorm", dropout=0.0)
     layer = model.encoder.layers[0]
     assert type(layer.attn).__name__ == "MultiQueryAttention"

@@ -163,14 +163,23 @@ def test_impossible_capabilities_rejected_before_building(fresh_registry):
 
 def test_cuda_only_kernel_on_cpu_is_rejected(fresh_registry):
     zoo.register_component("kernel", "cuda-only", "zoo.plugins.kernels.sdpa:sdpa_attention",
-                           capabilities={"needs_cuda": True})
+                           capabilities={"causal": True, "arbitrary_mask": True,
+                                         "needs_cuda": True})
     with pytest.raises(CapabilityError, match="needs a CUDA device.*'eager', 'sdpa'"):
         zoo.build("transformer-tiny", kernel="cuda-only")
 
 
+def test_an_undeclared_capability_is_not_claimed(fresh_registry):
+    zoo.register_component("kernel", "quiet", "zoo.plugins.kernels.sdpa:sdpa_attention")
+    with pytest.raises(CapabilityError, match="kernel 'quiet' cannot fill slot 'kernel'.*"
+                                              "needs causal=True, arbitrary_mask=True"):
+        zoo.build("transformer-tiny", kernel="quiet")
+
+
 def test_missing_kernel_package_is_named(fresh_registry):
     zoo.register_component("kernel", "fancy", "zoo.plugins.kernels.sdpa:sdpa_attention",
-                           capabilities={"requires_package": "surely_not_installed_pkg"})
+                           capabilities={"causal": True, "arbitrary_mask": True,
+                                         "requires_package": "surely_not_installed_pkg"})
     with pytest.raises(CapabilityError, match="pip install surely_not_installed_pkg"):
         zoo.build("transformer-tiny", kernel="fancy")
 

@@ -19,7 +19,6 @@ import os
 import shutil
 import warnings
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from torch import nn
 from ._text import DISTRIBUTION_RE, quoted, short_repr
 from .errors import ArtifactError, MissingPluginError
 from .files import describe_os_error, folder_beside
-from .recipe import Recipe
+from .recipe import Recipe, missing_requirements
 from .registry import registry
 from .version import __version__
 
@@ -108,12 +107,7 @@ def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:
 
 def check_plugins(recipe: Recipe, components: Any, source: str) -> None:
     """Refuse, naming the package to install, a recipe whose components are not registered."""
-    missing: dict[str, list[str]] = {}
-    for dist in recipe.requires:
-        try:
-            metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            missing.setdefault(dist, [])
+    missing: dict[str, list[str]] = {dist: [] for dist in missing_requirements(recipe)}
     for entry in (components or {}).values() if isinstance(components, dict) else ():
         if not isinstance(entry, dict):
             continue

@@ -55,7 +55,7 @@ def add_list(sub) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the recipes (or training recipes) matching the pattern."""
-    from .recipe import get_recipe, list_recipes
+    from .recipe import get_recipe, list_recipes, recipe_plugin
 
     if args.train:
         from .training.config import get_train_recipe, list_train_recipes
@@ -73,11 +73,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for name in names:
         recipe = get_recipe(name)
-        if args.pretrained:
-            rows.append([name, recipe.architecture.name, recipe.weights.hub])
-        else:
-            rows.append([name, recipe.architecture.name, recipe.description.split(":")[0][:70]])
-    print(_table(rows, ["recipe", "architecture",
+        shown = recipe.weights.hub if args.pretrained else recipe.description.split(":")[0]
+        rows.append([name, recipe.architecture.name, recipe_plugin(name), shown])
+    print(_table(rows, ["recipe", "architecture", "plugin",
                         "published weights" if args.pretrained else "description"]))
     return 0
 

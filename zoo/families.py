@@ -15,40 +15,52 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Capabilities(BaseModel):
-    """Base of every family's capability record: frozen, no unknown fields."""
+    """Base of every family's capability record: frozen, no unknown fields. A claim (a
+    capability that lets a component fill more slots) is False until the component
+    declares it, so the checks that refuse bad combinations hold for every plugin."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class AttentionCapabilities(Capabilities):
     """What an attention mechanism can do."""
 
-    causal: bool = True
-    """Can attend causally (a decoder's self-attention)."""
-    cross_attention: bool = True
-    """Can take keys and values from another sequence."""
-    padding_mask: bool = True
-    """Honours a key padding mask."""
-    arbitrary_mask: bool = True
-    """Honours an arbitrary boolean ``attn_mask``."""
-    kv_cache: bool = True
-    """Supports incremental decoding with a cache."""
+    causal: bool = False
+    """Built with ``causal=True``, position t sees only positions up to t (a decoder's
+    self-attention)."""
+    cross_attention: bool = False
+    """Built with ``cross=True``, takes keys and values from another sequence (``context``)."""
+    padding_mask: bool = False
+    """Honours ``key_padding_mask`` (B, Lk), True at padding: padded keys change nothing."""
+    arbitrary_mask: bool = False
+    """Honours a boolean ``attn_mask`` (Lq, Lk) or (B, Lq, Lk), True where attending is
+    allowed."""
+    kv_cache: bool = False
+    """Decodes incrementally with a ``KVCache``: a prefix, then a token at a time, gives what
+    the whole sequence gives."""
     uses_kernel: bool = True
-    """Computes its scores through the ``kernel`` slot."""
+    """Computes its scores through the ``kernel`` slot (so a kernel that takes no float
+    bias cannot serve bias positions). Declare False when the kernel is not called."""
     positions: tuple[str, ...] = ()
-    """Positional kinds it applies inside attention (``rotary``, ``bias``...)."""
+    """Positional kinds it applies inside attention: ``rotary``, ``bias``, ``relative``."""
     needs_cuda: bool = False
+    """Runs only on a CUDA device."""
 
 
 class KernelCapabilities(Capabilities):
     """What an attention kernel can do, and what it needs."""
 
-    causal: bool = True
-    arbitrary_mask: bool = True
-    dropout: bool = True
-    bias: bool = True
+    causal: bool = False
+    """Honours ``is_causal=True`` (square scores: query i sees keys up to i)."""
+    arbitrary_mask: bool = False
+    """Honours a boolean ``attn_mask``, True where attending is allowed, broadcast to
+    (B, H, Lq, Lk)."""
+    dropout: bool = False
+    """Drops attention weights with probability ``dropout_p``."""
+    bias: bool = False
     """Accepts a float ``attn_mask`` added to the scores (ALiBi, T5 bias)."""
     needs_cuda: bool = False
+    """Runs only on CUDA tensors."""
     requires_package: str | None = None
     """Import name of an optional dependency the kernel needs."""
 
@@ -56,47 +68,57 @@ class KernelCapabilities(Capabilities):
 class PositionalCapabilities(Capabilities):
     """How a positional encoding acts, and its limits."""
 
-    kind: Literal["absolute", "rotary", "bias", "relative", "none"] = "absolute"
-    """``absolute`` is added to the embeddings; the others act inside attention."""
+    kind: Literal["absolute", "rotary", "bias", "relative", "none"]
+    """``absolute`` is added to the embeddings; ``rotary``, ``bias`` and ``relative`` act
+    inside attention (an attention applies them only if its ``positions`` lists the kind);
+    ``none`` adds nothing. Every positional component declares it."""
     learned: bool = False
+    """Has trained parameters."""
     max_length: bool = False
-    """True when the component only covers positions below a set ``max_len``."""
+    """Covers only positions below a set ``max_len``."""
     per_layer: bool = False
     """Inside-attention kinds: one module (own parameters) per attention layer, rather
     than one shared by all layers of a stack (as T5 shares its bias)."""
 
 
 class NormCapabilities(Capabilities):
-    """What a normalisation layer computes."""
+    """What a normalisation layer computes (descriptions, not claims)."""
 
     centered: bool = True
     """Subtracts the mean (LayerNorm) or not (RMSNorm)."""
     bias: bool = True
+    """Has a learned bias."""
 
 
 class FFNCapabilities(Capabilities):
-    """What a feed-forward network computes."""
+    """What a feed-forward network computes (a description, not a claim)."""
 
     gated: bool = False
+    """A gated linear unit (SwiGLU, GEGLU): two input projections multiplied."""
 
 
 class BlockCapabilities(Capabilities):
     """Where a block goes: an encoder's or a decoder's stack."""
 
     role: Literal["encoder", "decoder"]
+    """``encoder``: ``module(x, key_padding_mask=None)``; ``decoder``: ``module(x, memory,
+    self_padding_mask=None, memory_padding_mask=None, cache=None)``."""
 
 
 class ArchitectureCapabilities(Capabilities):
     """What a whole model takes and gives."""
 
     inputs: Literal["tokens", "images"]
+    """What the model reads."""
     outputs: Literal["tokens", "classes"]
+    """What its logits are over."""
 
 
 class TaskCapabilities(Capabilities):
     """The architectures a task trains."""
 
     architectures: tuple[str, ...] = ()
+    """Architecture names whose models the task can feed (empty: any)."""
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
 """The hooks a zoo plugin may implement.
 
-Each hook receives a ``register`` callback bound to one family::
+Each component hook receives a ``register`` callback bound to one family::
 
     register(name, target, *, description="", capabilities=None, override=False)
 
 ``target`` is a class (or builder) or a ``"module:attribute"`` string imported
 on first use; pass strings to keep ``import`` of your plugin free of torch.
+``register_recipes`` receives ``register(name, recipe, *, override=False)``, where
+``recipe`` is a mapping, a ``zoo.Recipe`` or ``"package:path/file.yaml"`` (a file
+shipped inside a package, read when the recipe is first asked for).
 """
 
 from __future__ import annotations
@@ -54,3 +57,8 @@ def register_architectures(register):
 @hookspec
 def register_tasks(register):
     """Register training tasks (family ``task``)."""
+
+
+@hookspec
+def register_recipes(register):
+    """Register named model recipes (``zoo.build(name)``, ``zoo list``)."""

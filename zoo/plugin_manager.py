@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from ._text import did_you_mean, quoted
 from .errors import PluginError
 from .families import FAMILIES
 
@@ -55,8 +57,11 @@ class PluginInfo:
 
 Register = Callable[..., Any]
 """``register(family, name, target, *, plugin, description=, capabilities=, override=)``."""
+RegisterRecipe = Callable[..., Any]
+"""``register_recipe(name, source, *, plugin, override=)``."""
 Unregister = Callable[[str, str], None]
-"""``unregister(family, name)``: undo one registration."""
+"""``unregister(kind, name)``: undo one registration (kind: a family, or ``recipe``)."""
+RECIPE_HOOK = "register_recipes"
 
 
 class PluginManager:
@@ -66,13 +71,15 @@ class PluginManager:
     ``register`` bound to their family and to the plugin's name. With
     ``entry_points=False`` only plugins added by :meth:`register_plugin` are used."""
 
-    def __init__(self, register: Register, unregister: Unregister, *,
+    def __init__(self, register: Register, unregister: Unregister,
+                 register_recipe: RegisterRecipe | None = None, *,
                  entry_points: bool = True) -> None:
         self.pm = pluggy.PluginManager("zoo")
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self._register_component = register
         self._unregister_component = unregister
+        self._register_recipe = register_recipe
         self._loaded = not entry_points
         self._loading = False
 
@@ -135,19 +142,21 @@ class PluginManager:
         except Exception as exc:
             if self.pm.is_registered(plugin):
                 self.pm.unregister(plugin)
-            info.error = _describe(exc, "registering its hooks")
+            info.error = _describe(exc, "registering its hooks") + _closest_hook(exc)
             return
-        for family in FAMILIES.values():
-            for impl in getattr(self.pm.hook, family.hook).get_hookimpls():
+        hooks = [(family.hook, functools.partial(self._register, info, family.name))
+                 for family in FAMILIES.values()]
+        hooks.append((RECIPE_HOOK, functools.partial(self._recipe, info)))
+        for hook, register in hooks:
+            for impl in getattr(self.pm.hook, hook).get_hookimpls():
                 if impl.plugin is not plugin:
                     continue
-                register = functools.partial(self._register, info, family.name)
                 try:
                     impl.function(register=register)
                 except Exception as exc:
-                    info.error = _describe(exc, f"{family.hook}()")
-                    for fam, comp in info.registered:
-                        self._unregister_component(fam, comp)
+                    info.error = _describe(exc, f"{hook}()")
+                    for kind, name in info.registered:
+                        self._unregister_component(kind, name)
                     info.registered.clear()
                     self.pm.unregister(plugin)
                     return
@@ -156,6 +165,17 @@ class PluginManager:
         component = self._register_component(family, name, target, plugin=info.name, **kw)
         info.registered.append((family, name))
         return component
+
+    def _recipe(self, info: PluginInfo, name: str, recipe: Any, **kw: Any) -> Any:
+        if self._register_recipe is None:
+            raise PluginError("this registry takes no recipes")
+        entry = self._register_recipe(name, recipe, plugin=info.name, **kw)
+        info.registered.append(("recipe", name))
+        return entry
+
+    def failed(self) -> list[PluginInfo]:
+        """The plugins that could not be loaded or registered, with their errors."""
+        return [i for i in self.infos.values() if not i.ok]
 
     def plugin_names(self) -> list[str]:
         """The names of the plugins that loaded without an error."""
@@ -166,6 +186,19 @@ def _describe(exc: BaseException, during: str) -> str:
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" at {frame.filename}:{frame.lineno}" if frame else ""
     return f"{type(exc).__name__} while {during}: {exc}{where}"
+
+
+HOOKS = sorted(name for name in vars(hookspecs) if name.startswith("register_"))
+"""The hooks a plugin may implement."""
+
+
+def _closest_hook(exc: BaseException) -> str:
+    """`` Did you mean 'register_norms'?`` for a hook implementation pluggy knows no spec of."""
+    match = re.search(r"unknown hook '(\w+)'", str(exc))
+    if match is None:
+        return ""
+    hint = did_you_mean(match.group(1), HOOKS)
+    return hint or f" The hooks are {quoted(HOOKS)}."
 
 
 def _distribution_of(module: str) -> tuple[str | None, str | None]:

@@ -12,7 +12,7 @@ import json
 import math
 import os
 import re
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,14 +32,13 @@ from ._text import (
     NAME_RE,
     RECIPE_NAME_RE,
     describe_validation_error,
-    did_you_mean,
     is_git_ref,
-    natural_key,
     quoted,
     short_repr,
 )
-from .errors import RecipeError, UnknownNameError
+from .errors import RecipeError
 from .files import atomic_write_text
+from .registry import RecipeEntry, registry
 
 RECIPE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -273,39 +272,64 @@ def save_recipe(recipe: Recipe, path: str | os.PathLike[str]) -> Path:
 
 
 # -- named recipes -------------------------------------------------------------------------------
-def _builtin_recipe_files() -> dict[str, Any]:
-    files = {}
-    for entry in resources.files("zoo.recipes").iterdir():
-        if entry.name.endswith(RECIPE_SUFFIXES):
-            files[entry.name.rsplit(".", 1)[0]] = entry
-    return files
+def _read_source(entry: RecipeEntry) -> Recipe:
+    """A registered recipe's source as a :class:`Recipe`: a mapping, a Recipe, or a
+    ``"package:path/file.yaml"`` file shipped inside a package."""
+    source, where = entry.source, f"recipe {entry.name!r} from plugin {entry.plugin!r}"
+    if isinstance(source, Recipe):
+        recipe = source.model_copy(deep=True)
+    elif isinstance(source, str):
+        package, _, path = source.partition(":")
+        try:
+            file = resources.files(package).joinpath(path)
+            text = file.read_text(encoding="utf-8")
+        except (ModuleNotFoundError, OSError, UnicodeDecodeError) as exc:
+            raise RecipeError(f"{where}: cannot read {source!r} ({type(exc).__name__}: "
+                              f"{exc}); the plugin ships it as package:path/file.yaml.") from None
+        suffix = "." + path.rsplit(".", 1)[-1] if "." in path else ".yaml"
+        recipe = parse_recipe_text(text, f"{where} ({source})", suffix)
+    else:
+        recipe = Recipe.from_dict(source, where)
+    if recipe.name != entry.name:
+        raise RecipeError(f"{where}: the recipe inside is named {recipe.name!r}; a registered "
+                          "recipe's name and its 'name:' agree.")
+    return recipe
 
 
 def list_recipes(pattern: str = "*", *, pretrained: bool = False) -> list[str]:
-    """Names of the built-in recipes matching ``pattern`` (fnmatch), naturally sorted;
-    with ``pretrained=True`` only those with published weights."""
-    names = [n for n in _builtin_recipe_files() if fnmatch.fnmatchcase(n, pattern)]
+    """Names of the named recipes (the built-in ones and those plugins ship) matching
+    ``pattern`` (fnmatch), naturally sorted; with ``pretrained=True`` only those with
+    published weights."""
+    names = [entry.name for entry in registry.recipes(pattern)]
     if pretrained:
         names = [n for n in names if get_recipe(n).weights is not None]
-    return sorted(names, key=natural_key)
+    return names
+
+
+def recipe_plugin(name: str) -> str:
+    """The plugin that ships the named recipe (``recipes`` for zoo's own)."""
+    return registry.recipe(name).plugin
 
 
 def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
-    """A recipe by name (built-in) or from a ``.yaml``/``.json`` path; a :class:`Recipe` is
-    copied. Nothing here reaches the network: saved models (``hf-hub:``, ``local-dir:``)
-    are read by ``zoo.get_recipe`` and ``zoo.build``, one layer up."""
+    """A named recipe (built-in or from a plugin) or one from a ``.yaml``/``.json`` path; a
+    :class:`Recipe` is copied. Nothing here reaches the network: saved models
+    (``hf-hub:``, ``local-dir:``) are read by ``zoo.get_recipe`` and ``zoo.build``, one
+    layer up."""
     if isinstance(name, Recipe):
         return name.model_copy(deep=True)
     text = os.fspath(name)
     if text.endswith(RECIPE_SUFFIXES) or os.sep in text:
         return load_recipe(text)
-    files = _builtin_recipe_files()
-    if text not in files:
-        raise UnknownNameError(
-            f"Unknown recipe {text!r}.{did_you_mean(text, files)} Recipes: "
-            f"{quoted(sorted(files, key=natural_key))}. A recipe file is given by its path "
-            "(ending in .yaml or .json)."
-        )
-    entry = files[text]
-    suffix = "." + entry.name.rsplit(".", 1)[1]
-    return parse_recipe_text(entry.read_text(encoding="utf-8"), f"recipe {text!r}", suffix)
+    return _read_source(registry.recipe(text))
+
+
+def missing_requirements(recipe: Recipe) -> list[str]:
+    """The distributions in the recipe's ``requires`` that are not installed."""
+    missing = []
+    for dist in recipe.requires:
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            missing.append(dist)
+    return missing

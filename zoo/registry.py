@@ -21,7 +21,16 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ._text import NAME_RE, closest, describe_validation_error, did_you_mean, natural_key, quoted
+from ._text import (
+    NAME_RE,
+    RECIPE_NAME_RE,
+    closest,
+    describe_validation_error,
+    did_you_mean,
+    natural_key,
+    quoted,
+    short_repr,
+)
 from .errors import DuplicateComponentError, PluginError, RecipeError, UnknownNameError
 from .families import FAMILIES, Capabilities, Family
 from .plugin_manager import PluginInfo, PluginManager
@@ -96,12 +105,27 @@ class Component:
         return self.load()(self.validate_settings(settings), **context)
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _caller_origin() -> str:
     """``file:line`` of the code that called ``register`` (for duplicate errors)."""
     for frame in inspect.stack()[2:]:
         if not frame.filename.endswith(("registry.py", "plugin_manager.py", "functools.py")):
             return f"{frame.filename}:{frame.lineno}"
     return "<unknown>"
+
+
+@dataclass
+class RecipeEntry:
+    """A named recipe a plugin registered: its source (a mapping, a ``Recipe`` or a
+    ``"package:path.yaml"`` file), read by :mod:`zoo.recipe` when first asked for."""
+
+    name: str
+    source: Any
+    plugin: str
+    origin: str
 
 
 class Registry:
@@ -113,8 +137,13 @@ class Registry:
 
     def __init__(self, *, entry_points: bool = False) -> None:
         self._components: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
+        self._recipes: dict[str, RecipeEntry] = {}
         self._entry_points = entry_points
-        self.plugins = PluginManager(self.register, self.unregister, entry_points=entry_points)
+        self.plugins = self._new_manager()
+
+    def _new_manager(self) -> PluginManager:
+        return PluginManager(self.register, self.unregister, self.register_recipe,
+                             entry_points=self._entry_points)
 
     def _ensure_loaded(self) -> None:
         """Load the entry-point plugins on the first lookup (when this registry uses them)."""
@@ -132,8 +161,8 @@ class Registry:
         """Forget every component and plugin; the entry points load again on next use."""
         for members in self._components.values():
             members.clear()
-        self.plugins = PluginManager(self.register, self.unregister,
-                                     entry_points=self._entry_points)
+        self._recipes.clear()
+        self.plugins = self._new_manager()
 
     # -- registration ----------------------------------------------------------------------
     def register(
@@ -189,9 +218,63 @@ class Registry:
         return component
 
     def unregister(self, family: str, name: str) -> None:
-        """Remove a component (nothing happens when it is not there)."""
+        """Remove a component, or with ``family="recipe"`` a recipe (nothing happens when it
+        is not there)."""
+        if family == "recipe":
+            self._recipes.pop(name, None)
+            return
         self._family(family)
         self._components[family].pop(name, None)
+
+    def register_recipe(self, name: str, source: Any, *, plugin: str = "<runtime>",
+                        override: bool = False) -> RecipeEntry:
+        """Add a named recipe; its source is read (and validated) when first asked for."""
+        if not isinstance(name, str) or not RECIPE_NAME_RE.match(name):
+            raise ValueError(f"Invalid recipe name {short_repr(name, 80)}: use lower-case "
+                             "letters, digits, dots, dashes and underscores (e.g. "
+                             "'transformer-mqa-tiny').")
+        if isinstance(source, str) and ":" not in source:
+            raise ValueError(f"recipe {name!r}: a file is given as 'package:path/file.yaml', "
+                             f"got {source!r}.")
+        origin = _caller_origin()
+        existing = self._recipes.get(name)
+        if existing is not None and not override:
+            raise DuplicateComponentError(
+                f"recipe {name!r} is already registered by plugin {existing.plugin!r} (at "
+                f"{existing.origin}); the second registration came from plugin {plugin!r} "
+                f"(at {origin}). Pick another name, or pass override=True to replace it.")
+        entry = RecipeEntry(name, source, plugin, origin)
+        self._recipes[name] = entry
+        return entry
+
+    def recipe(self, name: str) -> RecipeEntry:
+        """A registered recipe; an unknown name raises with the closest names."""
+        self._ensure_loaded()
+        try:
+            return self._recipes[name]
+        except KeyError:
+            pass
+        raise UnknownNameError(
+            f"Unknown recipe {name!r}.{did_you_mean(name, self._recipes)} Recipes: "
+            f"{quoted(sorted(self._recipes, key=natural_key))}. A recipe file is given by its "
+            f"path (ending in .yaml or .json).{self._failed_plugins()}")
+
+    def recipes(self, pattern: str = "*") -> list[RecipeEntry]:
+        """The registered recipes whose names match ``pattern``, naturally sorted."""
+        self._ensure_loaded()
+        names = [n for n in self._recipes if fnmatch.fnmatchcase(n, pattern)]
+        return [self._recipes[n] for n in sorted(names, key=natural_key)]
+
+    def _failed_plugins(self) -> str:
+        """A sentence naming the plugins that failed to load, when any did: what the user
+        asked for may be theirs."""
+        failed = self.plugins.failed()
+        if not failed:
+            return ""
+        listed = "; ".join(f"{i.name!r} ({_cut(i.error or '', 160)})" for i in failed)
+        return (f" {len(failed)} plugin{'s' if len(failed) > 1 else ''} failed to load, and "
+                f"it may come from {'one of them' if len(failed) > 1 else 'it'}: {listed} "
+                "(see zoo plugins).")
 
     # -- lookup ------------------------------------------------------------------------------
     def get(self, family: str, name: str) -> Component:
@@ -210,7 +293,7 @@ class Registry:
             f"Unknown {family} {name!r}.{hint} Known {family} components: "
             f"{quoted(sorted(members, key=natural_key))}. Installed plugins: "
             f"{quoted(self.plugin_names())}. A component from another package appears "
-            "once that package is installed (see `zoo plugins`)."
+            f"once that package is installed (see `zoo plugins`).{self._failed_plugins()}"
         )
 
     def list(self, family: str, pattern: str = "*") -> list[Component]:

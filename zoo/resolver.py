@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ._text import did_you_mean, quoted
-from .errors import CapabilityError, RecipeError
+from .errors import CapabilityError, MissingPluginError, RecipeError
 from .families import Slot
-from .recipe import ComponentRef, Recipe, check_data
+from .recipe import ComponentRef, Recipe, check_data, missing_requirements
 from .registry import Component, describe_validation_error, registry
 
 
@@ -172,7 +172,14 @@ def _as_ref(slot: str, value: Any) -> ComponentRef:
 def resolve(
     recipe: Recipe, overrides: dict[str, Any] | None = None, *, device: Any = None
 ) -> Resolved:
-    """Validate a recipe (with overrides) into :class:`Resolved` parts."""
+    """Validate a recipe (with overrides) into :class:`Resolved` parts. A recipe whose
+    ``requires`` names a package that is not installed is refused first, naming it."""
+    missing = missing_requirements(recipe)
+    if missing:
+        raise MissingPluginError(
+            f"Recipe {recipe.name!r} needs "
+            + "; ".join(f"plugin {d!r} (pip install {d})" for d in missing)
+            + ", which is not installed; its components come from there.")
     recipe = apply_overrides(recipe, overrides or {})
     arch = registry.get("architecture", recipe.architecture.name)
     settings = arch.validate_settings(recipe.architecture.settings)

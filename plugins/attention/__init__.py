@@ -3,6 +3,11 @@
 from zoo import hookimpl
 
 SOFTMAX_POSITIONS = ("rotary", "bias")
+EVERYTHING = {"causal": True, "cross_attention": True, "padding_mask": True,
+              "arbitrary_mask": True, "kv_cache": True}
+SPARSE = {"causal": True, "padding_mask": True, "kv_cache": True}
+LINEAR = {"causal": True, "cross_attention": True, "padding_mask": True, "kv_cache": True,
+          "uses_kernel": False, "positions": ("rotary",)}
 
 
 @hookimpl
@@ -11,33 +16,31 @@ def register_attention(register):
         "vanilla",
         "zoo.plugins.attention.vanilla:VanillaAttention",
         description="Multi-head scaled dot-product attention (Vaswani et al. 2017)",
-        capabilities={"positions": ("rotary", "bias", "relative")},
+        capabilities={**EVERYTHING, "positions": ("rotary", "bias", "relative")},
     )
     register(
         "sliding-window",
         "zoo.plugins.attention.sliding_window:SlidingWindowAttention",
         description="Local attention within a window, with optional global tokens "
                     "(Longformer, Beltagy et al. 2020)",
-        capabilities={"cross_attention": False, "arbitrary_mask": False,
-                      "positions": SOFTMAX_POSITIONS},
+        capabilities={**SPARSE, "positions": SOFTMAX_POSITIONS},
     )
     register(
         "bigbird",
         "zoo.plugins.attention.bigbird:BigBirdAttention",
         description="Block-sparse window + global + random attention (BigBird, Zaheer et al. 2020)",
-        capabilities={"cross_attention": False, "arbitrary_mask": False,
-                      "positions": SOFTMAX_POSITIONS},
+        capabilities={**SPARSE, "positions": SOFTMAX_POSITIONS},
     )
     register(
         "performer",
         "zoo.plugins.attention.performer:PerformerAttention",
         description="FAVOR+ positive orthogonal random features (Performer, Choromanski et al. 2021)",
-        capabilities={"arbitrary_mask": False, "uses_kernel": False, "positions": ("rotary",)},
+        capabilities=LINEAR,
     )
     register(
         "linear",
         "zoo.plugins.attention.linear:LinearAttention",
         description="elu(x)+1 feature-map linear attention with a recurrent state "
                     "(Katharopoulos et al. 2020)",
-        capabilities={"arbitrary_mask": False, "uses_kernel": False, "positions": ("rotary",)},
+        capabilities=LINEAR,
     )

@@ -1,0 +1,121 @@
+"""The conformance kit (zoo.testing): every built-in component passes it through the same
+function a plugin author calls; the example plugin passes it with its own tests; a
+component that breaks a clause it claims is caught, with the clause and the difference."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import zoo
+import zoo.testing
+from zoo.plugin import MultiHeadAttention, boolean_mask
+
+from .conftest import FIXTURES
+
+EVERY_CASE = [pytest.param(case, id=str(case))
+              for family in zoo.testing.CHECKS
+              for component in zoo.list_components(family)
+              for case in zoo.testing.cases(family, component.name)]
+
+
+@pytest.mark.parametrize("case", EVERY_CASE)
+def test_every_built_in_component_passes_the_kit(case):
+    outcome = case()
+    if outcome.startswith("skipped"):
+        assert "does not claim" in outcome or "CUDA" in outcome or "package" in outcome
+        pytest.skip(outcome)
+
+
+def test_every_family_with_members_has_checks():
+    assert set(zoo.testing.CHECKS) == {"attention", "kernel", "positional", "norm", "ffn",
+                                        "block"}
+    for family, checks in zoo.testing.CHECKS.items():
+        assert all(c.doc for c in checks), family
+
+
+def test_the_example_plugin_passes_the_kit_in_its_own_tests(plugin_site):
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
+         str(FIXTURES / "zoo-plugin-example"), str(FIXTURES / "zoo-plugin-example" /
+                                                   "kit_checks.py")],
+        capture_output=True, text=True, env={**__import__("os").environ,
+                                             "PYTHONPATH": str(plugin_site)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+    assert "skipped" in done.stdout  # multi-query claims no KV cache: that check is skipped
+
+
+def test_the_kit_catches_a_kv_cache_claimed_and_not_honoured(nonconforming_site, monkeypatch):
+    monkeypatch.syspath_prepend(str(nonconforming_site))
+    from zoo.registry import registry
+
+    registry.reset()
+    try:
+        with pytest.raises(zoo.testing.ConformanceError) as err:
+            zoo.testing.check_component("attention", "forgetful")
+        message = str(err.value)
+        assert "attention 'forgetful' from plugin 'nonconforming' fails check 'kv_cache' (it " \
+               "claims kv_cache)" in message
+        assert "decoded with a KVCache: differs by up to" in message
+        outcomes = {c.check.name: c for c in zoo.testing.cases("attention", "forgetful")}
+        assert outcomes["causal"]() == "passed" and outcomes["padding_mask"]() == "passed"
+    finally:
+        monkeypatch.undo()
+        for name in [m for m in sys.modules if m.startswith("zoo_plugin_")]:
+            del sys.modules[name]
+        registry.reset()
+
+
+# -- each clause can fail: components that break one on purpose ---------------------------------
+class SeesTheFuture(MultiHeadAttention):
+    """Claims causal, attends to every position."""
+
+    def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask):
+        mask = boolean_mask(q.shape[-2], k.shape[-2], causal=False,
+                            key_padding_mask=key_padding_mask, attn_mask=None, device=q.device)
+        return self._dense(q, k, v, mask, offset=offset)
+
+
+class IgnoresPadding(MultiHeadAttention):
+    """Claims padding_mask, attends to padded keys."""
+
+    def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask):
+        mask = boolean_mask(q.shape[-2], k.shape[-2], causal=self.causal, key_padding_mask=None,
+                            attn_mask=attn_mask, device=q.device)
+        return self._dense(q, k, v, mask, offset=offset)
+
+
+class SequenceNorm(nn.Module):
+    """Normalises over the sequence too: positions see each other."""
+
+    def __init__(self, settings=None, *, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.weight * (x - x.mean(dim=(-2, -1), keepdim=True))
+
+
+def unscaled_kernel(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=0.0, scale=None):
+    """Ignores ``scale``."""
+    return zoo.testing.reference_kernel(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+
+
+@pytest.mark.parametrize("family,target,caps,check,says", [
+    ("attention", SeesTheFuture, {"causal": True}, "causal", "outputs before a changed position"),
+    ("attention", IgnoresPadding, {"padding_mask": True}, "padding_mask",
+     "outputs of real tokens when padded keys change"),
+    ("norm", SequenceNorm, {}, "norm", "at other positions when one position changes"),
+    ("kernel", unscaled_kernel, {}, "formula", "scale=0.1: differs by up to"),
+])
+def test_a_broken_clause_is_named_with_the_difference(fresh_registry, family, target, caps,
+                                                      check, says):
+    zoo.register_component(family, "broken-on-purpose", target, capabilities=caps)
+    case = next(c for c in zoo.testing.cases(family, "broken-on-purpose") if c.check.name == check)
+    with pytest.raises(zoo.testing.ConformanceError, match=f"fails check {check!r}.*{says}"):
+        case()

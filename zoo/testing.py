@@ -1,0 +1,668 @@
+"""The conformance kit: the contract checks zoo runs on its own components, for yours.
+
+As scikit-learn's ``check_estimator`` is for estimators, :func:`check_component`
+runs on a registered component every check of its family's contract, as far as
+its declared capabilities claim (an attention that claims ``kv_cache`` must decode
+step by step exactly as it computes the whole sequence; one that does not claim it
+is not asked to)::
+
+    import zoo.testing
+    zoo.testing.check_component("attention", "multi-query")   # raises on a breach
+
+In a pytest suite, one test per check::
+
+    @zoo.testing.parametrize("attention", "multi-query")
+    def test_multi_query_conforms(check):
+        check()
+
+A failing check raises :class:`ConformanceError`, naming the check, the capability
+it holds the component to, and the difference it found. The kit builds what it
+needs from its own reference parts (a kernel written from the formula, reference
+positions, a reference attention for blocks), so a check never depends on another
+plugin being installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from .attention import InsideAttention, MultiHeadAttention, boolean_mask
+from .cache import KVCache
+from .errors import ZooError
+from .registry import Component, registry
+
+D, H = 16, 2
+"""The width and heads the kit builds components with."""
+TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
+
+
+class ConformanceError(ZooError, AssertionError):
+    """A component that breaks its family's contract; the message names the check, the
+    capability it holds the component to, and what differed."""
+
+
+class Skip(Exception):
+    """A check that does not apply here (a CUDA-only kernel on a CPU, a missing package)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One clause of a family's contract."""
+
+    family: str
+    name: str
+    claim: str | None
+    """The capability that makes the check apply (None: every member)."""
+    doc: str
+    run: Callable[[Component, Any], None]
+
+    def applies(self, component: Component) -> bool:
+        """True when the component claims what the check needs (or it needs nothing)."""
+        return self.claim is None or bool(getattr(component.capabilities, self.claim, False))
+
+
+CHECKS: dict[str, list[Check]] = {}
+"""The checks of each family, in the order they run."""
+
+
+def _check(family: str, claim: str | None = None):
+    def add(fn: Callable[[Component, Any], None]) -> Callable[[Component, Any], None]:
+        doc = (fn.__doc__ or "").strip()
+        CHECKS.setdefault(family, []).append(Check(family, fn.__name__.removeprefix("_"), claim,
+                                                   doc, fn))
+        return fn
+    return add
+
+
+# -- what the checks compare ------------------------------------------------------------------
+class _Failed(AssertionError):
+    pass
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    if actual.shape != expected.shape:
+        raise _Failed(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    diff = (actual.float() - expected.float()).abs()
+    bound = TOLERANCE["atol"] + TOLERANCE["rtol"] * expected.float().abs()
+    if not bool(torch.isfinite(actual).all()) or bool((diff > bound).any()):
+        worst = int(diff.flatten().argmax())
+        raise _Failed(f"{what}: differs by up to {diff.max().item():.3g} (at flat index "
+                      f"{worst}; allowed {TOLERANCE['atol']:g} + {TOLERANCE['rtol']:g}·|x|)")
+
+
+def _differs(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    if torch.allclose(a.float(), b.float(), atol=1e-6, rtol=1e-5):
+        raise _Failed(f"{what}: nothing changed")
+
+
+def _shape(actual: torch.Tensor, expected: tuple[int, ...], what: str) -> None:
+    if tuple(actual.shape) != expected:
+        raise _Failed(f"{what}: shape {tuple(actual.shape)}, expected {expected}")
+    if not bool(torch.isfinite(actual).all()):
+        raise _Failed(f"{what}: holds NaN or infinite values")
+
+
+def _gradients_reach(module: nn.Module, loss: torch.Tensor, what: str) -> None:
+    loss.backward()
+    dead = [n for n, p in module.named_parameters()
+            if p.requires_grad and (p.grad is None or not bool(p.grad.abs().sum() > 0))]
+    if dead:
+        raise _Failed(f"{what}: no gradient reaches {dead[:6]}")
+
+
+# -- the kit's own reference parts ------------------------------------------------------------
+def reference_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                     attn_mask: torch.Tensor | None = None, is_causal: bool = False,
+                     dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
+    """softmax(q kᵀ · scale + mask) v, eq. 1 of Vaswani et al. (2017), over (B, H, L, D);
+    ``attn_mask`` boolean (True: may attend) or float (added); no dropout."""
+    scores = (q @ k.transpose(-2, -1)).float() * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        lq, lk = scores.shape[-2:]
+        scores = scores.masked_fill(~torch.ones(lq, lk, dtype=torch.bool,
+                                                device=q.device).tril(), float("-inf"))
+    if attn_mask is not None:
+        scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                  else scores + attn_mask.float())
+    return (scores.softmax(-1) @ v.float()).to(q.dtype)
+
+
+class _Rotary(InsideAttention):
+    kind = "rotary"
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        angle = positions.float()[:, None] * 10000.0 ** (-torch.arange(half) / half)
+        x1, x2 = x.float()[..., :half], x.float()[..., half:]
+        cos, sin = angle.cos(), angle.sin()
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).to(x.dtype)
+
+
+class _Bias(InsideAttention):
+    kind = "bias"
+
+    def bias(self, rel: torch.Tensor) -> torch.Tensor:
+        slopes = torch.tensor([0.5 ** (h + 1) for h in range(H)], device=rel.device)
+        return -slopes.view(H, *[1] * rel.dim()) * rel.abs().float()[None]
+
+
+class _Relative(InsideAttention):
+    kind = "relative"
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(1)
+        self.table_k = torch.randn(9, D // H, generator=generator) * 0.3
+        self.table_v = torch.randn(9, D // H, generator=generator) * 0.3
+
+    def _rows(self, table: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+        return table[rel.clamp(-4, 4) + 4]  # (Lq, Lk, Dh)
+
+    def scores(self, q: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bhqd,qkd->bhqk", q, self._rows(self.table_k, rel).to(q.dtype))
+
+    def values_term(self, weights: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bhqk,qkd->bhqd", weights,
+                            self._rows(self.table_v, rel).to(weights.dtype))
+
+
+REFERENCE_POSITIONS = {"rotary": _Rotary, "bias": _Bias, "relative": _Relative}
+
+
+class _ReferenceAttention(MultiHeadAttention):
+    """Dense softmax attention through the kit's reference kernel (for blocks)."""
+
+    def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask):
+        mask = boolean_mask(q.shape[-2], k.shape[-2], causal=self.causal and not self.cross,
+                            key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                            device=q.device)
+        return self._dense(q, k, v, mask, offset=offset)
+
+
+def _reference_norm() -> nn.Module:
+    return nn.LayerNorm(D)
+
+
+def _reference_ffn() -> nn.Module:
+    return nn.Sequential(nn.Linear(D, 2 * D), nn.ReLU(), nn.Linear(2 * D, D))
+
+
+class _Seed(contextlib.ContextDecorator):
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def __enter__(self):
+        self._fork = torch.random.fork_rng(devices=[])
+        self._fork.__enter__()
+        torch.manual_seed(self.seed)
+
+    def __exit__(self, *exc):
+        return self._fork.__exit__(*exc)
+
+
+# -- attention --------------------------------------------------------------------------------
+def _attention(component: Component, settings: Any, *, causal: bool = False, cross: bool = False,
+               positional: nn.Module | None = None) -> nn.Module:
+    module = component.build(settings, d_model=D, n_heads=H, kernel=reference_kernel,
+                             dropout=0.0, causal=causal, cross=cross, positional=positional)
+    return module.eval()
+
+
+@_check("attention")
+def _shapes(component, settings):
+    """Self-attention maps (B, L, d) to (B, L, d), finite."""
+    with _Seed(0):
+        out = _attention(component, settings)(torch.randn(2, 7, D))
+    _shape(out, (2, 7, D), "self-attention output")
+
+
+@_check("attention")
+def _gradients(component, settings):
+    """Every parameter and the input get a gradient."""
+    with _Seed(0):
+        attn = _attention(component, settings, causal=component.capabilities.causal).train()
+        x = torch.randn(2, 7, D, requires_grad=True)
+        _gradients_reach(attn, attn(x).square().mean(), "gradients")
+    if x.grad is None or not bool(x.grad.abs().sum() > 0):
+        raise _Failed("gradients: none reaches the input")
+
+
+@_check("attention", "causal")
+def _causal(component, settings):
+    """Built with causal=True, position t never sees a later position."""
+    with _Seed(0):
+        attn = _attention(component, settings, causal=True)
+        x = torch.randn(2, 9, D)
+        y = x.clone()
+        y[:, 5] += 1.0
+        a, b = attn(x), attn(y)
+    _close(a[:, :5], b[:, :5], "outputs before a changed position")
+    _differs(a[:, 5:], b[:, 5:], "outputs at and after a changed position")
+
+
+@_check("attention", "padding_mask")
+def _padding_mask(component, settings):
+    """Keys marked True in key_padding_mask change nothing (causal or not)."""
+    for causal in sorted({False, bool(component.capabilities.causal)}):
+        with _Seed(0):
+            attn = _attention(component, settings, causal=causal)
+            x = torch.randn(2, 9, D)
+            pad = torch.zeros(2, 9, dtype=torch.bool)
+            pad[0, 6:] = True
+            y = x.clone()
+            y[0, 6:] = torch.randn(3, D) * 5
+            a, b = attn(x, key_padding_mask=pad), attn(y, key_padding_mask=pad)
+        _close(a[0, :6], b[0, :6], f"outputs of real tokens when padded keys change "
+                                   f"(causal={causal})")
+        _close(a[1], b[1], f"outputs of an unpadded row (causal={causal})")
+
+
+@_check("attention", "arbitrary_mask")
+def _arbitrary_mask(component, settings):
+    """Keys that attn_mask (Lq, Lk, True: may attend) hides change no other output."""
+    with _Seed(0):
+        attn = _attention(component, settings)
+        x = torch.randn(2, 9, D)
+        allowed = torch.ones(9, 9, dtype=torch.bool)
+        allowed[:, 3:5] = False
+        allowed[3:5, 3:5] = True  # hidden tokens may still see themselves
+        y = x.clone()
+        y[:, 3:5] = torch.randn(2, 2, D) * 5
+        a, b = attn(x, attn_mask=allowed), attn(y, attn_mask=allowed)
+    keep = [i for i in range(9) if i not in (3, 4)]
+    _close(a[:, keep], b[:, keep], "outputs when keys hidden by attn_mask change")
+
+
+@_check("attention", "cross_attention")
+def _cross_attention(component, settings):
+    """Built with cross=True, queries (B, Lq, d) attend to a context (B, Lk, d) and its
+    padding; the output depends on the context."""
+    with _Seed(0):
+        attn = _attention(component, settings, cross=True)
+        x, memory = torch.randn(2, 5, D), torch.randn(2, 8, D)
+        out = attn(x, memory)
+        other = memory.clone()
+        other[:, 2] += 1.0
+        changed = attn(x, other)
+    _shape(out, (2, 5, D), "cross-attention output")
+    _differs(out, changed, "cross-attention output when the context changes")
+    if component.capabilities.padding_mask:
+        pad = torch.zeros(2, 8, dtype=torch.bool)
+        pad[0, 6:] = True
+        noisy = memory.clone()
+        noisy[0, 6:] = torch.randn(2, D) * 5
+        _close(attn(x, noisy, key_padding_mask=pad), attn(x, memory, key_padding_mask=pad),
+               "cross-attention output when padded context keys change")
+
+
+def _decodes_like_the_whole(attn: nn.Module, x: torch.Tensor, what: str) -> None:
+    full = attn(x)
+    cache = KVCache()
+    steps = [attn(x[:, :3], cache=cache)]
+    steps += [attn(x[:, t:t + 1], cache=cache) for t in range(3, x.shape[1])]
+    _close(torch.cat(steps, 1), full, what)
+    if len(cache) != x.shape[1]:
+        raise _Failed(f"{what}: the cache counts {len(cache)} positions after "
+                      f"{x.shape[1]}")
+
+
+@_check("attention", "kv_cache")
+def _kv_cache(component, settings):
+    """Decoding step by step with a KVCache (a prefix, then one token at a time) equals
+    the whole sequence at once; for cross-attention too, when claimed."""
+    with _Seed(0):
+        x = torch.randn(2, 8, D)
+        if component.capabilities.causal:
+            _decodes_like_the_whole(_attention(component, settings, causal=True), x,
+                                    "causal self-attention decoded with a KVCache")
+        if component.capabilities.cross_attention:
+            attn = _attention(component, settings, cross=True)
+            memory = torch.randn(2, 6, D)
+            cache = KVCache()
+            steps = [attn(x[:, t:t + 1], memory, cache=cache) for t in range(8)]
+            _close(torch.cat(steps, 1), attn(x, memory),
+                   "cross-attention decoded with a KVCache")
+
+
+@_check("attention", "positions")
+def _positions(component, settings):
+    """With each kind of position it claims to apply (rotary, bias, relative), built from
+    the kit's reference positions: positions change the output, causal stays causal, and
+    cached decoding still equals the whole sequence (the position offset is kept)."""
+    caps = component.capabilities
+    for kind in caps.positions:
+        if kind not in REFERENCE_POSITIONS:
+            continue
+        with _Seed(0):
+            positional = REFERENCE_POSITIONS[kind]()
+            attn = _attention(component, settings, causal=caps.causal, positional=positional)
+            plain = _attention(component, settings, causal=caps.causal)
+            plain.load_state_dict(attn.state_dict(), strict=False)
+            x = torch.randn(2, 8, D)
+            _differs(attn(x), plain(x), f"output with {kind} positions vs without")
+            if caps.causal:
+                y = x.clone()
+                y[:, 5] += 1.0
+                _close(attn(x)[:, :5], attn(y)[:, :5],
+                       f"outputs before a changed position, with {kind} positions")
+            if caps.kv_cache and caps.causal:
+                _decodes_like_the_whole(attn, x, f"decoding with a KVCache and {kind} positions")
+
+
+# -- kernels ----------------------------------------------------------------------------------
+def _kernel(component: Component) -> Callable[..., torch.Tensor]:
+    caps = component.capabilities
+    if caps.needs_cuda and not torch.cuda.is_available():
+        raise Skip("needs a CUDA device")
+    if caps.requires_package:
+        import importlib.util
+
+        if importlib.util.find_spec(caps.requires_package) is None:
+            raise Skip(f"needs the package {caps.requires_package!r}")
+    return component.load()
+
+
+def _qkv(lq: int = 6, lk: int = 9, device: str = "cpu") -> tuple[torch.Tensor, ...]:
+    return tuple(torch.randn(2, H, n, 8, device=device) for n in (lq, lk, lk))
+
+
+def _device(component: Component) -> str:
+    return "cuda" if component.capabilities.needs_cuda else "cpu"
+
+
+@_check("kernel")
+def _formula(component, settings):
+    """fn(q, k, v) and fn(q, k, v, scale=s) equal softmax(q kᵀ·scale) v."""
+    fn = _kernel(component)
+    with _Seed(0):
+        q, k, v = _qkv(device=_device(component))
+        _close(fn(q, k, v), reference_kernel(q, k, v), "fn(q, k, v)")
+        _close(fn(q, k, v, scale=0.1), reference_kernel(q, k, v, scale=0.1), "scale=0.1")
+
+
+@_check("kernel", "causal")
+def _kernel_causal(component, settings):
+    """is_causal=True hides later keys (square scores)."""
+    fn = _kernel(component)
+    with _Seed(0):
+        q, k, v = _qkv(6, 6, _device(component))
+        _close(fn(q, k, v, is_causal=True), reference_kernel(q, k, v, is_causal=True),
+               "is_causal=True")
+
+
+@_check("kernel", "arbitrary_mask")
+def _kernel_mask(component, settings):
+    """A boolean attn_mask (True: may attend), broadcast over heads, is honoured."""
+    fn = _kernel(component)
+    with _Seed(0):
+        q, k, v = _qkv(device=_device(component))
+        allowed = torch.rand(2, 1, 6, 9, device=q.device) > 0.3
+        allowed[..., 0] = True
+        _close(fn(q, k, v, attn_mask=allowed), reference_kernel(q, k, v, attn_mask=allowed),
+               "boolean attn_mask")
+
+
+@_check("kernel", "bias")
+def _kernel_bias(component, settings):
+    """A float attn_mask is added to the scores (ALiBi, T5 bias)."""
+    fn = _kernel(component)
+    with _Seed(0):
+        q, k, v = _qkv(device=_device(component))
+        bias = torch.randn(1, H, 6, 9, device=q.device)
+        _close(fn(q, k, v, attn_mask=bias), reference_kernel(q, k, v, attn_mask=bias),
+               "float attn_mask")
+
+
+@_check("kernel", "dropout")
+def _kernel_dropout(component, settings):
+    """dropout_p > 0 drops attention weights (the output changes); 0 is exact."""
+    fn = _kernel(component)
+    with _Seed(0):
+        q, k, v = _qkv(device=_device(component))
+        _close(fn(q, k, v, dropout_p=0.0), reference_kernel(q, k, v), "dropout_p=0.0")
+        _differs(fn(q, k, v, dropout_p=0.5), reference_kernel(q, k, v), "dropout_p=0.5")
+
+
+# -- positions --------------------------------------------------------------------------------
+def _positional(component: Component, settings: Any, *, causal: bool = False) -> nn.Module:
+    kind = component.capabilities.kind
+    if kind in ("absolute", "none"):
+        return component.build(settings, d_model=D, max_len=32)
+    return component.build(settings, d_model=D, n_heads=H, max_len=32, causal=causal)
+
+
+@_check("positional")
+def _offset(component, settings):
+    """module(x, offset=k) continues the positions of module(x) (absolute, none); a
+    position inside attention adds nothing to the embeddings."""
+    with _Seed(0):
+        module = _positional(component, settings)
+        x = torch.randn(2, 10, D)
+        full = module(x)
+    _shape(full, (2, 10, D), "module(x)")
+    kind = component.capabilities.kind
+    if kind in ("absolute", "none"):
+        _close(module(x[:, 6:], offset=6), full[:, 6:], "module(x[:, 6:], offset=6)")
+    if kind == "absolute":
+        _differs(full[:, 0] - x[:, 0], full[:, 1] - x[:, 1], "what two positions add")
+    elif kind != "none":
+        _close(full, x, "module(x) for a position inside attention")
+
+
+@_check("positional")
+def _inside_interface(component, settings):
+    """rotary: rotate(x, positions) keeps shapes and norms, and q·k depends only on the
+    offset; bias: bias(rel) is (H, Lq, Lk); relative: scores and values_term shapes."""
+    kind = component.capabilities.kind
+    if kind in ("absolute", "none"):
+        return
+    with _Seed(0):
+        module = _positional(component, settings, causal=True)
+        if getattr(module, "kind", None) != kind:
+            raise _Failed(f"the module's kind is {getattr(module, 'kind', None)!r}, its "
+                          f"capabilities say {kind!r}")
+        rel = torch.arange(7)[None, :] - torch.arange(2, 7)[:, None]  # (5, 7)
+        if kind == "rotary":
+            q, k = torch.randn(1, H, 1, D // H), torch.randn(1, H, 1, D // H)
+            x = torch.randn(2, H, 5, D // H)
+            rotated = module.rotate(x, torch.arange(5))
+            _shape(rotated, tuple(x.shape), "rotate(x, positions)")
+            _close(rotated.norm(dim=-1), x.norm(dim=-1), "norms after rotate")
+
+            def dot(m: int, n: int) -> torch.Tensor:
+                return (module.rotate(q, torch.tensor([m])) *
+                        module.rotate(k, torch.tensor([n]))).sum(-1)
+            _close(dot(7, 3), dot(4, 0), "q·k at (7, 3) vs (4, 0)")
+        elif kind == "bias":
+            _shape(module.bias(rel), (H, 5, 7), "bias(rel)")
+            blocks = rel.view(1, 5, 7).expand(3, 5, 7)  # sparse mechanisms pass blocks of rel
+            _shape(module.bias(blocks), (H, 3, 5, 7), "bias(rel) of a 3-d rel")
+        elif kind == "relative":
+            q = torch.randn(2, H, 5, D // H)
+            _shape(module.scores(q, rel), (2, H, 5, 7), "scores(q, rel)")
+            weights = torch.rand(2, H, 5, 7).softmax(-1)
+            _shape(module.values_term(weights, rel), (2, H, 5, D // H),
+                   "values_term(weights, rel)")
+
+
+# -- norms and feed-forward networks ------------------------------------------------------------
+def _position_wise(module: nn.Module, what: str) -> None:
+    with _Seed(0):
+        x = torch.randn(2, 6, D)
+        y = x.clone()
+        y[:, 2] *= 3.0
+        y[:, 2] += 1.0
+        a, b = module(x), module(y)
+    keep = [0, 1, 3, 4, 5]
+    _shape(a, (2, 6, D), f"{what}(x)")
+    _close(a[:, keep], b[:, keep], f"{what} at other positions when one position changes")
+
+
+@_check("norm")
+def _norm(component, settings):
+    """Normalises each position on its own: shape and dtype (fp32, bf16) kept; gradients
+    reach every parameter."""
+    with _Seed(0):
+        norm = component.build(settings, dim=D)
+        _position_wise(norm, "norm")
+        low = norm.to(torch.bfloat16)(torch.randn(2, 3, D, dtype=torch.bfloat16))
+        if low.dtype != torch.bfloat16 or tuple(low.shape) != (2, 3, D):
+            raise _Failed(f"norm of a bf16 (2, 3, {D}) input returns {low.dtype} "
+                          f"{tuple(low.shape)}, expected torch.bfloat16 of the same shape")
+        norm = component.build(settings, dim=D)
+        _gradients_reach(norm, norm(torch.randn(2, 3, D)).pow(3).sum(), "gradients")
+
+
+@_check("ffn")
+def _ffn(component, settings):
+    """Position-wise: (B, L, d) -> (B, L, d), each position on its own; gradients reach
+    every parameter."""
+    with _Seed(0):
+        ffn = component.build(settings, d_model=D, d_ff=2 * D, dropout=0.0).eval()
+        _position_wise(ffn, "ffn")
+        ffn = component.build(settings, d_model=D, d_ff=2 * D, dropout=0.0)
+        _gradients_reach(ffn, ffn(torch.randn(2, 3, D)).square().sum(), "gradients")
+
+
+# -- blocks -----------------------------------------------------------------------------------
+def _block(component: Component, settings: Any, norm_first: bool) -> nn.Module:
+    make_attention = partial(_ReferenceAttention, None, d_model=D, n_heads=H,
+                             kernel=reference_kernel)
+    return component.build(settings, d_model=D, dropout=0.0, norm_first=norm_first,
+                           make_attention=make_attention, make_norm=_reference_norm,
+                           make_ffn=_reference_ffn).eval()
+
+
+@_check("block")
+def _block_contract(component, settings):
+    """encoder: module(x, key_padding_mask) keeps shapes and ignores padded keys;
+    decoder: module(x, memory, ...) is causal over x, ignores padded memory, and decodes
+    with a cache ({"self": KVCache, "cross": KVCache}) as it computes the whole; both
+    norm placements; gradients reach every parameter."""
+    role = component.capabilities.role
+    for norm_first in (False, True):
+        with _Seed(0):
+            block = _block(component, settings, norm_first)
+            x = torch.randn(2, 6, D)
+            where = f"norm_first={norm_first}"
+            if role == "encoder":
+                pad = torch.zeros(2, 6, dtype=torch.bool)
+                pad[0, 4:] = True
+                y = x.clone()
+                y[0, 4:] += 3.0
+                a, b = block(x, key_padding_mask=pad), block(y, key_padding_mask=pad)
+                _shape(a, (2, 6, D), f"output ({where})")
+                _close(a[0, :4], b[0, :4], f"real tokens when padded ones change ({where})")
+                loss = block(x).square().mean()
+            else:
+                memory = torch.randn(2, 5, D)
+                y = x.clone()
+                y[:, 3] += 3.0
+                a, b = block(x, memory), block(y, memory)
+                _shape(a, (2, 6, D), f"output ({where})")
+                _close(a[:, :3], b[:, :3], f"positions before a changed one ({where})")
+                cache = {"self": KVCache(), "cross": KVCache()}
+                steps = [block(x[:, t:t + 1], memory, cache=cache) for t in range(6)]
+                _close(torch.cat(steps, 1), a, f"decoding with a cache ({where})")
+                loss = block(x, memory).square().mean()
+            _gradients_reach(block, loss, f"gradients ({where})")
+
+
+# -- running them -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Case:
+    """One check on one component: call it to run it (raises :class:`ConformanceError`)."""
+
+    check: Check
+    component: Component
+    settings: Any = None
+
+    def __call__(self) -> str:
+        """Run the check: ``"passed"``, ``"skipped: why"``; a breach raises."""
+        if not self.check.applies(self.component):
+            return f"skipped: does not claim {self.check.claim}"
+        try:
+            self.check.run(self.component, self.settings)
+        except Skip as why:
+            return f"skipped: {why}"
+        except _Failed as failure:
+            raise self._breach(str(failure)) from None
+        except ConformanceError:
+            raise
+        except Exception as exc:  # a check that cannot even run is a breach too
+            raise self._breach(f"raised {type(exc).__name__}: {exc}") from exc
+        return "passed"
+
+    def _breach(self, what: str) -> ConformanceError:
+        claim = f" (it claims {self.check.claim})" if self.check.claim else ""
+        return ConformanceError(
+            f"{self.component.family} {self.component.name!r} from plugin "
+            f"{self.component.plugin!r} fails check {self.check.name!r}{claim}: {what}. "
+            f"The contract: {self.check.doc}")
+
+    def __str__(self) -> str:
+        return f"{self.component.family}:{self.component.name}:{self.check.name}"
+
+
+def cases(family: str, name: str, *, settings: Any = None) -> list[Case]:
+    """Every check of ``family`` on component ``name`` (those that do not apply skip)."""
+    component = registry.get(family, name)
+    return [Case(check, component, settings) for check in CHECKS.get(family, [])]
+
+
+def check_component(family: str, name: str, *, settings: Any = None) -> dict[str, str]:
+    """Run every check of the family's contract on a registered component; returns each
+    check's outcome (``passed`` or why it was skipped). A breach raises
+    :class:`ConformanceError` naming the check, the capability and the difference."""
+    return {case.check.name: case() for case in cases(family, name, settings=settings)}
+
+
+class _PytestCase:
+    """A case as a pytest test calls it: a check that cannot run here is skipped."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+
+    def __call__(self) -> None:
+        import pytest
+
+        outcome = self.case()
+        if outcome.startswith("skipped"):
+            pytest.skip(outcome.removeprefix("skipped: "))
+
+    def __repr__(self) -> str:
+        return str(self.case)
+
+
+def parametrize(family: str, name: str, *, settings: Any = None) -> Any:
+    """``pytest.mark.parametrize("check", ...)``: one test per check of the component,
+    each called as ``check()`` (a check that does not apply, or cannot run on this
+    machine, is skipped)."""
+    import pytest
+
+    def param(case: Case) -> Any:
+        if not case.check.applies(case.component):
+            return pytest.param(_PytestCase(case), id=case.check.name, marks=pytest.mark.skip(
+                reason=f"does not claim {case.check.claim}"))
+        return pytest.param(_PytestCase(case), id=case.check.name)
+
+    return pytest.mark.parametrize("check", [param(c) for c in cases(family, name,
+                                                                       settings=settings)])
+
+
+def iter_checks(family: str | None = None) -> Iterator[Check]:
+    """The checks of one family (or of all), for the docs."""
+    for fam, checks in CHECKS.items():
+        if family is None or fam == family:
+            yield from checks
+
+
+__all__ = ["ConformanceError", "Check", "Case", "CHECKS", "check_component", "cases",
+           "parametrize", "reference_kernel", "iter_checks"]
