@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import zoo
 
 ROOT = Path(__file__).parents[1]
@@ -53,3 +55,39 @@ def test_the_promises_page_names_tests_that_exist():
     defined = {m for path in (ROOT / "tests").glob("test_*.py")
                for m in re.findall(r"^def (test_\w+)", path.read_text(), re.M)}
     assert len(named) > 30 and not named - defined, sorted(named - defined)
+
+
+def test_the_generated_tables_in_the_sources_are_current():
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "hooks.py"), "--check"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
+def _examples() -> list:
+    import re
+
+    found = []
+    for path in sorted((ROOT / "docs").rglob("*.md")):
+        blocks = re.findall(r"```python\n(# runs as a test.*?)```", path.read_text(), re.S)
+        found += [pytest.param(code, id=f"{path.stem}-{i}") for i, code in enumerate(blocks)]
+    return found
+
+
+
+@pytest.mark.parametrize("code", _examples())
+def test_every_worked_example_in_the_docs_runs(code, tmp_path):
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "passed" in done.stdout or "torch.Size" in done.stdout or done.stdout.strip()
+
+
+def test_every_family_has_a_contract_page_with_an_example():
+    import re
+
+    pages = {p.stem: p.read_text() for p in (ROOT / "docs" / "contract").glob("*.md")}
+    for family in ("attention", "kernel", "positional", "norm", "ffn", "block",
+                   "architecture", "task"):
+        page = next(text for text in pages.values()
+                    if f"<!-- zoo:capabilities {family} -->" in text)
+        assert re.search(r"```python\n# runs as a test", page), family

@@ -54,7 +54,19 @@ def boolean_mask(
 
 
 class MultiHeadAttention(nn.Module):
-    """Projections and bookkeeping; subclasses say how queries meet keys."""
+    """Projections and bookkeeping of an attention mechanism; a subclass says how queries
+    meet keys by writing ``_attend(q, k, v, *, offset, key_padding_mask, attn_mask)``.
+
+    It takes the attention contract's arguments (``settings, *, d_model, n_heads,
+    kernel, dropout, causal, cross, positional``) and call (``x, context=None, *,
+    key_padding_mask=None, attn_mask=None, cache=None``), projects queries, keys and
+    values into heads, rotates them for rotary positions at the right offset, extends
+    them by the cache (or stores a cross-attention context in it once), and projects
+    the output. ``_attend`` receives (B, H, L, D) tensors and ``offset``, the position
+    of the first query, and returns (B, H, Lq, D). ``self._dense(q, k, v, mask,
+    offset=)`` is softmax attention through the kernel, with bias and relative
+    positions applied; ``boolean_mask`` builds its mask. ``record_weights = True``
+    keeps the weights of the softmax path in ``last_weights`` (attention maps)."""
 
     Settings = AttentionSettings
 
