@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import zoo
 import zoo.builder
@@ -83,3 +84,60 @@ def test_public_names_are_not_shadowed_by_submodules():
             importlib.import_module(f"zoo.{info.name}")
     for name in zoo.__all__:
         assert not isinstance(getattr(zoo, name), type(zoo)), f"zoo.{name} is a module"
+
+
+def test_tables_fit_the_terminal_width():
+    wide = run_zoo("components")
+    assert max(len(line) for line in wide.stdout.splitlines()) > 60  # a pipe gets everything
+    narrow = run_zoo("components", env={"COLUMNS": "80"})
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
+    assert "\u2026" in narrow.stdout  # descriptions are cut, not the names
+    assert [line.split()[1] for line in narrow.stdout.splitlines()[2:]] == \
+        [line.split()[1] for line in wide.stdout.splitlines()[2:]]
+
+
+def test_a_closed_pipe_ends_quietly():
+    done = subprocess.run(f"{sys.executable} -m zoo components | head -1", shell=True,
+                          capture_output=True, text=True)
+    assert done.stdout.splitlines() and done.stdout.split()[0] == "family"
+    assert done.stderr == ""
+
+
+def test_training_says_each_validation_and_where_it_stopped(tmp_path):
+    from .test_training import TINY
+
+    args = ["train", "sort", "--out", str(tmp_path / "run")]
+    sets = {**TINY, "train.steps": 200, "train.eval_every": 3, "train.target": 0.05,
+            "train.log_every": 1}
+    for key, value in sets.items():
+        args += ["--set", f"{key}={'null' if value is None else value}"]
+    done = run_zoo(*args)
+    assert done.returncode == 0, done.stderr
+    assert "step 3 (epoch 0): validation token_accuracy" in done.stderr
+    assert "target reached at step 3: validation token_accuracy" in done.stderr
+    assert "\u2265 0.05" in done.stderr
+
+
+def test_translate_and_attention_map_take_a_saved_run(tmp_path):
+    from .test_training import TINY
+
+    result = zoo.train("sort", overrides={**TINY, "train.steps": 3}, run_dir=tmp_path / "run",
+                       progress=False)
+    assert run_zoo("save", str(result.run_dir), str(tmp_path / "saved")).returncode == 0
+    from zoo.training.runs import load_run
+
+    saved = load_run(f"local-dir:{tmp_path / 'saved'}")
+    for key, value in result.model.state_dict().items():
+        assert torch.equal(saved.model.state_dict()[key], value), key
+    from_run = run_zoo("translate", str(result.run_dir), "3 1 2", "--beam", "1")
+    from_saved = run_zoo("translate", f"local-dir:{tmp_path / 'saved'}", "3 1 2", "--beam", "1")
+    assert from_saved.returncode == 0, from_saved.stderr
+    assert from_saved.stdout == from_run.stdout
+    drawn = run_zoo("attention-map", f"local-dir:{tmp_path / 'saved'}", "3 1 2", "--out",
+                    str(tmp_path / "map.png"))
+    assert drawn.returncode == 0, drawn.stderr
+    assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
+    plain = zoo.save_pretrained(zoo.build("transformer-tiny"), tmp_path / "plain")
+    refused = run_zoo("translate", f"local-dir:{plain}", "3 1 2")
+    assert refused.returncode == 2 and "holds no train.yaml" in refused.stderr

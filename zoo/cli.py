@@ -33,11 +33,34 @@ def _parse_sets(pairs: list[str]) -> dict[str, Any]:
     return overrides
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+def _width() -> int | None:
+    """The columns a table may use: ``COLUMNS`` when set, the terminal's width when
+    standard output is one, else no limit (a pipe or a file gets every character)."""
+    import os
+    import shutil
+
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _table(rows: list[list[str]], header: list[str], *, whole: int = 2) -> str:
+    """Columns padded to their widest cell. Where the terminal is narrower, the columns
+    after the first ``whole`` are cut (with "…"), the last ones first, so that every
+    line fits it."""
+    rows = [[str(c) for c in r] for r in rows]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    limit = _width()
+    for i in range(len(widths) - 1, whole - 1, -1):
+        excess = sum(widths) + 2 * (len(widths) - 1) - (limit or sys.maxsize)
+        if excess <= 0:
+            break
+        widths[i] = max(widths[i] - excess, len(header[i]), 8)
+        rows = [[*r[:i], r[i] if len(r[i]) <= widths[i] else r[i][: widths[i] - 1] + "\u2026",
+                 *r[i + 1:]] for r in rows]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
-    lines += [fmt.format(*map(str, r)) for r in rows]
+    lines += [fmt.format(*r) for r in rows]
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -315,7 +338,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def add_translate(sub) -> None:
     """``zoo translate RUN TEXT ...``."""
     p = sub.add_parser("translate", help="decode text with a trained run (translation, sort)")
-    p.add_argument("run", help="a run folder (runs/translate-de-en)")
+    p.add_argument("run", help="a run folder (runs/translate-de-en), or a run saved with "
+                   "zoo save / zoo push (local-dir:PATH, hf-hub:OWNER/NAME)")
     p.add_argument("text", nargs="+", help="one or more inputs")
     p.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -357,7 +381,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def add_attention_map(sub) -> None:
     """``zoo attention-map RUN TEXT``."""
     p = sub.add_parser("attention-map", help="PNG of a trained model's attention for an input")
-    p.add_argument("run")
+    p.add_argument("run", help="a run folder, or a saved run (local-dir:PATH, hf-hub:OWNER/NAME)")
     p.add_argument("text", help="the input, e.g. 'Was wird jetzt aus uns?' or '3 1 4 1 5'")
     p.add_argument("--layer", default="-1", help="which layer (default: the last), or 'all' "
                    "for one PNG per layer")
@@ -392,7 +416,8 @@ def cmd_attention_map(args: argparse.Namespace) -> int:
     layers = range(depth) if args.layer == "all" else [int(args.layer)]
     print(f"output: {task.render_output(out)}")
     for layer in layers:
-        target = args.out or f"{args.run}/attention.png"
+        target = args.out or (f"{args.run}/attention.png" if ":" not in args.run
+                              else "attention.png")
         if args.layer == "all":
             target = str(Path(target).with_name(f"{Path(target).stem}-layer{layer}.png"))
         path = plot_attention(weights, task.token_strings(src[0].tolist()),
@@ -453,6 +478,12 @@ def main(argv: list[str] | None = None) -> int:
     except ZooError as exc:
         print(f"zoo: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `zoo list | head -1`: the reader has all it wanted
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush cannot fail again
+        return 0
 
 
 if __name__ == "__main__":

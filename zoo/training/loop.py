@@ -20,6 +20,7 @@ import math
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -494,6 +495,7 @@ class Trainer:
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}",
                                  **{f"{unit[:3]}/s": f"{rate:,.0f}"}, refresh=False)
+            self._follow_the_clock((now - window.start) / max(len(window.losses), 1))
         window.units, window.losses, window.start = 0, [], now
 
     def _after_step(self, stop_after_steps: int | None) -> None:
@@ -510,6 +512,8 @@ class Trainer:
             self.save()
             raise _Stop(interrupted=True)
         if over_time:
+            self._say(f"time limit of {recipe.time_limit_minutes:g} min reached at step "
+                      f"{self.step}")
             self.stopped_early = True
             raise _Stop(interrupted=False)
 
@@ -532,9 +536,13 @@ class Trainer:
         if self.dist.main:
             metrics = self.evaluate("valid")
             self.log.write({"step": self.step, "epoch": self.epoch, "split": "valid", **metrics})
-            target = self.recipe.target
-            if target is not None and metrics.get(self.task.metric, -math.inf) >= target:
+            self._say(f"step {self.step} (epoch {self.epoch}): validation "
+                      + ", ".join(f"{k} {v:.5g}" for k, v in metrics.items()))
+            target, metric = self.recipe.target, self.task.metric
+            if target is not None and metrics.get(metric, -math.inf) >= target:
                 reached[0] = 1
+                self._say(f"target reached at step {self.step}: validation {metric} "
+                          f"{metrics[metric]:.5g} \u2265 {target:g}")
         if self.dist.world > 1:
             self.dist.dist.broadcast(reached, src=0)
         return bool(reached[0])
@@ -563,8 +571,28 @@ class Trainer:
         self.dist.barrier()
         return RunResult(self.folder.path, self.step, metrics, self.model, self.task)
 
+    def _say(self, message: str) -> None:
+        """One line above the progress bar (nothing without one)."""
+        if self.bar is not None:
+            self.bar.write(message, file=sys.stderr)
+
+    def _follow_the_clock(self, seconds_per_step: float) -> None:
+        """With a time limit, the bar's total is the step the run will stop at, so its ETA
+        is the real one."""
+        limit = self.recipe.time_limit_minutes
+        if self.bar is None or limit is None or seconds_per_step <= 0:
+            return
+        left = max(0.0, limit * 60 - self.seconds())
+        total = min(self.total, self.step + int(left / seconds_per_step) + 1)
+        if total != self.bar.total:
+            self.bar.total = total
+            self.bar.refresh()
+
     def _close_bar(self) -> None:
         if self.bar is not None:
+            if self.stopped_early:
+                self.bar.total = self.bar.n  # it ended here, not at the planned total
+                self.bar.refresh()
             self.bar.close()
             self.bar = None
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import artifact
-from ..builder import build
+from ..builder import SavedModel, build, load_artifact, saved_model
 from ..errors import RecipeError
 from ..files import atomic_write, atomic_write_text
 from ..recipe import Recipe, dump_recipe, load_recipe
@@ -155,7 +155,12 @@ class Run:
 
 
 def load_run(path: str | Path, device: str | None = None) -> Run:
-    """The model of run folder ``path`` (its final weights, else its latest checkpoint)."""
+    """The model of run folder ``path`` (its final weights, else its latest checkpoint),
+    or of a saved run (``local-dir:path``, ``hf-hub:owner/repo``: a model saved from a run
+    carries its training recipe and its task's files, such as the tokenizer)."""
+    saved = saved_model(path) if isinstance(path, str) else None
+    if saved is not None:
+        return _load_saved_run(saved, device)
     run = RunFolder(path)
     if not run.exists() or not (run.path / MODEL_RECIPE).exists():
         raise RecipeError(f"{run.path} is not a run folder (no {TRAIN_RECIPE} and "
@@ -169,3 +174,17 @@ def load_run(path: str | Path, device: str | None = None) -> Run:
                           "checkpoint).")
     artifact.load_weights(model, artifact.read_weights([weights], str(weights)), str(weights))
     return Run(run.path, recipe, model.eval(), task)
+
+
+def _load_saved_run(saved: SavedModel, device: str | None) -> Run:
+    """A run saved with its training files: its model, and its task reading those files."""
+    folder = saved.files_folder()
+    if not (folder / TRAIN_RECIPE).is_file():
+        raise RecipeError(
+            f"{saved.name} holds no {TRAIN_RECIPE}: it was saved from a model, not from a "
+            f"zoo train run, so there is no task (or tokenizer) to decode with. Save a run "
+            "with its training files: zoo save runs/NAME OUT.")
+    recipe = load_train_recipe(folder / TRAIN_RECIPE)
+    task = build_task(recipe, folder)  # reads what the run's task saved (tokenizer.json)
+    model = load_artifact(folder, source=saved.name, device=device)
+    return Run(folder, recipe, model.eval(), task)
