@@ -8,6 +8,8 @@ import argparse
 import dataclasses
 import json
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,50 @@ def test_zoo_env_text_says_whether_the_cpu_has_bf16_units(bf16_units, capsys):
     out = capsys.readouterr().out
     assert "Copy and paste" in out and f"zoo version: {zoo.__version__}" in out
     assert f"bf16 units: {'yes' if bf16_units else 'no'}" in out and "Test CPU 9000" in out
+
+
+# -- sharing the machine ------------------------------------------------------------------------
+def test_threads_drop_when_other_processes_keep_cores_busy(monkeypatch):
+    import torch
+
+    from zoo.training.loop import set_threads
+
+    two = dataclasses.replace(REAL.cpu, cores=2)
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware(cpu=two))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(hardware, "cpu_busy", lambda interval=0.5: 0.0)
+        assert set_threads(None, torch.device("cpu")) == 2 == torch.get_num_threads()
+        monkeypatch.setattr(hardware, "cpu_busy", lambda interval=0.5: 0.95)  # 1.9 cores
+        with pytest.warns(RuntimeWarning, match="keep 1.9 of this machine's 2 cores busy: "
+                                                "training with 1 thread instead of 2"):
+            assert set_threads(None, torch.device("cpu")) == 1 == torch.get_num_threads()
+        assert set_threads(2, torch.device("cpu")) == 2  # asked for: no second-guessing
+        with pytest.raises(zoo.RecipeError, match="1 or more"):
+            set_threads(0, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_zoo_command_calms_openmp_unless_told_otherwise():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    done = subprocess.run([sys.executable, "-m", "zoo", "env", "--json"], capture_output=True,
+                          text=True, env=env)
+    assert json.loads(done.stdout)["settings"]["GOMP_SPINCOUNT"] == "1000", done.stderr
+    done = subprocess.run([sys.executable, "-m", "zoo", "env", "--json"], capture_output=True,
+                          text=True, env={**env, "OMP_WAIT_POLICY": "PASSIVE"})
+    settings = json.loads(done.stdout)["settings"]
+    assert settings["GOMP_SPINCOUNT"] is None and settings["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_zoo_train_takes_threads(tmp_path):
+    args = ["train", "sort", "--out", str(tmp_path / "run"), "--no-progress", "--threads", "1"]
+    for key, value in {**TINY, "train.steps": 1}.items():
+        args += ["--set", f"{key}={'null' if value is None else value}"]
+    done = run_zoo(*args)
+    assert done.returncode == 0, done.stderr
+    done = run_zoo("train", "sort", "--threads", "0", "--out", str(tmp_path / "r2"))
+    assert done.returncode == 2 and "1 or more" in done.stderr

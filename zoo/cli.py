@@ -308,6 +308,8 @@ def add_train(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--allow-slow-bf16", action="store_true", help="train in bf16 even on a CPU "
                    "without bf16 units (emulated: about 100x slower than fp32)")
+    p.add_argument("--threads", type=int, help="torch threads on the CPU (default: one per "
+                   "core; fewer when other processes keep cores busy)")
     p.set_defaults(func=cmd_train)
 
 
@@ -324,7 +326,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         result = train(args.recipe, overrides=_parse_sets(args.set), run_dir=args.out,
                        resume=args.resume, device=args.device, progress=not args.no_progress,
-                       allow_slow_bf16=args.allow_slow_bf16)
+                       allow_slow_bf16=args.allow_slow_bf16, threads=args.threads)
     except Interrupted as exc:
         print(f"zoo: {exc}", file=sys.stderr)
         return 130
@@ -464,8 +466,22 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _calm_openmp() -> None:
+    """Before torch is imported: OpenMP threads that find nothing to do spin 1,000 times,
+    not libgomp's 300,000, before they sleep. Alone, a run is as fast; beside another
+    torch process, spinning threads stop slowing both down many times over
+    (benchmarks/train_under_load.py). A GOMP_SPINCOUNT or OMP_WAIT_POLICY of your own
+    is left as it is."""
+    import os
+
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = "1000"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``zoo``; zoo's own errors print one line and exit 2."""
+    if "torch" not in sys.modules:
+        _calm_openmp()
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command is None:

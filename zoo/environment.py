@@ -19,7 +19,7 @@ PACKAGES = ("huggingface_hub", "safetensors", "pydantic", "pluggy", "numpy", "ti
             "transformers", "xformers", "tokenizers", "sacrebleu")
 """Packages whose versions a report shows (absent ones as null)."""
 SETTINGS = ("ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD", "OMP_NUM_THREADS",
-            "CUDA_VISIBLE_DEVICES")
+            "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "CUDA_VISIBLE_DEVICES")
 """Environment variables that change what zoo does."""
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,23 @@ def detect_gpus() -> tuple[GPU, ...]:
                         memory_gib=round(props.total_memory / 2**30, 1),
                         bf16=capability >= (8, 0)))
     return tuple(gpus)
+
+
+def cpu_busy(interval: float = 0.5) -> float:
+    """Fraction of the machine's CPU time spent busy over ``interval`` (from /proc/stat;
+    0.0 where there is none)."""
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+    try:
+        total0, idle0 = sample()
+        time.sleep(interval)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    total = total1 - total0
+    return 0.0 if total <= 0 else 1.0 - (idle1 - idle0) / total
 
 
 @functools.lru_cache(maxsize=1)

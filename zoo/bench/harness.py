@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ..hardware import cpu_busy
 from .memory import PeakMemory
 
 
@@ -87,22 +88,6 @@ def matmul_peak(dtype: torch.dtype = torch.float32, device: str = "cpu", n: int 
         _sync(device)
         times.append(time.perf_counter() - start)
     return 2 * n**3 / statistics.median(times)
-
-
-def cpu_busy(interval: float = 0.5) -> float:
-    """Fraction of the machine's CPU time spent busy over ``interval`` (from /proc/stat)."""
-    def sample():
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return sum(fields), idle
-    try:
-        total0, idle0 = sample()
-        time.sleep(interval)
-        total1, idle1 = sample()
-    except OSError:
-        return 0.0
-    total = total1 - total0
-    return 0.0 if total <= 0 else 1.0 - (idle1 - idle0) / total
 
 
 def wait_for_quiet(max_wait: float = 60.0, busy_limit: float = 0.15, say=None) -> float:

@@ -75,15 +75,18 @@ def train(
     progress: bool = True,
     stop_after_steps: int | None = None,
     allow_slow_bf16: bool = False,
+    threads: int | None = None,
 ) -> RunResult:
     """Train a recipe (a built-in name, a file or a :class:`TrainRecipe`), or continue
     the run in ``resume``. Returns the run's folder, final step, test metrics, the
     trained model and the task.
 
     ``precision: bf16`` is refused on a CPU without bf16 units (PyTorch would emulate
-    it, about two orders of magnitude slower than fp32) unless ``allow_slow_bf16``."""
+    it, about two orders of magnitude slower than fp32) unless ``allow_slow_bf16``.
+    ``threads`` sets torch's threads on the CPU (see :func:`set_threads`)."""
     recipe = recipe_to_run(recipe, overrides, resume)
     device = _device(device)
+    set_threads(threads, device)
     check(recipe)  # a bad recipe fails here, leaving nothing on disk
     check_precision(recipe.precision, device, allow_slow_bf16=allow_slow_bf16)
     try:
@@ -120,6 +123,35 @@ def check(recipe: TrainRecipe) -> None:
     task and its settings, the model recipe and its overrides."""
     registry.get("task", recipe.task.name).validate_settings(recipe.task.settings)
     resolve(get_recipe(recipe.model.recipe), dict(recipe.model.overrides))
+
+
+BUSY_CORE = 0.75
+"""How much of a core other processes must keep busy for it to count as taken."""
+
+
+def set_threads(threads: int | None, device: torch.device) -> int:
+    """Torch's intra-op threads for a run on the CPU: ``threads`` when given; else one per
+    core this process may use, less the cores other processes keep busy (measured for a
+    moment), with a warning. Two torch processes each with a thread per core slow each
+    other down many times over (benchmarks/train_under_load.py). Returns the number set."""
+    if device.type != "cpu":
+        return torch.get_num_threads()
+    if threads is not None and threads < 1:
+        raise RecipeError(f"threads is a number of threads, 1 or more; got {threads}.")
+    cores = hardware.detect().cpu.cores
+    chosen = threads or cores
+    if threads is None and cores > 1:
+        taken = hardware.cpu_busy(0.25) * (os.cpu_count() or cores)
+        free = max(1, cores - int(taken + 1 - BUSY_CORE))
+        if free < cores:
+            warnings.warn(
+                f"other processes keep {taken:.1f} of this machine's {cores} cores busy: "
+                f"training with {free} thread{'s' if free > 1 else ''} instead of {cores} "
+                "(choose with --threads N, zoo.train(threads=N))", RuntimeWarning,
+                stacklevel=3)
+            chosen = free
+    torch.set_num_threads(chosen)
+    return chosen
 
 
 def check_precision(precision: str, device: torch.device, *, allow_slow_bf16: bool = False) -> None:
