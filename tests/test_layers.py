@@ -9,7 +9,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"

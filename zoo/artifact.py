@@ -236,6 +236,11 @@ def read_weights(files: list[Path], source: str) -> dict[str, torch.Tensor]:
     return state
 
 
+def load_weights_file(model: nn.Module, path: Path) -> nn.Module:
+    """Load one safetensors file into ``model`` strictly (a checkpoint's, a run's)."""
+    return load_weights(model, read_weights([Path(path)], str(path)), str(path))
+
+
 def load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> nn.Module:
     """Load ``state`` into ``model`` strictly: every tensor present, none extra, shapes equal.
 
@@ -365,38 +370,38 @@ def write_artifact(
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ArtifactError("The model is on the meta device and has no weights to save; build "
                             "it on a real device (or load weights into it) first.")
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ArtifactError(f"{folder} exists and is not a folder.")
-    with _writing(folder), folder_beside(folder, keep=_user_file) as tmp:
+    with _replacing(folder) as tmp:
         save_weights(model, tmp, max_shard_size)
         config = {**config, "weights": {"digests": weight_digests(tmp)}}
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         for name, path in (extra_files or {}).items():
             shutil.copyfile(path, tmp / name)
         (tmp / CARD_NAME).write_text(card, encoding="utf-8")
-    return folder
+    return Path(folder)
 
 
 def copy_artifact(source: Path, folder: str | os.PathLike[str]) -> Path:
     """Copy a saved model's files (following the Hub cache's links) to ``folder``, written
     beside it and swapped into place like :func:`write_artifact`'s."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ArtifactError(f"{folder} exists and is not a folder.")
-    with _writing(folder), folder_beside(folder, keep=_user_file) as tmp:
+    with _replacing(folder) as tmp:
         for path in source.iterdir():
             if path.is_file():
                 shutil.copyfile(path, tmp / path.name)
-    return folder
+    return Path(folder)
 
 
 @contextlib.contextmanager
-def _writing(folder: Path):
-    """The file system's refusals (a full disk, no permission, a lock held too long) as
-    one ArtifactError naming the folder; nothing of the old save is lost."""
+def _replacing(folder: str | os.PathLike[str]):
+    """A folder to write a saved model into, which then replaces ``folder`` whole (keeping
+    files the format does not own). The file system's refusals (a full disk, no
+    permission, a lock held too long) become one ArtifactError naming the folder; nothing
+    of the old save is lost."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ArtifactError(f"{folder} exists and is not a folder.")
     try:
-        yield
+        with folder_beside(folder, keep=_user_file) as tmp:
+            yield tmp
     except (OSError, TimeoutError) as exc:
         raise ArtifactError(f"Could not save to {folder}: {describe_os_error(exc, folder)}. "
                             "Nothing was changed there.") from None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 from importlib import metadata
 from typing import Any
 

@@ -174,13 +174,18 @@ def recover(folder: str | os.PathLike[str]) -> bool:
     return True
 
 
+def remove(path: Path) -> None:
+    """Remove a file or a whole folder (nothing happens when it is not there)."""
+    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
 def remove_leftovers(folder: str | os.PathLike[str]) -> None:
     """Remove the temporary and set-aside copies of ``folder`` that killed writes left
     (after :func:`recover` has had its chance)."""
     folder = Path(folder)
     for pattern in (f".{folder.name}.tmp-*", f".{folder.name}.old-*"):
         for path in folder.parent.glob(pattern):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(True)
+            remove(path)
 
 
 def _swap_in(tmp: Path, folder: Path) -> None:

@@ -7,7 +7,6 @@ name a Python path or carry code. ``load_recipe(save_recipe(r, p)) == r``.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import os

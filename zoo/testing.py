@@ -377,47 +377,46 @@ def _device(component: Component) -> str:
     return "cuda" if component.capabilities.needs_cuda else "cpu"
 
 
+def _agrees(component: Component, what: str, *, lq: int = 6, lk: int = 9,
+            extra: Callable[[torch.Tensor], dict] = lambda q: {}) -> None:
+    """``fn(q, k, v, **extra(q))`` equals the reference kernel's, on random q, k, v."""
+    fn = _kernel(component)
+    with _Seed(0):
+        q, k, v = _qkv(lq, lk, _device(component))
+        kwargs = extra(q)
+        _close(fn(q, k, v, **kwargs), reference_kernel(q, k, v, **kwargs), what)
+
+
+def _allowed(q: torch.Tensor) -> dict:
+    allowed = torch.rand(2, 1, 6, 9, device=q.device) > 0.3
+    allowed[..., 0] = True  # every query may attend somewhere
+    return {"attn_mask": allowed}
+
+
 @_check("kernel")
 def _formula(component, settings):
     """fn(q, k, v) and fn(q, k, v, scale=s) equal softmax(q kᵀ·scale) v."""
-    fn = _kernel(component)
-    with _Seed(0):
-        q, k, v = _qkv(device=_device(component))
-        _close(fn(q, k, v), reference_kernel(q, k, v), "fn(q, k, v)")
-        _close(fn(q, k, v, scale=0.1), reference_kernel(q, k, v, scale=0.1), "scale=0.1")
+    _agrees(component, "fn(q, k, v)")
+    _agrees(component, "scale=0.1", extra=lambda q: {"scale": 0.1})
 
 
 @_check("kernel", "causal")
 def _kernel_causal(component, settings):
     """is_causal=True hides later keys (square scores)."""
-    fn = _kernel(component)
-    with _Seed(0):
-        q, k, v = _qkv(6, 6, _device(component))
-        _close(fn(q, k, v, is_causal=True), reference_kernel(q, k, v, is_causal=True),
-               "is_causal=True")
+    _agrees(component, "is_causal=True", lq=6, lk=6, extra=lambda q: {"is_causal": True})
 
 
 @_check("kernel", "arbitrary_mask")
 def _kernel_mask(component, settings):
     """A boolean attn_mask (True: may attend), broadcast over heads, is honoured."""
-    fn = _kernel(component)
-    with _Seed(0):
-        q, k, v = _qkv(device=_device(component))
-        allowed = torch.rand(2, 1, 6, 9, device=q.device) > 0.3
-        allowed[..., 0] = True
-        _close(fn(q, k, v, attn_mask=allowed), reference_kernel(q, k, v, attn_mask=allowed),
-               "boolean attn_mask")
+    _agrees(component, "boolean attn_mask", extra=_allowed)
 
 
 @_check("kernel", "bias")
 def _kernel_bias(component, settings):
     """A float attn_mask is added to the scores (ALiBi, T5 bias)."""
-    fn = _kernel(component)
-    with _Seed(0):
-        q, k, v = _qkv(device=_device(component))
-        bias = torch.randn(1, H, 6, 9, device=q.device)
-        _close(fn(q, k, v, attn_mask=bias), reference_kernel(q, k, v, attn_mask=bias),
-               "float attn_mask")
+    _agrees(component, "float attn_mask",
+            extra=lambda q: {"attn_mask": torch.randn(1, H, 6, 9, device=q.device)})
 
 
 @_check("kernel", "dropout")

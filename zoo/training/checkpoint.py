@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..artifact import WEIGHTS_NAME, load_weights, read_weights, save_weights_file
+from ..artifact import WEIGHTS_NAME, load_weights_file, save_weights_file
 from ..errors import ArtifactError, CheckpointError
 from ..files import (
     atomic_write_text,
@@ -30,6 +30,7 @@ from ..files import (
     folder_beside,
     is_write_failure,
     recover,
+    remove,
 )
 
 CHECKPOINTS = "checkpoints"
@@ -107,7 +108,7 @@ def _remove_leftovers(folder: Path) -> None:
     if named is not None:
         recover(named)
     for path in folder.glob(".step-*"):
-        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(True)
+        remove(path)
 
 
 def _named(folder: Path) -> Path | None:
@@ -140,18 +141,12 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return max(whole, key=_step_of) if whole else None
 
 
-def load_checkpoint_weights(path: Path, model) -> None:
-    """Load a checkpoint's weights into ``model``, strictly."""
-    source = str(Path(path) / WEIGHTS_NAME)
-    load_weights(model, read_weights([Path(path) / WEIGHTS_NAME], source), source)
-
-
 def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> dict:
     """Load a checkpoint into ``model`` (and ``optimizer``, ``scheduler``); returns its state.
     An unreadable or mismatched checkpoint raises :class:`~zoo.errors.CheckpointError`."""
     path = Path(path)
     try:
-        load_checkpoint_weights(path, model)
+        load_weights_file(model, path / WEIGHTS_NAME)
         state = torch.load(path / STATE, weights_only=True, map_location="cpu")
         if optimizer is not None:
             optimizer.load_state_dict(state["optimizer"])

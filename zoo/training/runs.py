@@ -172,7 +172,7 @@ def load_run(path: str | Path, device: str | None = None) -> Run:
     if weights is None:
         raise RecipeError(f"{run.path} has no trained weights yet (no {WEIGHTS} and no "
                           "checkpoint).")
-    artifact.load_weights(model, artifact.read_weights([weights], str(weights)), str(weights))
+    artifact.load_weights_file(model, weights)
     return Run(run.path, recipe, model.eval(), task)
 
 
