@@ -128,8 +128,10 @@ def test_translate_and_attention_map_take_a_saved_run(tmp_path):
     from zoo.training.runs import load_run
 
     saved = load_run(f"local-dir:{tmp_path / 'saved'}")
+    as_path = load_run(Path(f"local-dir:{tmp_path / 'saved'}"))  # read as zoo.build reads it
     for key, value in result.model.state_dict().items():
         assert torch.equal(saved.model.state_dict()[key], value), key
+        assert torch.equal(as_path.model.state_dict()[key], value), key
     from_run = run_zoo("translate", str(result.run_dir), "3 1 2", "--beam", "1")
     from_saved = run_zoo("translate", f"local-dir:{tmp_path / 'saved'}", "3 1 2", "--beam", "1")
     assert from_saved.returncode == 0, from_saved.stderr

@@ -158,7 +158,7 @@ def load_run(path: str | Path, device: str | None = None) -> Run:
     """The model of run folder ``path`` (its final weights, else its latest checkpoint),
     or of a saved run (``local-dir:path``, ``hf-hub:owner/repo``: a model saved from a run
     carries its training recipe and its task's files, such as the tokenizer)."""
-    saved = saved_model(path) if isinstance(path, str) else None
+    saved = saved_model(path)  # strings and paths alike, as zoo.build reads them
     if saved is not None:
         return _load_saved_run(saved, device)
     run = RunFolder(path)
