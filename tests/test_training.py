@@ -55,6 +55,36 @@ def test_cosine_and_one_cycle_shapes():
     assert max(one(s) for s in range(101)) == 1.0
 
 
+def _rates(optimizer, scheduler, n):
+    out = []
+    for _ in range(n):
+        out.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return out
+
+
+@pytest.mark.parametrize("step_size,gamma", [(1, 0.9), (7, 0.5), (25, 0.1)])
+def test_step_decay_is_torchs_steplr(step_size, gamma):
+    from zoo.training.config import ScheduleSpec
+
+    def sgd():
+        return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.3)
+
+    ref_opt = sgd()
+    ref = _rates(ref_opt, torch.optim.lr_scheduler.StepLR(ref_opt, step_size, gamma), 80)
+    spec = ScheduleSpec(name="step", warmup_steps=0, step_size=step_size, gamma=gamma)
+    ours_opt = sgd()
+    ours = _rates(ours_opt, schedules.lambda_lr(ours_opt, spec, 80), 80)
+    assert ours == pytest.approx(ref, rel=1e-12)
+
+
+def test_step_decay_after_warmup():
+    factor = schedules.step_decay(warmup=10, step_size=5, gamma=0.5)
+    assert [factor(s) for s in (1, 5, 10)] == [0.1, 0.5, 1.0]
+    assert [factor(s) for s in (11, 15, 16, 20, 21)] == [1.0, 1.0, 0.5, 0.5, 0.25]
+
+
 def test_training_overrides_are_validated():
     recipe = get_train_recipe("sort")
     changed = apply_train_overrides(recipe, {"model.attention": "rope", "train.steps": 2000,

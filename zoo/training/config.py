@@ -55,12 +55,17 @@ class OptimizerSpec(_Strict):
 class ScheduleSpec(_Strict):
     """The learning-rate schedule, a multiple of the peak rate at each step."""
 
-    name: Literal["inverse-sqrt", "cosine", "one-cycle", "constant"] = "inverse-sqrt"
+    name: Literal["inverse-sqrt", "cosine", "one-cycle", "constant", "step"] = "inverse-sqrt"
     """inverse-sqrt: the paper's (sec. 5.3); cosine: warmup then cosine to min_lr_ratio;
-    one-cycle: linear up over pct_start, cosine down; constant: warmup then flat."""
+    one-cycle: linear up over pct_start, cosine down; constant: warmup then flat; step:
+    warmup, then times gamma every step_size steps (StepLR)."""
     warmup_steps: int = Field(4000, ge=0)
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
     pct_start: float = Field(0.3, gt=0, lt=1)
+    step_size: int = Field(1000, ge=1)
+    """step: updates between two decays."""
+    gamma: float = Field(0.5, gt=0, le=1)
+    """step: the factor of each decay."""
 
 
 class DecodeSpec(_Strict):

@@ -322,10 +322,7 @@ class Trainer:
                 "is split into. Change batch_size or accumulate so that it divides "
                 f"{len(self.train_data)} examples better.")
         self.optimizer = _optimizer(recipe.optimizer, model)
-        factor = schedules.make(recipe.schedule, self.total)
-        # the optimizer's first update is step 1 of the schedule (the paper counts from 1)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
-                                                           lambda i: factor(i + 1))
+        self.scheduler = schedules.lambda_lr(self.optimizer, recipe.schedule, self.total)
         self.step, self.epoch, self.position, self.elapsed = 0, 0, 0, 0.0
         self.started = time.perf_counter()
         self.stopped_early = False

@@ -47,8 +47,24 @@ def one_cycle(total: int, pct_start: float = 0.3, min_ratio: float = 0.0) -> Cal
     return _up_then_cosine(max(1, int(total * pct_start)), total, min_ratio)
 
 
+def step_decay(warmup: int, step_size: int, gamma: float) -> Callable[[int], float]:
+    """Linear warmup, then the rate times ``gamma`` every ``step_size`` steps (step decay,
+    article 003 sec. 4.1; without warmup the rates of ``torch.optim.lr_scheduler.StepLR``:
+    updates 1 .. step_size at the peak, the next step_size at gamma times it, ...)."""
+
+    def factor(step: int) -> float:
+        if step <= warmup:
+            return step / warmup
+        return gamma ** ((step - 1 - warmup) // step_size)
+
+    return factor
+
+
 def make(spec, total: int) -> Callable[[int], float]:
-    """The schedule a ``ScheduleSpec`` names, for a run of ``total`` steps."""
+    """The schedule a ``ScheduleSpec`` names, for a run of ``total`` steps; ``factor(n)``
+    multiplies the peak rate at the n-th optimizer update (counted from 1, as the paper)."""
+    if spec.name == "step":
+        return step_decay(spec.warmup_steps, spec.step_size, spec.gamma)
     if spec.name == "inverse-sqrt":
         return inverse_sqrt(spec.warmup_steps)
     if spec.name == "constant":
@@ -56,3 +72,12 @@ def make(spec, total: int) -> Callable[[int], float]:
     if spec.name == "cosine":
         return cosine(spec.warmup_steps, total, spec.min_lr_ratio)
     return one_cycle(total, spec.pct_start, spec.min_lr_ratio)
+
+
+def lambda_lr(optimizer, spec, total: int) -> "torch.optim.lr_scheduler.LambdaLR":
+    """A scheduler stepping ``optimizer`` through the schedule: the first update runs at
+    ``factor(1)`` (the paper counts from 1), and each ``scheduler.step()`` moves one on."""
+    import torch
+
+    factor = make(spec, total)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: factor(i + 1))
