@@ -194,6 +194,54 @@ def test_ffn_formulas():
     torch.testing.assert_close(swiglu(x), (g * torch.sigmoid(g) * u) @ swiglu.fc2.weight.T)
 
 
+# -- losses ---------------------------------------------------------------------------------------
+def _focal_written_out(logits, target, pad, alpha, gamma):
+    total, count = 0.0, 0
+    for row, t in zip(logits.tolist(), target.tolist()):
+        if t == pad:
+            continue
+        p_t = math.exp(row[t]) / sum(math.exp(v) for v in row)
+        total += alpha * (1 - p_t) ** gamma * -math.log(p_t)
+        count += 1
+    return total / count
+
+
+@pytest.mark.parametrize("alpha,gamma", [(1.0, 2.0), (0.25, 0.5), (2.0, 5.0)])
+def test_focal_loss_against_its_formula(alpha, gamma):
+    logits, target = torch.randn(20, 9, dtype=torch.float64) * 3, torch.randint(0, 9, (20,))
+    focal = zoo.get_component("loss", "focal").build({"alpha": alpha, "gamma": gamma})
+    ours = focal(logits, target, ignore_index=0)
+    assert float(ours) == pytest.approx(_focal_written_out(logits, target, 0, alpha, gamma),
+                                        rel=1e-5)
+
+
+def test_focal_loss_with_gamma_0_is_cross_entropy():
+    logits, target = torch.randn(30, 11), torch.randint(0, 11, (30,))
+    target[:5] = 3
+    focal = zoo.get_component("loss", "focal").build({"gamma": 0.0})
+    torch.testing.assert_close(focal(logits, target, ignore_index=3),
+                               F.cross_entropy(logits, target, ignore_index=3))
+    assert zoo.get_component("loss", "focal").build(None).gamma == 2.0  # the article's default
+
+
+def test_focal_loss_down_weights_confident_targets():
+    focal = zoo.get_component("loss", "focal").build({"gamma": 2.0})
+    sure, unsure = torch.tensor([[8.0, 0.0, 0.0]]), torch.tensor([[0.5, 0.0, 0.0]])
+    target = torch.tensor([0])
+    ce = [float(F.cross_entropy(x, target)) for x in (sure, unsure)]
+    fl = [float(focal(x, target)) for x in (sure, unsure)]
+    assert fl[0] / ce[0] < 0.01 < 0.3 < fl[1] / ce[1]
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_loss_is_torchs(smoothing):
+    logits, target = torch.randn(30, 11), torch.randint(0, 11, (30,))
+    ce = zoo.get_component("loss", "cross-entropy").build({"label_smoothing": smoothing})
+    torch.testing.assert_close(ce(logits, target, ignore_index=4),
+                               F.cross_entropy(logits, target, ignore_index=4,
+                                               label_smoothing=smoothing))
+
+
 # -- positions ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", names("positional"))
 def test_positional_offset_contract(name):

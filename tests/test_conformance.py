@@ -33,7 +33,7 @@ def test_every_built_in_component_passes_the_kit(case):
 
 def test_every_family_with_members_has_checks():
     assert set(zoo.testing.CHECKS) == {"attention", "kernel", "positional", "norm", "ffn",
-                                        "block"}
+                                        "block", "loss"}
     for family, checks in zoo.testing.CHECKS.items():
         assert all(c.doc for c in checks), family
 

@@ -87,7 +87,7 @@ def test_every_family_has_a_contract_page_with_an_example():
 
     pages = {p.stem: p.read_text() for p in (ROOT / "docs" / "contract").glob("*.md")}
     for family in ("attention", "kernel", "positional", "norm", "ffn", "block",
-                   "architecture", "task"):
+                   "architecture", "task", "loss"):
         page = next(text for text in pages.values()
                     if f"<!-- zoo:capabilities {family} -->" in text)
         assert re.search(r"```python\n# runs as a test", page), family

@@ -19,7 +19,7 @@ import torch
 import zoo
 from zoo.training import schedules
 from zoo.training.checkpoint import latest_checkpoint, load_checkpoint
-from zoo.training.config import apply_train_overrides, get_train_recipe
+from zoo.training.config import TrainRecipe, apply_train_overrides, get_train_recipe
 
 from .conftest import run_zoo
 
@@ -109,6 +109,35 @@ def test_a_bad_model_override_fails_before_the_run_folder_exists(tmp_path):
     assert result.returncode == 2
     assert "Did you mean 'performer'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_loss_is_named_by_the_recipe_and_label_smoothing_is_its_setting():
+    recipe = get_train_recipe("translate-de-en")
+    assert recipe.loss.name == "cross-entropy" and recipe.loss.settings == {"label_smoothing": 0.1}
+    old = TrainRecipe.model_validate({**recipe.model_dump(exclude={"loss"}), "label_smoothing": 0.2})
+    assert old.loss.settings == {"label_smoothing": 0.2}  # runs saved before the loss family
+    focal = apply_train_overrides(recipe, {"loss.name": "focal", "loss.gamma": 1.5})
+    assert focal.loss.name == "focal" and focal.loss.settings == {"gamma": 1.5}
+    again = apply_train_overrides(recipe, {"train.label_smoothing": 0.3})
+    assert again.loss.settings == {"label_smoothing": 0.3}
+    with pytest.raises(ValueError, match="label_smoothing 0.1 is a setting of the "
+                                         "cross-entropy loss.*'focal'"):
+        TrainRecipe.model_validate({**recipe.model_dump(exclude={"loss"}),
+                                    "label_smoothing": 0.1, "loss": "focal"})
+
+
+def test_training_with_focal_loss(tmp_path):
+    def losses(**overrides):
+        result = zoo.train("sort", overrides={**TINY, "train.steps": 4, **overrides},
+                           run_dir=tmp_path / str(len(list(tmp_path.iterdir()))), progress=False)
+        return [r["loss"] for r in rows(result.run_dir)]
+
+    ce = losses()
+    assert losses(**{"loss.name": "focal", "loss.gamma": 0.0}) == pytest.approx(ce, rel=1e-5)
+    focal = losses(**{"loss.name": "focal", "loss.gamma": 2.0})
+    assert all(f < c for f, c in zip(focal, ce))
+    with pytest.raises(zoo.RecipeError, match="settings of loss 'focal'.*gama"):
+        losses(**{"loss.name": "focal", "loss.gama": 2.0})
 
 
 def test_zoo_list_train_lists_the_training_recipes():

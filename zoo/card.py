@@ -22,6 +22,11 @@ def _task_datasets(task_name: str) -> list[str]:
     return list(getattr(registry.get("task", task_name).load(), "hub_datasets", ()))
 
 
+def _loss(loss: Any) -> str:
+    settings = ", ".join(f"{k} {v}" for k, v in loss.settings.items())
+    return f"{loss.name} ({settings})" if settings else loss.name
+
+
 def model_card(config: dict[str, Any], model: nn.Module, *, train: TrainRecipe | None = None,
                results: dict[str, Any] | None = None, repo_id: str | None = None):
     """A ``huggingface_hub.ModelCard`` for the artifact described by ``config``; ``train``
@@ -66,7 +71,7 @@ def model_card(config: dict[str, Any], model: nn.Module, *, train: TrainRecipe |
                   f"Trained with `zoo train {train.name}` on the `{train.task.name}` task: "
                   f"{train.optimizer.name} (peak lr {train.optimizer.lr:g}), "
                   f"{train.schedule.name} schedule with {train.schedule.warmup_steps} warmup steps, "
-                  f"batch {train.batch_size}, label smoothing {train.label_smoothing:g}, "
+                  f"batch {train.batch_size}, {_loss(train.loss)} loss, "
                   f"{train.precision}."]
         if results:
             lines.append(f"It ran {results.get('step')} steps ({results.get('epochs')} epochs) "

@@ -114,6 +114,14 @@ class ArchitectureCapabilities(Capabilities):
     """What its logits are over."""
 
 
+class LossCapabilities(Capabilities):
+    """What a training loss honours."""
+
+    ignore_index: bool = False
+    """Targets equal to ``ignore_index`` (padding) add nothing to the loss and are not
+    counted in its mean. Sequence tasks need it."""
+
+
 class TaskCapabilities(Capabilities):
     """The architectures a task trains."""
 
@@ -190,6 +198,14 @@ FAMILIES: dict[str, Family] = {
             "Whole models. cls(settings, parts) where parts builds each slot's component.",
             ArchitectureCapabilities,
             "register_architectures",
+        ),
+        Family(
+            "loss",
+            "Training losses: cls(settings); module(logits (N, C), target (N,), "
+            "ignore_index=-100) -> the mean loss over the targets that are not "
+            "ignore_index, a 0-d tensor. A training recipe names one (loss: focal).",
+            LossCapabilities,
+            "register_losses",
         ),
         Family(
             "task",

@@ -55,6 +55,11 @@ def register_architectures(register):
 
 
 @hookspec
+def register_losses(register):
+    """Register training losses (family ``loss``)."""
+
+
+@hookspec
 def register_tasks(register):
     """Register training tasks (family ``task``)."""
 

@@ -35,6 +35,7 @@ from .families import (
     BlockCapabilities,
     FFNCapabilities,
     KernelCapabilities,
+    LossCapabilities,
     NormCapabilities,
     PositionalCapabilities,
     Slot,
@@ -61,7 +62,7 @@ __all__ = [
     # capabilities
     "AttentionCapabilities", "KernelCapabilities", "PositionalCapabilities",
     "NormCapabilities", "FFNCapabilities", "BlockCapabilities", "ArchitectureCapabilities",
-    "TaskCapabilities",
+    "TaskCapabilities", "LossCapabilities",
     # errors
     "ZooError", "RecipeError", "CapabilityError", "PluginError", "MissingPluginError",
 ]

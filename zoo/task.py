@@ -37,8 +37,10 @@ class Task(Protocol):
     def collate(self, items: list) -> dict:
         """A list of items -> a batch (a dict of tensors)."""
 
-    def loss(self, model: Any, batch: dict, label_smoothing: float = 0.0) -> Any:
-        """``(mean loss, count of units)``: the units (tokens, images) the mean is over."""
+    def loss(self, model: Any, batch: dict, criterion: Any) -> Any:
+        """``(mean loss, count of units)``: the units (tokens, images) the mean is over.
+        ``criterion`` is the training recipe's loss (family ``loss``): called as
+        ``criterion(logits (N, C), target (N,), ignore_index=pad)`` it gives the mean."""
 
     def evaluate(self, model: Any, split: str, *, device: Any = None,
                  limit: int | None = None) -> dict[str, float]:

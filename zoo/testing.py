@@ -530,6 +530,41 @@ def _ffn(component, settings):
         _gradients_reach(ffn, ffn(torch.randn(2, 3, D)).square().sum(), "gradients")
 
 
+# -- losses -----------------------------------------------------------------------------------
+@_check("loss")
+def _loss(component, settings):
+    """criterion(logits (N, C), target (N,)) is a finite 0-d mean (a batch repeated twice
+    gives the same value), accepts bf16 logits, and its gradient reaches the logits."""
+    with _Seed(0):
+        loss = component.build(settings)
+        logits, target = torch.randn(12, 7, requires_grad=True), torch.randint(0, 7, (12,))
+        value = loss(logits, target)
+        _shape(value, (), "criterion(logits, target)")
+        _close(loss(logits.detach().repeat(2, 1), target.repeat(2)), value.detach(),
+               "the loss of the batch repeated twice (a mean, not a sum)")
+        value.backward()
+        if logits.grad is None or not bool(logits.grad.abs().sum() > 0):
+            raise _Failed("no gradient reaches the logits")
+        _shape(loss(logits.detach().bfloat16(), target).float(), (), "the loss of bf16 logits")
+
+
+@_check("loss", "ignore_index")
+def _loss_ignore_index(component, settings):
+    """Targets equal to ``ignore_index`` add nothing: the loss equals the loss over the
+    other rows alone, whatever the ignored rows' logits."""
+    with _Seed(0):
+        loss = component.build(settings)
+        logits, target = torch.randn(12, 7), torch.randint(1, 7, (12,))
+        target[[2, 5, 6, 11]] = 0
+        keep = target != 0
+        other = logits.clone()
+        other[~keep] = torch.randn(int((~keep).sum()), 7) * 10
+        alone = loss(logits[keep], target[keep])
+        _close(loss(logits, target, ignore_index=0), alone, "the loss with ignored rows")
+        _close(loss(other, target, ignore_index=0), alone,
+               "the loss when the ignored rows' logits change")
+
+
 # -- blocks -----------------------------------------------------------------------------------
 def _block(component: Component, settings: Any, norm_first: bool) -> nn.Module:
     make_attention = partial(_ReferenceAttention, None, d_model=D, n_heads=H,

@@ -71,11 +71,10 @@ class Seq2SeqTask:
         tgt_out = pad_batch([[*t, self.eos_id] for _, t in items])
         return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
 
-    def loss(self, model, batch: dict, label_smoothing: float = 0.0):
+    def loss(self, model, batch: dict, criterion):
         logits = model(batch["src"], batch["tgt_in"])
         target = batch["tgt_out"]
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(),
-                               ignore_index=self.pad_id, label_smoothing=label_smoothing)
+        loss = criterion(logits.flatten(0, 1), target.flatten(), ignore_index=self.pad_id)
         return loss, int(target.ne(self.pad_id).sum())
 
     @torch.no_grad()

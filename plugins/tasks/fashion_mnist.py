@@ -105,10 +105,10 @@ class FashionMNIST:
             images = padded[..., dy:dy + 28, dx:dx + 28]
         return images
 
-    def loss(self, model, batch: dict, label_smoothing: float = 0.0):
+    def loss(self, model, batch: dict, criterion):
         images = self.augment(batch["images"]) if model.training else batch["images"]
         logits = model(images)
-        loss = F.cross_entropy(logits.float(), batch["labels"], label_smoothing=label_smoothing)
+        loss = criterion(logits, batch["labels"])
         return loss, len(images)
 
     @torch.no_grad()

@@ -96,7 +96,9 @@ class TrainRecipe(_Strict):
     accumulate: int = Field(1, ge=1)
     """Micro-batches per step (gradient accumulation)."""
     clip_norm: float | None = Field(1.0, gt=0)
-    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    loss: ComponentRef = Field(default_factory=lambda: ComponentRef(name="cross-entropy"))
+    """The training loss (family ``loss``, ``zoo components loss``) and its settings, e.g.
+    ``{name: cross-entropy, settings: {label_smoothing: 0.1}}`` or ``focal``."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """bf16: autocast on CPU and CUDA; fp16: autocast with a gradient scaler, CUDA only."""
     seed: int = Field(0, ge=0, lt=2**32)
@@ -119,6 +121,24 @@ class TrainRecipe(_Strict):
     """Under torchrun: DistributedDataParallel, or FSDP (fully_shard)."""
     decode: DecodeSpec = Field(default_factory=DecodeSpec)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _label_smoothing_is_a_loss_setting(cls, data: Any) -> Any:
+        # recipes and saved runs from before the loss family wrote label_smoothing at the top
+        if isinstance(data, dict) and "label_smoothing" in data:
+            data = dict(data)
+            smoothing = data.pop("label_smoothing")
+            loss = data.get("loss") or {"name": "cross-entropy"}
+            loss = {"name": loss} if isinstance(loss, str) else dict(loss)
+            if loss.get("name") != "cross-entropy" and smoothing:
+                raise ValueError(f"label_smoothing {smoothing} is a setting of the "
+                                 f"cross-entropy loss, and this recipe's loss is "
+                                 f"{loss.get('name')!r}; drop label_smoothing")
+            if smoothing:
+                loss["settings"] = {"label_smoothing": smoothing, **loss.get("settings", {})}
+            data["loss"] = loss
+        return data
+
     @field_validator("name")
     @classmethod
     def _one_folder_name(cls, name: str) -> str:
@@ -139,12 +159,13 @@ class TrainRecipe(_Strict):
         return self
 
 
-SECTIONS = {"model", "task", "optimizer", "schedule", "decode", "train"}
+SECTIONS = {"model", "task", "optimizer", "schedule", "decode", "train", "loss"}
 
 
 def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> TrainRecipe:
     """``model.X`` (a model override), ``task.X`` (a task setting), ``optimizer.X``,
-    ``schedule.X``, ``decode.X``, ``train.X`` (a top-level field such as steps)."""
+    ``schedule.X``, ``decode.X``, ``train.X`` (a top-level field such as steps),
+    ``loss.name`` (another loss: its settings start afresh) and ``loss.X`` (a setting)."""
     check_data(dict(overrides), "training overrides")
     data = recipe.model_dump(mode="json")
     for key, value in overrides.items():
@@ -153,12 +174,20 @@ def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> Tra
             raise RecipeError(
                 f"Unknown training override {key!r}.{did_you_mean(section, SECTIONS)} Keys are "
                 f"'section.name' with section one of {quoted(sorted(SECTIONS))}, e.g. "
-                "model.attention=rope, train.steps=2000, optimizer.lr=5e-4, task.seq_len=10."
+                "model.attention=rope, train.steps=2000, optimizer.lr=5e-4, task.seq_len=10, "
+                "loss.name=focal, loss.gamma=2."
             )
         if section == "model":
             data["model"]["overrides"][rest] = value
         elif section == "task":
             data["task"].setdefault("settings", {})[rest] = value
+        elif section == "loss":
+            if rest == "name":
+                data["loss"] = {"name": value, "settings": {}}
+            else:
+                data["loss"].setdefault("settings", {})[rest] = value
+        elif section == "train" and rest == "label_smoothing":  # the old spelling
+            data["loss"].setdefault("settings", {})[rest] = value
         elif section == "train":
             if rest not in TrainRecipe.model_fields or rest in SECTIONS:
                 fields = [f for f in TrainRecipe.model_fields if f not in SECTIONS]

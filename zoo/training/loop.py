@@ -40,7 +40,7 @@ from ..resolver import resolve
 from . import schedules
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from .config import TrainRecipe, apply_train_overrides, get_train_recipe
-from .runs import TENSORBOARD, RunFolder, build_task, is_run, new_run_dir
+from .runs import TENSORBOARD, RunFolder, build_loss, build_task, is_run, new_run_dir
 
 
 @dataclass
@@ -308,9 +308,10 @@ class Trainer:
     is (step, epoch, position in the epoch, seconds already spent before a resume)."""
 
     def __init__(self, recipe: TrainRecipe, run: RunFolder, dist: _Dist, device: torch.device,
-                 task: Any, model: Any, resumed: bool) -> None:
+                 task: Any, model: Any, criterion: Any, resumed: bool) -> None:
         self.recipe, self.folder, self.dist, self.device = recipe, run, dist, device
         self.task, self.model, self.forward_model = task, model, model
+        self.criterion = criterion.to(device)
         self.train_data = task.dataset("train")
         self.total = recipe.steps or recipe.epochs * math.ceil(len(self.train_data)
                                                                / recipe.batch_size)
@@ -354,11 +355,13 @@ class Trainer:
                               "(resume=...), or choose another folder.")
         seed_everything(recipe.seed)
         task = build_task(recipe, path)
+        criterion = build_loss(recipe, task)
         task.prepare()
         model = build_model(recipe, task, device)
         if recipe.activation_checkpointing:
             model.gradient_checkpointing = True
-        trainer = cls(recipe, run, dist, device, task, model, resumed=resume is not None)
+        trainer = cls(recipe, run, dist, device, task, model, criterion,
+                      resumed=resume is not None)
         # written only now: a resume whose overrides do not fit its checkpoint, or a task
         # or model that fails to build, changes nothing on disk
         if dist.main:
@@ -470,8 +473,7 @@ class Trainer:
             no_sync = getattr(self.forward_model, "no_sync", None)
             with contextlib.nullcontext() if sync or no_sync is None else no_sync():
                 with _autocast(recipe.precision, self.device):
-                    loss, units = self.task.loss(self.forward_model, batch,
-                                                 recipe.label_smoothing)
+                    loss, units = self.task.loss(self.forward_model, batch, self.criterion)
                 scaled = loss / len(mine)
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             losses.append(float(loss.detach()))

@@ -144,6 +144,20 @@ def build_task(recipe: TrainRecipe, run_dir: Path | None) -> Task:
     return task
 
 
+def build_loss(recipe: TrainRecipe, task: Any) -> Any:
+    """The recipe's loss (family ``loss``), refused when the task pads its targets and the
+    loss does not claim ``ignore_index``."""
+    component = registry.get("loss", recipe.loss.name)
+    pad = getattr(task, "pad_id", None)
+    if pad is not None and not component.capabilities.ignore_index:
+        raise RecipeError(
+            f"loss {recipe.loss.name!r} (plugin {component.plugin!r}) does not claim "
+            f"ignore_index, and task {recipe.task.name!r} pads its targets with id {pad}: "
+            "padding would be trained on. Use a loss that ignores padding (cross-entropy, "
+            "focal), or declare ignore_index if it does.")
+    return component.build(recipe.loss.settings)
+
+
 @dataclass
 class Run:
     """A run loaded back: its folder, training recipe, trained model and task."""
