@@ -195,6 +195,82 @@ def test_vit_matches_timm(name):
         torch.testing.assert_close(ours(images), ref(images), atol=1e-4, rtol=1e-4)
 
 
+def _timm_and_ours_with_drop_path(rate: float):
+    timm = pytest.importorskip("timm")
+    from timm.models.vision_transformer import VisionTransformer
+
+    ref = VisionTransformer(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=64,
+                            depth=6, num_heads=4, mlp_ratio=2.0, drop_path_rate=rate)
+    ours = zoo.build("vit-tiny-patch4-28", drop_path_rate=rate)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    ours.load_state_dict(zoo.convert_timm_vit(ref.state_dict()), strict=True)
+    return timm, ref, ours
+
+
+def test_vit_drop_path_is_timms():
+    timm, ref, ours = _timm_and_ours_with_drop_path(0.3)
+    def rates(blocks, attr):
+        return [getattr(b.drop_path1, attr, 0.0) for b in blocks]
+
+    assert rates(ours.blocks, "p") == rates(ref.blocks, "drop_prob")
+    assert rates(ours.blocks, "p")[-1] == pytest.approx(0.3) and rates(ours.blocks, "p")[0] == 0
+    images = torch.randn(16, 1, 28, 28)
+    for seed in range(3):  # training: the same examples' branches dropped, the same logits
+        torch.manual_seed(seed)
+        expected = ref.train()(images)
+        torch.manual_seed(seed)
+        torch.testing.assert_close(ours.train()(images), expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # evaluation drops nothing: the same as without drop path
+        _, plain, _ = _timm_and_ours_with_drop_path(0.0)
+        plain.load_state_dict(ref.state_dict())
+        torch.testing.assert_close(ours.eval()(images), plain.eval()(images), atol=1e-5,
+                                   rtol=1e-5)
+
+
+def test_drop_path_keeps_the_expectation_and_drops_whole_examples():
+    from zoo.plugin import DropPath
+
+    x = torch.randn(20000, 3, 4)
+    dropped = DropPath(0.25).train()(x)
+    zeroed = (dropped == 0).flatten(1).all(1)
+    assert 0.23 < zeroed.float().mean() < 0.27
+    torch.testing.assert_close(dropped[~zeroed], x[~zeroed] / 0.75)
+    assert DropPath(0.25).eval()(x) is x
+
+
+def test_layerdrop_skips_whole_layers_in_training_only():
+    model = zoo.build("transformer-tiny", vocab_size=20, dropout=0.0, encoder_layerdrop=0.5,
+                      decoder_layerdrop=0.5)
+    src, tgt = torch.randint(3, 20, (2, 5)), torch.randint(3, 20, (2, 4))
+    calls = []
+    for layer in [*model.encoder.layers, *model.decoder.layers]:
+        layer.register_forward_hook(lambda m, i, o: calls.append(m))
+    model.eval()
+    full = model(src, tgt)
+    n_layers = len(model.encoder.layers) + len(model.decoder.layers)
+    assert len(calls) == n_layers
+    model.train()
+    counts = []
+    for seed in range(40):
+        calls.clear()
+        torch.manual_seed(seed)
+        model(src, tgt)
+        counts.append(len(calls))
+    # each layer kept with probability 1/2: about half are run, sometimes none, never more
+    assert 0.35 < sum(counts) / (40 * n_layers) < 0.65 and max(counts) <= n_layers
+    assert model.drops_layers
+    calls.clear()
+    torch.manual_seed(0)  # the draws follow fairseq's rule: one uniform per layer per batch
+    draws = torch.rand(n_layers)
+    torch.manual_seed(0)
+    model(src, tgt)
+    assert len(calls) == int((draws >= 0.5).sum())
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(src, tgt), full)
+
+
 def test_timm_converter_refuses_what_it_cannot_place():
     with pytest.raises(zoo.ZooError, match="reg_token"):
         zoo.convert_timm_vit({"reg_token": torch.zeros(1, 4, 8)})

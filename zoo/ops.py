@@ -67,6 +67,44 @@ class Dropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
 
+def drop_path(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Stochastic depth (Huang et al. 2016) on a residual branch: each example's whole
+    branch is zeroed with probability ``p`` and kept ones are scaled by 1 / (1 - p), so
+    the expectation is unchanged. One Bernoulli draw per example, from torch's global
+    generator, in the order timm's ``DropPath`` draws them (a seed reproduces its masks)."""
+    if not training or p == 0.0:
+        return x
+    keep = 1.0 - p
+    mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+    if keep > 0.0:
+        mask = mask / keep
+    return x * mask
+
+
+class DropPath(nn.Module):
+    """:func:`drop_path` as a layer (drop probability ``p``; nothing in eval mode)."""
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"drop path probability {p} is not in [0, 1]")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x with each example's branch dropped with probability p (training only)."""
+        return drop_path(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def layer_dropped(p: float, training: bool) -> bool:
+    """LayerDrop (Fan et al. 2019): True when a layer is skipped for this batch, with
+    probability ``p`` in training, never in eval. One uniform draw from torch's global
+    generator per layer per batch (fairseq's rule)."""
+    return training and p > 0.0 and float(torch.rand(())) < p
+
+
 # -- linear layers ---------------------------------------------------------------------------------
 def _onednn_linear_available() -> bool:
     return (torch.backends.mkldnn.is_available()

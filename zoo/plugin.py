@@ -42,7 +42,7 @@ from .families import (
     TaskCapabilities,
 )
 from .hookspecs import hookimpl
-from .ops import Dropout, Linear, dropout
+from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped
 from .task import Task, TaskDataError, missing_debian_package
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
     "MultiHeadAttention", "AttentionSettings", "InsideAttention", "boolean_mask",
     "relative_positions", "KVCache", "DecoderCache",
     # layers
-    "Linear", "Dropout", "dropout",
+    "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped",
     # architectures
     "Slot",
     # decoding

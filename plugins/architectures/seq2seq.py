@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from zoo.plugin import DecoderCache, Dropout, Linear, Slot
+from zoo.plugin import DecoderCache, Dropout, Linear, Slot, layer_dropped
 
 # Bounds far past any model one machine holds: a typo (d_model=10**9, 10**6 layers) is
 # refused at once instead of being counted for minutes or passed to torch as an overflow.
@@ -44,6 +44,11 @@ class Seq2SeqSettings(BaseModel):
     """Dropout inside the feed-forward network, after its activation. The paper has none
     (sec. 5.4: residual dropout and dropout on the embedding sums only); fairseq and
     Marian call it activation_dropout, torch.nn.Transformer ties it to dropout."""
+    encoder_layerdrop: float = Field(0.0, ge=0.0, lt=1.0)
+    """LayerDrop (Fan et al. 2019; article 003 sec. 5.2): in training, each encoder layer
+    is skipped for a batch with this probability (fairseq's ``encoder_layerdrop``)."""
+    decoder_layerdrop: float = Field(0.0, ge=0.0, lt=1.0)
+    """LayerDrop for the decoder's layers. Evaluation and decoding use every layer."""
     max_len: int = Field(1024, gt=0, le=MAX_LENGTH)
     norm_placement: Literal["post", "pre"] = "post"
     final_norm: bool | None = None
@@ -112,6 +117,9 @@ class Seq2Seq(nn.Module):
         super().__init__()
         s = self.settings = settings
         self.pad_id = s.pad_id
+        self.drops_layers = bool(s.encoder_layerdrop or s.decoder_layerdrop)
+        """Whole layers may be skipped in training (distributed runs must allow unused
+        parameters)."""
         self.embed_scale = math.sqrt(s.d_model) if s.scale_embeddings else 1.0
         self.tgt_embed = nn.Embedding(s.vocab_size, s.d_model)
         nn.init.normal_(self.tgt_embed.weight, std=s.d_model**-0.5)
@@ -158,6 +166,8 @@ class Seq2Seq(nn.Module):
         mask = self.padding_mask(src) if src_padding_mask is None else src_padding_mask
         x = self._embed(self.src_embed, src)
         for layer in self.encoder.layers:
+            if layer_dropped(self.settings.encoder_layerdrop, self.training):
+                continue
             if self.gradient_checkpointing and self.training:
                 x = checkpoint(layer, x, mask, use_reentrant=False)
             else:
@@ -179,6 +189,8 @@ class Seq2Seq(nn.Module):
             tgt_padding_mask = self.padding_mask(tgt)
         x = self._embed(self.tgt_embed, tgt, offset)
         for i, layer in enumerate(self.decoder.layers):
+            if cache is None and layer_dropped(self.settings.decoder_layerdrop, self.training):
+                continue
             if self.gradient_checkpointing and self.training and cache is None:
                 x = checkpoint(layer, x, memory, tgt_padding_mask, memory_padding_mask,
                                use_reentrant=False)

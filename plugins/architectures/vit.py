@@ -7,6 +7,7 @@ token's vector (or the mean of all tokens) -> a linear classifier.
 
 from __future__ import annotations
 
+import inspect
 from typing import Literal
 
 import torch
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from zoo.plugin import Dropout, Linear, Slot
+from zoo.plugin import Dropout, Linear, RecipeError, Slot
 
 
 class ViTSettings(BaseModel):
@@ -30,6 +31,9 @@ class ViTSettings(BaseModel):
     depth: int = Field(12, ge=0, le=2**10)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    drop_path_rate: float = Field(0.0, ge=0.0, lt=1.0)
+    """Stochastic depth (Huang et al. 2016), as timm's ``drop_path_rate``: block i of
+    depth N drops each residual branch with probability rate * i / (N - 1)."""
     class_token: bool = True
     pool: Literal["token", "mean"] = "token"
 
@@ -79,9 +83,17 @@ class VisionTransformer(nn.Module):
             attention_dropout=s.attention_dropout, max_len=tokens,
             activation_dropout=s.dropout,  # timm's Mlp drops after its activation too
         )
+        if s.drop_path_rate and "drop_path" not in inspect.signature(parts.load("block")).parameters:
+            raise RecipeError(
+                f"drop_path_rate {s.drop_path_rate} needs a block that takes drop_path=, and "
+                f"block {parts.parts['block'].component.name!r} does not; use block 'vit' or "
+                "'encoder', or drop_path_rate: 0")
+        # timm's rule: rates rise linearly from 0 at the first block to the rate at the last
+        rates = torch.linspace(0, s.drop_path_rate, s.depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(
-            parts.make("block", d_model=s.d_model, dropout=s.dropout, norm_first=True, **factories)
-            for _ in range(s.depth)
+            parts.make("block", d_model=s.d_model, dropout=s.dropout, norm_first=True,
+                       **factories, **({"drop_path": rate} if rate else {}))
+            for rate in rates
         )
         self.norm = factories["make_norm"]()
         self.head = Linear(s.d_model, s.num_classes) if s.num_classes else nn.Identity()

@@ -2,6 +2,8 @@
 
 post: x = norm1(x + drop(attn(x)));       x = norm2(x + drop(ffn(x)))
 pre:  x = x + drop(attn(norm1(x)));       x = x + drop(ffn(norm2(x)))
+
+``drop_path`` > 0 adds stochastic depth to each residual branch (ViT).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from zoo.plugin import Dropout
+from zoo.plugin import Dropout, DropPath
 
 
 class EncoderBlock(nn.Module):
@@ -27,6 +29,7 @@ class EncoderBlock(nn.Module):
         make_attention: Callable[..., nn.Module],
         make_norm: Callable[[], nn.Module],
         make_ffn: Callable[[], nn.Module],
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
@@ -35,6 +38,9 @@ class EncoderBlock(nn.Module):
         self.ffn = make_ffn()
         self.norm2 = make_norm()
         self.drop = Dropout(dropout)
+        # stochastic depth on each residual branch (ViT's drop_path_rate, as timm's Block)
+        self.drop_path1 = DropPath(drop_path) if drop_path else nn.Identity()
+        self.drop_path2 = DropPath(drop_path) if drop_path else nn.Identity()
 
     def _attend(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         return self.drop(self.attn(x, key_padding_mask=key_padding_mask))
@@ -45,7 +51,7 @@ class EncoderBlock(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d); key_padding_mask (B, L), True at padding."""
         if self.norm_first:
-            x = x + self._attend(self.norm1(x), key_padding_mask)
-            return x + self._feed(self.norm2(x))
-        x = self.norm1(x + self._attend(x, key_padding_mask))
-        return self.norm2(x + self._feed(x))
+            x = x + self.drop_path1(self._attend(self.norm1(x), key_padding_mask))
+            return x + self.drop_path2(self._feed(self.norm2(x)))
+        x = self.norm1(x + self.drop_path1(self._attend(x, key_padding_mask)))
+        return self.norm2(x + self.drop_path2(self._feed(x)))

@@ -29,10 +29,12 @@ class ViTBlock(EncoderBlock):
         make_attention: Callable[..., nn.Module],
         make_norm: Callable[[], nn.Module],
         make_ffn: Callable[[], nn.Module],
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__(
             None, d_model=d_model, dropout=dropout, norm_first=True,
             make_attention=make_attention, make_norm=make_norm, make_ffn=make_ffn,
+            drop_path=drop_path,
         )
         scale = settings.layer_scale
         self.ls1 = nn.Parameter(torch.full((d_model,), scale)) if scale else None

@@ -397,9 +397,11 @@ class Trainer:
 
                 self.forward_model = fully_shard(self.model)
             else:
+                # a model that skips whole layers (LayerDrop) leaves their parameters unused
                 self.forward_model = torch.nn.parallel.DistributedDataParallel(
                     self.model,
-                    device_ids=[self.device.index] if self.device.type == "cuda" else None)
+                    device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                    find_unused_parameters=bool(getattr(self.model, "drops_layers", False)))
         if self.recipe.compile:
             self.forward_model = torch.compile(self.forward_model)
         if self.recipe.precision == "fp16":
