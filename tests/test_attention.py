@@ -454,6 +454,59 @@ def test_shaw_attention_equals_the_papers_equations():
     torch.testing.assert_close(attn(x), attn.out_proj(attn._merge(z)), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_transformer_xl_attention_is_the_papers_four_terms(causal):
+    attn = make("vanilla", "xl", causal=causal)
+    pos = attn.positional
+    with torch.no_grad():
+        pos.u.normal_()
+        pos.v.normal_()
+    L, d, dh = 6, D, D // H
+    x = torch.randn(2, L, D)
+    q = attn._heads(attn.q_proj(x))
+    k, v = attn._keys_values(x)
+    w_r = pos.r_proj.weight  # (d, d)
+
+    def r(distance):  # the sinusoid of distance i - j, [sin | cos], as the paper's code
+        freqs = [10000 ** (-2 * f / d) for f in range(d // 2)]
+        return torch.tensor([math.sin(distance * f) for f in freqs]
+                            + [math.cos(distance * f) for f in freqs])
+
+    scores = torch.empty(2, H, L, L)
+    for i in range(L):
+        for j in range(L):
+            wr = (w_r @ r(i - j)).view(H, dh)  # W_{k,R} R_{i-j}, per head
+            a = (q[:, :, i] * k[:, :, j]).sum(-1)
+            b = (q[:, :, i] * wr).sum(-1)
+            c = (pos.u * k[:, :, j]).sum(-1)
+            d_ = (pos.v * wr).sum(-1)
+            scores[:, :, i, j] = a + b + c + d_
+    scores = scores / math.sqrt(dh)
+    if causal:
+        scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    z = scores.softmax(-1) @ v
+    torch.testing.assert_close(attn(x), attn.out_proj(attn._merge(z)), atol=1e-5, rtol=1e-5)
+
+
+def test_transformer_xl_scores_depend_only_on_offsets_and_the_shift_is_a_gather():
+    from zoo.plugins.positional.xl import rel_shift
+
+    pos = positional("xl")
+    q = torch.randn(2, H, 5, D // H)
+    for offset in (0, 3):  # queries 0..4 (or 3..7) against keys 0..6
+        rel = zoo.plugin.relative_positions(5, 7, offset, "cpu")
+        shifted = pos.scores(q, rel)  # the contiguous case goes through the shift
+        gathered = pos.scores(q, rel[None])[:, :, 0]  # a 3-d rel is gathered
+        torch.testing.assert_close(shifted, gathered)
+    same = q[:, :, :1].expand(2, H, 5, D // H)  # one query at every position
+    s = pos.scores(same, zoo.plugin.relative_positions(5, 7, 0, "cpu"))
+    for i in range(4):
+        torch.testing.assert_close(s[:, :, i + 1, 1:], s[:, :, i, :-1])
+    per_offset = torch.arange(2 * 11).float().view(2, 11)  # Lq 4, Lk 8: offsets -3 .. 7
+    expected = torch.tensor([[per_offset[0, j - i + 3].item() for j in range(8)] for i in range(4)])
+    assert torch.equal(rel_shift(per_offset[:1].expand(4, 11).contiguous(), 4, 8), expected)
+
+
 # -- in models ----------------------------------------------------------------------------------
 MODEL_PAIRS = [(a, p) for a, p in PAIRS] + [("vanilla", "sinusoidal"), ("performer", "learned")]
 

@@ -196,9 +196,11 @@ class MultiHeadAttention(nn.Module):
                   record: bool) -> torch.Tensor:
         """Attention written out, weights and all: for Shaw's positions (no kernel
         computes their value term) and when the weights are recorded."""
-        scores = q @ k.transpose(-2, -1)
         if self.position_kind == "relative":
-            scores = scores + self.positional.scores(q, rel)
+            content = self.positional.content_query(q) @ k.transpose(-2, -1)
+            scores = content + self.positional.scores(q, rel)
+        else:
+            scores = q @ k.transpose(-2, -1)
         scores = scores * self.head_dim**-0.5
         if self.position_kind == "bias":
             scores = scores + self.positional.bias(rel).to(scores.dtype)[None]
@@ -211,7 +213,9 @@ class MultiHeadAttention(nn.Module):
             weights = nn.functional.dropout(weights, p=dropout)
         out = weights @ v
         if self.position_kind == "relative":
-            out = out + self.positional.values_term(weights, rel)
+            term = self.positional.values_term(weights, rel)
+            if term is not None:
+                out = out + term
         return out
 
 
@@ -223,8 +227,11 @@ class InsideAttention(nn.Module):
     - ``kind = "bias"``: ``bias(rel (Lq, Lk)) -> (H, Lq, Lk)`` added to the scores, where
       ``rel`` is key position minus query position;
     - ``kind = "relative"``: ``scores(q (B, H, Lq, D), rel) -> (B, H, Lq, Lk)`` added to
-      q.k before scaling, and ``values_term(weights (B, H, Lq, Lk), rel) -> (B, H, Lq, D)``
-      added to the output (Shaw et al. 2018)."""
+      the content scores before scaling, and ``values_term(weights (B, H, Lq, Lk), rel)
+      -> (B, H, Lq, D)`` added to the output, or None for none (Shaw et al. 2018 add
+      both; Transformer-XL only scores). The content scores are
+      ``content_query(q)·k``: q itself unless the position adds a bias to the queries
+      (Transformer-XL's u)."""
 
     kind: str
     """``rotary``, ``bias`` or ``relative``: which method the attention calls."""
@@ -232,3 +239,7 @@ class InsideAttention(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """``x`` unchanged: these positions add nothing to the embeddings."""
         return x
+
+    def content_query(self, q: torch.Tensor) -> torch.Tensor:
+        """relative kind: the queries of the content term q·k (q itself by default)."""
+        return q

@@ -168,7 +168,8 @@ FAMILIES: dict[str, Family] = {
             "d_model=, n_heads=, max_len=, causal=), handed to each self-attention as "
             "positional=; rotary: rotate(x (B, H, L, D), positions (L,)); bias: "
             "bias(rel) -> (H, *rel.shape) added to the scores, rel = key position - query "
-            "position; relative: scores(q, rel) and values(weights, rel) (Shaw et al.).",
+            "position; relative: scores(q, rel) and values_term(weights, rel) or None, "
+            "and content_query(q) (Shaw et al., Transformer-XL).",
             PositionalCapabilities,
             "register_positionals",
         ),

@@ -458,7 +458,8 @@ def _offset(component, settings):
 @_check("positional")
 def _inside_interface(component, settings):
     """rotary: rotate(x, positions) keeps shapes and norms, and q·k depends only on the
-    offset; bias: bias(rel) is (H, Lq, Lk); relative: scores and values_term shapes."""
+    offset; bias: bias(rel) is (H, Lq, Lk); relative: scores, content_query and values_term
+    (or None) shapes, and the scores of a query depend only on the offsets."""
     kind = component.capabilities.kind
     if kind in ("absolute", "none"):
         return
@@ -485,10 +486,17 @@ def _inside_interface(component, settings):
             _shape(module.bias(blocks), (H, 3, 5, 7), "bias(rel) of a 3-d rel")
         elif kind == "relative":
             q = torch.randn(2, H, 5, D // H)
-            _shape(module.scores(q, rel), (2, H, 5, 7), "scores(q, rel)")
+            scores = module.scores(q, rel)
+            _shape(scores, (2, H, 5, 7), "scores(q, rel)")
+            _shape(module.content_query(q), (2, H, 5, D // H), "content_query(q)")
             weights = torch.rand(2, H, 5, 7).softmax(-1)
-            _shape(module.values_term(weights, rel), (2, H, 5, D // H),
-                   "values_term(weights, rel)")
+            term = module.values_term(weights, rel)
+            if term is not None:
+                _shape(term, (2, H, 5, D // H), "values_term(weights, rel)")
+            same = torch.randn(2, H, 1, D // H).expand(2, H, 5, D // H)  # one query, moved
+            scores = module.scores(same, rel)
+            _close(scores[..., 1:, 1:], scores[..., :-1, :-1],
+                   "scores(q, rel) of one query at two positions, keys moved with it")
 
 
 # -- norms and feed-forward networks ------------------------------------------------------------

@@ -48,3 +48,10 @@ def register_positionals(register):
                     "(Shaw et al. 2018)",
         capabilities={"kind": "relative", "learned": True, "per_layer": True},
     )
+    register(
+        "xl",
+        "zoo.plugins.positional.xl:TransformerXLPositions",
+        description="Sinusoidal relative encodings with learned u, v biases and the "
+                    "relative shift (Transformer-XL, Dai et al. 2019)",
+        capabilities={"kind": "relative", "learned": True, "per_layer": True},
+    )
