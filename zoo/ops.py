@@ -95,6 +95,7 @@ class DropPath(nn.Module):
         return drop_path(x, self.p, self.training)
 
     def extra_repr(self) -> str:
+        """``p=...`` in the module's repr."""
         return f"p={self.p}"
 
 
