@@ -5,6 +5,7 @@ attention, the masked quadratic form, exact softmax, the papers' formulas."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 
 import pytest
@@ -19,6 +20,7 @@ SMALL = {
     "sliding-window": {"window": 2, "block_size": 4, "global_tokens": [0]},
     "bigbird": {"block_size": 2, "window_blocks": 3, "global_blocks": 1, "random_blocks": 1},
     "performer": {"features": 64},
+    "lsh": {"n_buckets": 4, "chunk_size": 4, "n_hashes": 2},
 }
 
 
@@ -507,6 +509,90 @@ def test_transformer_xl_scores_depend_only_on_offsets_and_the_shift_is_a_gather(
     assert torch.equal(rel_shift(per_offset[:1].expand(4, 11).contiguous(), 4, 8), expected)
 
 
+def _dense_shared_qk(attn, x, *, causal, pad=None):
+    """Shared-QK attention written out (Reformer sec. 2): k = q / |q|, a position attends
+    to itself only when nothing else is allowed (score -1e5)."""
+    q = attn._heads(attn.q_proj(x))
+    v = attn._heads(attn.kv_proj(x))
+    k = q / q.norm(dim=-1, keepdim=True)
+    L = x.shape[1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)
+    allowed = torch.ones(L, L, dtype=torch.bool)
+    if causal:
+        allowed = allowed.tril()
+    allowed = allowed.expand(x.shape[0], 1, L, L)
+    if pad is not None:
+        allowed = allowed & ~pad[:, None, None, :]
+    scores = scores.masked_fill(~allowed, -1e9).masked_fill(torch.eye(L, dtype=torch.bool), -1e5)
+    return attn.out_proj(attn._merge(scores.softmax(-1) @ v))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_lsh_with_one_bucket_and_one_chunk_is_dense_shared_qk_attention(causal, rounds):
+    attn = make("lsh", causal=causal, settings={"n_buckets": 1, "chunk_size": 16,
+                                                  "n_hashes": rounds})
+    x = torch.randn(2, 11, D)
+    pad = torch.zeros(2, 11, dtype=torch.bool)
+    pad[1, 8:] = True
+    torch.testing.assert_close(attn(x), _dense_shared_qk(attn, x, causal=causal),
+                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attn(x, key_padding_mask=pad)[1, :8],
+                               _dense_shared_qk(attn, x, causal=causal, pad=pad)[1, :8],
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_lsh_buckets_are_the_papers_argmax_of_xr_and_minus_xr():
+    from zoo.plugins.attention.lsh import lsh_buckets
+
+    x, rotations = torch.randn(2, 3, 7, 8), torch.randn(8, 4)
+    expected = torch.empty(2, 3, 7, dtype=torch.long)
+    for index in itertools.product(range(2), range(3), range(7)):
+        xr = [sum(x[index][i] * rotations[i, j] for i in range(8)) for j in range(4)]
+        both = xr + [-v for v in xr]
+        expected[index] = max(range(8), key=lambda j: both[j])
+    assert torch.equal(lsh_buckets(x, rotations), expected)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_lsh_attends_to_its_bucket_in_its_chunk_and_the_one_before(causal):
+    from zoo.plugins.attention.lsh import lsh_buckets
+
+    attn = make("lsh", causal=causal, settings={"n_buckets": 4, "chunk_size": 3, "n_hashes": 1})
+    L = 30
+    x = torch.randn(1, L, D)
+    q = attn._heads(attn.q_proj(x))
+    buckets = lsh_buckets(q, attn.rotations[0])[0]  # (H, L)
+    allowed = torch.zeros(1, H, L, L, dtype=torch.bool)
+    for head in range(H):
+        members = {}  # bucket -> its positions in order; a position's rank is its index
+        for i, bucket in enumerate(buckets[head].tolist()):
+            members.setdefault(bucket, []).append(i)
+        for bucket, positions in members.items():
+            for r_i, i in enumerate(positions):
+                for r_j, j in enumerate(positions):
+                    if r_j // 3 in (r_i // 3, r_i // 3 - 1) and (not causal or j <= i):
+                        allowed[0, head, i, j] = True
+    assert allowed.sum() < H * L * L / 3  # far from dense
+    v = attn._heads(attn.kv_proj(x))
+    k = q / q.norm(dim=-1, keepdim=True)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(D // H)).masked_fill(~allowed, -1e9)
+    scores = scores.masked_fill(torch.eye(L, dtype=torch.bool), -1e5)
+    expected = attn.out_proj(attn._merge(scores.softmax(-1) @ v))
+    torch.testing.assert_close(attn(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_lsh_causal_outputs_ignore_every_later_token():
+    attn = make("lsh", causal=True, settings={"n_buckets": 4, "chunk_size": 2, "n_hashes": 2})
+    x = torch.randn(2, 24, D)
+    out = attn(x)
+    for t in (3, 10, 17):
+        for seed in range(3):  # later tokens redrawn at random: their buckets change
+            y = x.clone()
+            y[:, t:] = torch.randn(2, 24 - t, D, generator=torch.Generator().manual_seed(seed))
+            torch.testing.assert_close(attn(y)[:, :t], out[:, :t], atol=1e-5, rtol=1e-5)
+
+
 # -- in models ----------------------------------------------------------------------------------
 MODEL_PAIRS = [(a, p) for a, p in PAIRS] + [("vanilla", "sinusoidal"), ("performer", "learned")]
 
@@ -518,6 +604,13 @@ def test_every_attention_and_position_in_the_seq2seq_model(name, pos):
                       positional=pos, dropout=0.0).eval()
     src, tgt = torch.randint(1, 1000, (2, 9)), torch.randint(1, 1000, (2, 7))
     full = model(src, tgt)
+    if not caps(name).kv_cache:  # decoding re-runs the decoder over the prefix by itself
+        assert not model.decodes_incrementally
+        ours = model.generate(src, max_new_tokens=6, bos_id=1, eos_id=2)
+        rerun = zoo.plugin.greedy(model, src, max_new_tokens=6, bos_id=1, eos_id=2,
+                                  use_cache=False)
+        assert torch.equal(ours, rerun)
+        return
     memory = model.encode(src)
     cache = model.init_cache()
     steps = [model.decode(tgt[:, t:t + 1], memory, model.padding_mask(src), cache=cache)

@@ -31,6 +31,8 @@ class _Stepper:
 
     def __init__(self, model, memory, mask, use_cache: bool, beams: int = 1) -> None:
         self.model = model
+        # a model whose attention cannot decode with a cache re-runs over the prefix
+        use_cache = use_cache and getattr(model, "decodes_incrementally", True)
         self.cache = model.init_cache() if use_cache else None
         self.pending = beams if self.cache is not None else 1
         if self.pending == 1:

@@ -117,6 +117,11 @@ class Seq2Seq(nn.Module):
         super().__init__()
         s = self.settings = settings
         self.pad_id = s.pad_id
+        self.decodes_incrementally = all(
+            parts.parts[slot].component.capabilities.kv_cache
+            for slot in ("attention", "cross_attention") if slot in parts.parts)
+        """False when an attention of the decoder has no KV cache: decoding then re-runs the
+        decoder over the prefix at each step (zoo.decoding does so by itself)."""
         self.drops_layers = bool(s.encoder_layerdrop or s.decoder_layerdrop)
         """Whole layers may be skipped in training (distributed runs must allow unused
         parameters)."""

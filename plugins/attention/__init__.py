@@ -44,3 +44,11 @@ def register_attention(register):
                     "(Katharopoulos et al. 2020)",
         capabilities=LINEAR,
     )
+    register(
+        "lsh",
+        "zoo.plugins.attention.lsh:LSHAttention",
+        description="Shared-QK attention within hashed, sorted chunks (Reformer, Kitaev et "
+                    "al. 2020); memory O(L chunk)",
+        capabilities={"causal": True, "padding_mask": True, "uses_kernel": False,
+                      "positions": ("rotary",)},
+    )

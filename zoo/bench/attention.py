@@ -23,7 +23,8 @@ import zoo
 from .memory import PeakMemory
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)
-MECHANISMS = ("vanilla:eager", "vanilla:sdpa", "sliding-window", "bigbird", "performer", "linear")
+MECHANISMS = ("vanilla:eager", "vanilla:sdpa", "sliding-window", "bigbird", "performer", "linear",
+              "lsh")
 
 
 @dataclass
