@@ -509,6 +509,28 @@ def test_transformer_xl_scores_depend_only_on_offsets_and_the_shift_is_a_gather(
     assert torch.equal(rel_shift(per_offset[:1].expand(4, 11).contiguous(), 4, 8), expected)
 
 
+@pytest.mark.parametrize("kern", ["eager", "sdpa"])
+@pytest.mark.parametrize("pos", ["none", "alibi", "shaw"])
+def test_vanilla_scale_setting_is_the_factor_of_qk(kern, pos):
+    attn = make("vanilla", pos, kern, settings={"scale": 1.0})
+    x = torch.randn(2, 5, D)
+    q = attn._heads(attn.q_proj(x))
+    k, v = attn._keys_values(x)
+    rel = zoo.plugin.relative_positions(5, 5, 0, "cpu")
+    scores = q @ k.transpose(-2, -1)
+    if pos == "shaw":
+        scores = scores + attn.positional.scores(q, rel)
+    if pos == "alibi":
+        scores = scores + attn.positional.bias(rel)[None]
+    z = scores.softmax(-1) @ v
+    if pos == "shaw":
+        z = z + attn.positional.values_term(scores.softmax(-1), rel)
+    torch.testing.assert_close(attn(x), attn.out_proj(attn._merge(z)), atol=1e-5, rtol=1e-5)
+    default = make("vanilla", pos, kern)
+    default.load_state_dict(attn.state_dict())
+    assert not torch.allclose(default(x), attn(x))
+
+
 def _dense_shared_qk(attn, x, *, causal, pad=None):
     """Shared-QK attention written out (Reformer sec. 2): k = q / |q|, a position attends
     to itself only when nothing else is allowed (score -1e5)."""

@@ -96,6 +96,8 @@ class MultiHeadAttention(nn.Module):
         # sequences have no relative position
         self.positional = None if cross else positional
         self.position_kind = getattr(self.positional, "kind", None)
+        self.scale: float | None = None
+        """The factor of q·k; None: 1/sqrt(head_dim), the paper's (a subclass may set it)."""
         self.record_weights = False
         """When True, the softmax path keeps its attention weights in ``last_weights``
         (B, H, Lq, Lk), for attention maps; it then computes them explicitly."""
@@ -189,8 +191,12 @@ class MultiHeadAttention(nn.Module):
             bias = self.positional.bias(rel).to(q.dtype)[None]  # (1, H, Lq, Lk)
             if mask is not None:
                 bias = bias.masked_fill(~mask, float("-inf"))
-            return self.kernel(q, k, v, attn_mask=bias, dropout_p=dropout)
-        return self.kernel(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout)
+        # the paper's scale is every kernel's default; another is passed only when set
+        scale = {} if self.scale is None else {"scale": self.scale}
+        if self.position_kind == "bias":
+            return self.kernel(q, k, v, attn_mask=bias, dropout_p=dropout, **scale)
+        return self.kernel(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout,
+                           **scale)
 
     def _explicit(self, q, k, v, mask, rel: torch.Tensor, *, dropout: float,
                   record: bool) -> torch.Tensor:
@@ -201,7 +207,7 @@ class MultiHeadAttention(nn.Module):
             scores = content + self.positional.scores(q, rel)
         else:
             scores = q @ k.transpose(-2, -1)
-        scores = scores * self.head_dim**-0.5
+        scores = scores * (self.head_dim**-0.5 if self.scale is None else self.scale)
         if self.position_kind == "bias":
             scores = scores + self.positional.bias(rel).to(scores.dtype)[None]
         if mask is not None:

@@ -11,11 +11,27 @@ from __future__ import annotations
 
 import torch
 
-from zoo.plugin import MultiHeadAttention, boolean_mask
+from pydantic import Field
+
+from zoo.plugin import AttentionSettings, MultiHeadAttention, boolean_mask
+
+
+class VanillaSettings(AttentionSettings):
+    scale: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """The factor of q·k before the softmax; None: 1/sqrt(d_k), the paper's. 1.0 gives
+    the unscaled dot product whose softmax saturates as d_k grows (``zoo experiment
+    sqrt-dk``)."""
 
 
 class VanillaAttention(MultiHeadAttention):
     """Multi-head scaled dot-product attention over every key."""
+
+    Settings = VanillaSettings
+
+    def __init__(self, settings: VanillaSettings | None, **kwargs) -> None:
+        settings = settings or VanillaSettings()
+        super().__init__(settings, **kwargs)
+        self.scale = settings.scale
 
     def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask) -> torch.Tensor:
         lq, lk = q.shape[-2], k.shape[-2]
