@@ -445,10 +445,50 @@ def cmd_plot_positions(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- zoo experiment ------------------------------------------------------------------------------
+def add_experiment(sub) -> None:
+    """``zoo experiment NAME`` (or ``all``, or ``--list``)."""
+    p = sub.add_parser("experiment", help="run one of the articles' experiments (zoo "
+                       "experiment --list) and write its table and figure")
+    p.add_argument("name", nargs="?", help="an experiment (sqrt-dk, heads, norms, pre-post, "
+                   "positions, schedules, scaling) or 'all'")
+    p.add_argument("--list", action="store_true", help="list the experiments")
+    p.add_argument("--seeds", type=int, help="seeds per variant (default: the experiment's)")
+    p.add_argument("--steps", type=int, help="training steps per run (default: the "
+                   "experiment's)")
+    p.add_argument("--device", help="cpu, cuda (default: cuda when there is one)")
+    p.add_argument("--out", default="experiments", help="folder for NAME.md, NAME.json and "
+                   "NAME.png (default: experiments/)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a training override for every run, as zoo train --set")
+    p.add_argument("--quiet", action="store_true", help="print only the result")
+    p.set_defaults(func=cmd_experiment)
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    """Run an experiment (or all) and print its report: the article's claim beside ours."""
+    from .experiments import EXPERIMENTS, get_experiment, run_experiment
+
+    if args.list or not args.name:
+        rows = [[e.name, str(e.seeds), str(e.steps), f"{e.minutes:g}", e.summary]
+                for e in EXPERIMENTS.values()]
+        print(_table(rows, ["experiment", "seeds", "steps", "minutes (2 cores)",
+                            "what it runs"]))
+        return 0
+    names = list(EXPERIMENTS) if args.name == "all" else [get_experiment(args.name).name]
+    for name in names:
+        report = run_experiment(name, seeds=args.seeds, steps=args.steps, device=args.device,
+                                out=args.out, overrides=_parse_sets(args.set),
+                                say=(lambda line: None) if args.quiet else print)
+        print("\n" + report.markdown())
+        print(f"wrote {args.out}/{name}.md, {name}.json and {name}.png")
+    return 0
+
+
 # -- the parser ----------------------------------------------------------------------------------
 COMMANDS = (add_list, add_save, add_push, add_pull, add_components, add_info, add_plugins,
             add_env, add_train, add_translate, add_plot, add_attention_map, add_plot_positions,
-            add_bench)
+            add_experiment, add_bench)
 """Each adds one subcommand (its arguments and its handler), in ``zoo --help``'s order."""
 
 
