@@ -614,7 +614,7 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("positions", "sort trained at length 8, tested at 8 to 64, for 7 positions", 1,
                800, 8, positions),
     Experiment("schedules", "translate-de-en with fixed, step, cosine and inverse-sqrt rates", 1,
-               400, 13, schedules),
+               250, 13, schedules),
     Experiment("scaling", "sort at three model sizes", 2, 600, 3, scaling),
 )}
 """Every experiment, by the name ``zoo experiment`` takes."""
