@@ -1,6 +1,7 @@
 """The docs' generated parts: component tables, the recipe table, each family's
 capabilities and conformance checks, and the plugin API reference, all written from
-the live registry and the code's docstrings.
+the live registry and the code's docstrings; and the articles' experiments, from the
+reports ``zoo experiment NAME --out docs/experiments`` wrote.
 
 A generated part sits in the page's source between ``<!-- zoo:KIND [ARG] -->`` and
 ``<!-- /zoo -->``, so the tables read the same on GitHub as on the built site. The
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 DOCS = Path(__file__).parent
-BLOCK = re.compile(r"(<!-- zoo:(\w+)(?: ([\w.]+))? -->\n)(.*?)(<!-- /zoo -->)", re.S)
+BLOCK = re.compile(r"(<!-- zoo:(\w+)(?: ([\w.-]+))? -->\n)(.*?)(<!-- /zoo -->)", re.S)
 
 
 def _cell(text: str) -> str:
@@ -112,8 +113,18 @@ def api(module_name: str) -> str:
     return "\n".join(out).rstrip()
 
 
+def experiment(name: str) -> str:
+    """The report ``zoo experiment NAME --out docs/experiments`` wrote, and its figure."""
+    report = DOCS / "experiments" / f"{name}.md"
+    if not report.exists():
+        return (f"*Not run yet: `zoo experiment {name} --out docs/experiments`, then "
+                "`python docs/hooks.py`.*")
+    text = report.read_text(encoding="utf-8").rstrip()
+    return f"{text}\n\n![zoo experiment {name}](experiments/{name}.png)"
+
+
 KINDS = {"components": components, "recipes": recipes, "capabilities": capabilities,
-         "checks": checks, "api": api}
+         "checks": checks, "api": api, "experiment": experiment}
 BUILD_ONLY = {"api"}
 """Kinds written only into the built site; the source holds a note."""
 

@@ -26,6 +26,11 @@ def test_every_experiment_of_the_issue_is_there_and_an_unknown_name_is_refused()
     result = run_zoo("experiment", "--list")
     assert result.returncode == 0
     assert [line.split()[0] for line in result.stdout.splitlines()[2:]] == list(EXPERIMENTS)
+    wrong = run_zoo("experiment", "head")
+    assert wrong.returncode == 2 and "Did you mean 'heads'" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    with pytest.raises(zoo.RecipeError, match="at least 1"):
+        run_experiment("heads", seeds=0, say=lambda line: None)
 
 
 def test_a_report_writes_markdown_json_and_png(tmp_path):
@@ -33,6 +38,8 @@ def test_a_report_writes_markdown_json_and_png(tmp_path):
                     [{"a": 1, "b": 0.5}, {"a": 2, "b": float("nan")}], ["we found it"],
                     {"seeds": 1, "steps": 5, "device": "cpu", "minutes": 0.1, "machine": "x"},
                     [Panel("p", "x", "y", {"s": [(1, 2.0), (2, 3.0)]})])
+    report.settings["overrides"] = {"model.d_model": 32}
+    assert report.command() == "zoo experiment demo --seeds 1 --steps 5 --set model.d_model=32"
     paths = report.write(tmp_path)
     text = paths["md"].read_text()
     assert "| a | b |" in text and "| 2 | – |" in text and "zoo experiment demo --seeds 1" in text
@@ -81,8 +88,8 @@ def test_norms(tmp_path):
 @pytest.mark.slow
 def test_pre_post(tmp_path):
     report = _run("pre-post", tmp_path, 10, TINY_SORT)
-    assert [(r["norm"], r["warmup steps"]) for r in report.rows] == [
-        ("post-LN", 0), ("post-LN", 3), ("pre-LN", 0), ("pre-LN", 3)]
+    assert [(r["norm"], r["peak lr"], r["warmup steps"]) for r in report.rows] == [
+        (norm, lr, up) for norm in ("post-LN", "pre-LN") for lr in (1e-3, 3e-3) for up in (0, 3)]
 
 
 @pytest.mark.slow

@@ -465,6 +465,10 @@ def add_experiment(sub) -> None:
     p.set_defaults(func=cmd_experiment)
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)  # progress shows as it happens, also when piped to a file
+
+
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Run an experiment (or all) and print its report: the article's claim beside ours."""
     from .experiments import EXPERIMENTS, get_experiment, run_experiment
@@ -479,7 +483,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     for name in names:
         report = run_experiment(name, seeds=args.seeds, steps=args.steps, device=args.device,
                                 out=args.out, overrides=_parse_sets(args.set),
-                                say=(lambda line: None) if args.quiet else print)
+                                say=(lambda line: None) if args.quiet else _say)
         print("\n" + report.markdown())
         print(f"wrote {args.out}/{name}.md, {name}.json and {name}.png")
     return 0

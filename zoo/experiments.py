@@ -175,11 +175,12 @@ class Context:
     def train(self, recipe: str, label: str, seed: int, overrides: dict[str, Any],
               steps: int | None = None) -> Trained:
         """Train ``recipe`` for ``steps`` (the context's by default) with ``overrides`` and
-        seed ``seed``, no early stop, six validations; a NaN loss is recorded, not raised."""
+        seed ``seed``, no early stop, twelve validations; a NaN loss is recorded, not
+        raised."""
         steps = steps or self.steps
         run_dir = self.scratch / f"{label}-seed{seed}".replace("/", "_")
         base = {"train.steps": steps, "train.target": None, "train.time_limit_minutes": None,
-                "train.eval_every": max(1, steps // 6), "train.checkpoint_every": steps,
+                "train.eval_every": max(1, steps // 12), "train.checkpoint_every": steps,
                 "train.log_every": max(1, steps // 100), "train.seed": seed}
         self.say(f"  {label}, seed {seed}: {steps} steps")
         start = time.perf_counter()
@@ -269,7 +270,7 @@ def sqrt_dk(ctx: Context) -> Report:
         rows.append({"d_k": f"sort, {name}", "entropy q·k": None,
                      "token accuracy": _mean(_metric(group, "token_accuracy")),
                      "sequence accuracy": _mean(_metric(group, "sequence_accuracy")),
-                     "first step ≥ 90% (valid)": _first_step(curve, 0.9)})
+                     "first step ≥ 99% (valid)": _first_step(curve, 0.99)})
     acc = {name: _mean(_metric(group, "token_accuracy")) for name, group in runs.items()}
     findings = [
         f"Without the scale the entropy (nats, 10 keys; uniform is {math.log(10):.2f}) falls "
@@ -287,7 +288,7 @@ def sqrt_dk(ctx: Context) -> Report:
         "without the 1/√d_k scale the dot products grow with d_k and the softmax collapses "
         "onto one key: its entropy falls from 0.847 (d_k = 64) to 0.023 (d_k = 1024)",
         ["d_k", "entropy q·k", "entropy q·k/√d_k", "article (q·k)", "token accuracy",
-         "sequence accuracy", "first step ≥ 90% (valid)"], rows, findings, {},
+         "sequence accuracy", "first step ≥ 99% (valid)"], rows, findings, {},
         [Panel("softmax entropy, 10 random keys", "d_k", "entropy (nats)",
                {"q·k": unscaled, "q·k/√d_k": scaled, "article, q·k": sorted(article.items())},
                xscale="log"),
@@ -305,17 +306,22 @@ def heads(ctx: Context) -> Report:
         rows.append({"heads": h, "head dim": 128 // h, "token accuracy": _mean(acc),
                      "± (seeds)": _spread(acc),
                      "sequence accuracy": _mean(_metric(group, "sequence_accuracy")),
-                     "first step ≥ 90% (valid)": _first_step(_mean_curve(group), 0.9),
+                     "first step ≥ 99% (valid)": _first_step(_mean_curve(group), 0.99),
                      "ms/step": _mean([r.seconds_per_step * 1000 for r in group])})
     best = max(rows, key=lambda r: r["token accuracy"])
     one = rows[0]
+    first = "first step ≥ 99% (valid)"
+    reached = [r[first] for r in rows if not math.isnan(r[first])]
+    slowest = math.isnan(one[first]) or one[first] >= max(reached)
+    lowest = one is min(rows, key=lambda r: r["token accuracy"])
     findings = [
-        f"1 head: token accuracy {one['token accuracy']:.2%}, 90% first reached at step "
-        f"{_cell(one['first step ≥ 90% (valid)'])}; the best is {best['heads']} heads at "
-        f"{best['token accuracy']:.2%}. "
-        + ("One head is the slowest to learn and ends lowest, as the article says."
-           if one is min(rows, key=lambda r: r["token accuracy"]) else
-           "One head is not the worst here, unlike the article."),
+        f"1 head: token accuracy {one['token accuracy']:.2%}, 99% on validation first at step "
+        f"{_cell(one[first])}; the best is {best['heads']} heads at "
+        f"{best['token accuracy']:.2%}. One head "
+        + ("is the slowest to learn" if slowest else "is not the slowest to learn")
+        + (" and ends lowest" if lowest else " and does not end lowest")
+        + (", as the article says." if slowest and lowest else
+           " (the article: slower, and a little worse)."),
         "4 and 8 heads: " + ", ".join(f"{r['token accuracy']:.2%}" for r in rows[2:4])
         + f"; 16 heads: {rows[4]['token accuracy']:.2%} (the article: 4 ≈ 8, 16 slightly "
           "better). Differences smaller than the spread over seeds are not findings.",
@@ -325,7 +331,7 @@ def heads(ctx: Context) -> Report:
         "1 head converges slower and ends a little worse; 4 heads about equal 8; 16 slightly "
         "better but costlier",
         ["heads", "head dim", "token accuracy", "± (seeds)", "sequence accuracy",
-         "first step ≥ 90% (valid)", "ms/step"], rows, findings, {},
+         "first step ≥ 99% (valid)", "ms/step"], rows, findings, {},
         [Panel("sort, validation token accuracy", "step", "token accuracy",
                {f"{h} heads": _mean_curve(group) for h, group in runs.items()}),
          Panel("final test token accuracy", "heads", "token accuracy",
@@ -392,44 +398,52 @@ def norms(ctx: Context) -> Report:
                {name: _mean_curve(group) for name, group in runs.items()})])
 
 
+PRE_POST_RATES = (1e-3, 3e-3)
+"""Peak learning rates of the pre-post experiment: the sort recipe's, and three times it."""
+
+
 def pre_post(ctx: Context) -> Report:
-    """Pre-LN against Post-LN at 6 + 6 layers, with and without warmup."""
+    """Pre-LN against Post-LN at 6 + 6 layers, with and without warmup, at two rates."""
     warmup = max(1, ctx.steps // 3)
-    runs = {}
+    runs, settings = {}, {}
     for placement in ("post", "pre"):
-        for steps_up in (0, warmup):
-            label = f"{placement}-LN, warmup {steps_up}"
-            runs[label] = [ctx.train("sort", label, seed, {
-                **ctx.sort, "model.encoder_layers": 6, "model.decoder_layers": 6,
-                "model.norm_placement": placement, "schedule.warmup_steps": steps_up})
-                for seed in range(ctx.seeds)]
+        for lr in PRE_POST_RATES:
+            for steps_up in (0, warmup):
+                label = f"{placement}-LN, lr {lr:g}, warmup {steps_up}"
+                settings[label] = (f"{placement}-LN", lr, steps_up)
+                runs[label] = [ctx.train("sort", label, seed, {
+                    **ctx.sort, "model.encoder_layers": 6, "model.decoder_layers": 6,
+                    "model.norm_placement": placement, "schedule.warmup_steps": steps_up,
+                    "optimizer.lr": lr})
+                    for seed in range(ctx.seeds)]
     rows = []
     for label, group in runs.items():
-        placement, _, up = label.partition(", warmup ")
-        rows.append({"norm": placement, "warmup steps": int(up),
+        placement, lr, up = settings[label]
+        rows.append({"norm": placement, "peak lr": lr, "warmup steps": up,
                      "token accuracy": _mean(_metric(group, "token_accuracy")),
                      "sequence accuracy": _mean(_metric(group, "sequence_accuracy")),
-                     "first step ≥ 90% (valid)": _first_step(_mean_curve(group), 0.9),
+                     "first step ≥ 99% (valid)": _first_step(_mean_curve(group), 0.99),
                      "final train loss": _mean([r.losses[-1][1] if r.losses else float("nan")
                                                 for r in group]),
                      "diverged": sum(r.diverged is not None for r in group)})
-    acc = {(r["norm"], r["warmup steps"]): r["token accuracy"] for r in rows}
+    acc = {(r["norm"], r["peak lr"], r["warmup steps"]): r["token accuracy"] for r in rows}
+    cases = [(lr, up) for lr in PRE_POST_RATES for up in (0, warmup)]
+    wins = [case for case in cases if acc[("pre-LN", *case)] > acc[("post-LN", *case)]]
     findings = [
-        f"Without warmup: Post-LN {acc[('post-LN', 0)]:.2%}, Pre-LN {acc[('pre-LN', 0)]:.2%}. "
-        f"With {warmup} warmup steps: Post-LN {acc[('post-LN', warmup)]:.2%}, Pre-LN "
-        f"{acc[('pre-LN', warmup)]:.2%} (test token accuracy after {ctx.steps} steps, 12 "
-        "layers).",
-        ("Pre-LN trains more easily: it does at least as well as Post-LN in both settings, "
-         "as the article says." if acc[("pre-LN", 0)] >= acc[("post-LN", 0)] and
-         acc[("pre-LN", warmup)] >= acc[("post-LN", warmup)] else
-         "Here Pre-LN is not better in both settings: at this depth and learning rate "
-         "(Adam 1e-3) Post-LN trains too; its trouble grows with depth and rate."),
+        f"Test token accuracy after {ctx.steps} steps, 12 layers (Post-LN / Pre-LN): "
+        + "; ".join(f"lr {lr:g}, warmup {up}: {acc[('post-LN', lr, up)]:.2%} / "
+                    f"{acc[('pre-LN', lr, up)]:.2%}" for lr, up in cases) + ".",
+        f"Pre-LN is ahead in {len(wins)} of the {len(cases)} settings"
+        + (", the article's finding: it tolerates the higher rate and no warmup better."
+           if len(wins) > len(cases) / 2 else
+           ": on this small task Post-LN trains as well at these depths and rates; the "
+           "instability the article warns of grows with depth and learning rate."),
     ]
     return Report(
         "pre-post", "Pre-LN or Post-LN", "article 000, 'Pre-LN vs Post-LN'",
         "Pre-LN trains more easily than Post-LN (the paper's); modern models use Pre-LN",
-        ["norm", "warmup steps", "token accuracy", "sequence accuracy",
-         "first step ≥ 90% (valid)", "final train loss", "diverged"], rows, findings, {},
+        ["norm", "peak lr", "warmup steps", "token accuracy", "sequence accuracy",
+         "first step ≥ 99% (valid)", "final train loss", "diverged"], rows, findings, {},
         [Panel("sort (6+6 layers), validation token accuracy", "step", "token accuracy",
                {label: _mean_curve(group) for label, group in runs.items()}),
          Panel("training loss", "step", "loss",
@@ -577,7 +591,9 @@ def scaling(ctx: Context) -> Report:
         "Each step up multiplies the parameters by "
         + " and ".join(f"{ratio:.1f}×" for _, ratio in gains) + " and adds "
         + " and ".join(f"{gain * 100:+.1f} points" for gain, _ in gains)
-        + (": the gains shrink, as the article says." if gains[-1][0] < gains[0][0] else
+        + (": past the middle size more parameters buy nothing on this task, the article's "
+           "point at its strongest." if gains[-1][0] <= 0 < gains[0][0] else
+           ": the gains shrink, as the article says." if gains[-1][0] < gains[0][0] else
            ": the gains do not shrink here."),
     ]
     return Report(
@@ -609,8 +625,8 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("heads", "sort with 1, 2, 4, 8 and 16 heads at d_model 128", 2, 600, 7, heads),
     Experiment("norms", "LayerNorm and RMSNorm: the layer alone, and sort training", 2, 600, 3,
                norms),
-    Experiment("pre-post", "Pre-LN and Post-LN at 12 layers, with and without warmup", 1, 600,
-               6, pre_post),
+    Experiment("pre-post", "Pre-LN and Post-LN at 12 layers, with and without warmup, at two "
+               "peak rates", 1, 600, 10, pre_post),
     Experiment("positions", "sort trained at length 8, tested at 8 to 64, for 7 positions", 1,
                800, 8, positions),
     Experiment("schedules", "translate-de-en with fixed, step, cosine and inverse-sqrt rates", 1,
