@@ -140,6 +140,25 @@ def test_training_with_focal_loss(tmp_path):
         losses(**{"loss.name": "focal", "loss.gama": 2.0})
 
 
+def test_a_task_written_for_label_smoothing_is_refused_with_the_new_contract():
+    from zoo.task import check_task
+
+    class OldTask:
+        unit, metric = "tokens", "token_accuracy"
+
+        def prepare(self): ...
+        def model_overrides(self): ...
+        def dataset(self, split): ...
+        def collate(self, items): ...
+        def loss(self, model, batch, label_smoothing=0.0): ...
+        def evaluate(self, model, split, *, device=None, limit=None): ...
+
+    with pytest.raises(zoo.PluginError, match=r"loss\(model, batch, criterion\)"):
+        check_task(OldTask(), "old", "old-plugin")
+    OldTask.loss = lambda self, model, batch, criterion: None
+    check_task(OldTask(), "old", "old-plugin")
+
+
 def test_zoo_list_train_lists_the_training_recipes():
     result = run_zoo("list", "--train")
     assert result.returncode == 0

@@ -55,12 +55,31 @@ TASK_MEMBERS = (*Task.__annotations__, *(name for name, value in vars(Task).item
 def check_task(task: Any, name: str, plugin: str) -> None:
     """Refuse, naming what is missing, a task object that lacks members :class:`Task` lists."""
     if isinstance(task, Task):
+        _check_loss_signature(task, name, plugin)
         return
     missing = [m for m in TASK_MEMBERS if not hasattr(task, m)]
     raise PluginError(
         f"task {name!r} from plugin {plugin!r} is a {type(task).__name__} without "
         f"{quoted(missing)}; a task offers {quoted(TASK_MEMBERS)} (see zoo.task.Task)."
     )
+
+
+def _check_loss_signature(task: Any, name: str, plugin: str) -> None:
+    """Refuse a task written for the contract before the loss family, whose ``loss`` took
+    ``label_smoothing``: it would be handed a loss module in its place."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(task.loss).parameters)
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return
+    if len(params) >= 3 and params[2] == "label_smoothing":
+        raise PluginError(
+            f"task {name!r} from plugin {plugin!r} defines loss(model, batch, "
+            "label_smoothing): the contract before losses became a family. A task's loss is "
+            "now loss(model, batch, criterion), criterion being the training recipe's loss "
+            "(criterion(logits, target, ignore_index=pad) -> the mean); label smoothing is "
+            "its setting (loss: {name: cross-entropy, settings: {label_smoothing: 0.1}}).")
 
 
 def missing_debian_package(package: str, path: Path, what: str) -> TaskDataError:
