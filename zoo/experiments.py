@@ -272,6 +272,7 @@ def sqrt_dk(ctx: Context) -> Report:
                      "sequence accuracy": _mean(_metric(group, "sequence_accuracy")),
                      "first step ≥ 99% (valid)": _first_step(curve, 0.99)})
     acc = {name: _mean(_metric(group, "token_accuracy")) for name, group in runs.items()}
+    first = {name: _first_step(_mean_curve(group), 0.99) for name, group in runs.items()}
     findings = [
         f"Without the scale the entropy (nats, 10 keys; uniform is {math.log(10):.2f}) falls "
         f"from {unscaled[0][1]:.3f} at d_k = 16 to {unscaled[-1][1]:.3f} at d_k = 1024; with "
@@ -279,9 +280,14 @@ def sqrt_dk(ctx: Context) -> Report:
         f"{max(h for _, h in scaled):.3f}. The article printed {article[64]} at d_k = 64 and "
         f"{article[1024]} at 1024; we measure {dict(unscaled)[64]:.3f} and "
         f"{dict(unscaled)[1024]:.3f}.",
-        f"Sorting with d_k = 64 after {ctx.steps} steps: token accuracy "
-        f"{acc['scaled']:.2%} scaled, {acc['unscaled']:.2%} unscaled "
-        f"(mean of {ctx.seeds} seed{'s' * (ctx.seeds > 1)}).",
+        f"Sorting with d_k = 64: 99% validation token accuracy first at step "
+        f"{_cell(first['scaled'])} scaled, {_cell(first['unscaled'])} unscaled; after "
+        f"{ctx.steps} steps {acc['scaled']:.2%} scaled, {acc['unscaled']:.2%} unscaled "
+        f"(mean of {ctx.seeds} seed{'s' * (ctx.seeds > 1)}). "
+        + ("Without the scale it learns more slowly" if first["unscaled"] > first["scaled"]
+           or math.isnan(first["unscaled"]) else "The scale makes no difference in speed here")
+        + (" but catches up: the projections learn to shrink the scores."
+           if acc["unscaled"] >= acc["scaled"] - 0.005 else " and ends lower."),
     ]
     return Report(
         "sqrt-dk", "why attention divides by √d_k", "article 000, 'why √d_k'",
