@@ -509,8 +509,8 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, monkey
 
     real, calls = Seq2SeqTask.loss, []
 
-    def breaks_at_step_3(self, model, batch, label_smoothing=0.0):
-        loss, units = real(self, model, batch, label_smoothing)
+    def breaks_at_step_3(self, model, batch, criterion):
+        loss, units = real(self, model, batch, criterion)
         calls.append(1)
         return (loss * float("nan") if len(calls) == 3 else loss), units
 
