@@ -627,17 +627,17 @@ class Experiment:
 
 EXPERIMENTS = {e.name: e for e in (
     Experiment("sqrt-dk", "softmax entropy with and without 1/√d_k; sort with and without it",
-               2, 600, 2.5, sqrt_dk),
-    Experiment("heads", "sort with 1, 2, 4, 8 and 16 heads at d_model 128", 2, 600, 7, heads),
+               2, 600, 2, sqrt_dk),
+    Experiment("heads", "sort with 1, 2, 4, 8 and 16 heads at d_model 128", 2, 600, 5.5, heads),
     Experiment("norms", "LayerNorm and RMSNorm: the layer alone, and sort training", 2, 600, 3,
                norms),
     Experiment("pre-post", "Pre-LN and Post-LN at 12 layers, with and without warmup, at two "
-               "peak rates", 1, 600, 10, pre_post),
+               "peak rates", 1, 600, 9, pre_post),
     Experiment("positions", "sort trained at length 8, tested at 8 to 64, for 7 positions", 1,
-               800, 8, positions),
+               800, 6, positions),
     Experiment("schedules", "translate-de-en with fixed, step, cosine and inverse-sqrt rates", 1,
-               250, 13, schedules),
-    Experiment("scaling", "sort at three model sizes", 2, 600, 3, scaling),
+               250, 12, schedules),
+    Experiment("scaling", "sort at three model sizes", 2, 600, 2, scaling),
 )}
 """Every experiment, by the name ``zoo experiment`` takes."""
 
