@@ -75,7 +75,8 @@ def test_heads(tmp_path):
     report = _run("heads", tmp_path, 10, {k: v for k, v in TINY_SORT.items()
                                           if k != "model.n_heads"})
     assert [r["heads"] for r in report.rows] == [1, 2, 4, 8, 16]
-    assert [r["head dim"] for r in report.rows] == [128, 64, 32, 16, 8]
+    # the head dim is the model's width (32 here) over the heads
+    assert [r["head dim"] for r in report.rows] == [32, 16, 8, 4, 2]
 
 
 @pytest.mark.slow

@@ -187,14 +187,11 @@ class MultiHeadAttention(nn.Module):
             rel = torch.arange(lk, device=q.device)[None, :] - q_positions[:, None]
         if self.position_kind == "relative" or record:
             return self._explicit(q, k, v, mask, rel, dropout=dropout, record=record)
-        if self.position_kind == "bias":
+        if self.position_kind == "bias":  # a float mask: the bias, -inf where not allowed
             bias = self.positional.bias(rel).to(q.dtype)[None]  # (1, H, Lq, Lk)
-            if mask is not None:
-                bias = bias.masked_fill(~mask, float("-inf"))
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         # the paper's scale is every kernel's default; another is passed only when set
         scale = {} if self.scale is None else {"scale": self.scale}
-        if self.position_kind == "bias":
-            return self.kernel(q, k, v, attn_mask=bias, dropout_p=dropout, **scale)
         return self.kernel(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout,
                            **scale)
 

@@ -147,6 +147,8 @@ class Trained:
     """(step, validation metric) at each evaluation."""
     losses: list[tuple[int, float]]
     """(step, training loss) at each logged step."""
+    rates: list[tuple[int, float]]
+    """(step, learning rate) at each logged step."""
     seconds_per_step: float
     model: Any = None
     task: Any = None
@@ -172,12 +174,10 @@ class Context:
         return {"task.valid_samples": 500, "task.test_samples": 1000,
                 "schedule.warmup_steps": max(1, self.steps // 6)}
 
-    def train(self, recipe: str, label: str, seed: int, overrides: dict[str, Any],
-              steps: int | None = None) -> Trained:
-        """Train ``recipe`` for ``steps`` (the context's by default) with ``overrides`` and
-        seed ``seed``, no early stop, twelve validations; a NaN loss is recorded, not
-        raised."""
-        steps = steps or self.steps
+    def train(self, recipe: str, label: str, seed: int, overrides: dict[str, Any]) -> Trained:
+        """Train ``recipe`` for the context's steps with ``overrides`` and seed ``seed``, no
+        early stop, twelve validations; a NaN loss is recorded, not raised."""
+        steps = self.steps
         run_dir = self.scratch / f"{label}-seed{seed}".replace("/", "_")
         base = {"train.steps": steps, "train.target": None, "train.time_limit_minutes": None,
                 "train.eval_every": max(1, steps // 12), "train.checkpoint_every": steps,
@@ -187,22 +187,21 @@ class Context:
         diverged = None
         try:
             result = train(recipe, overrides={**base, **overrides, **self.overrides},
-                           run_dir=run_dir,
-                           device=self.device, progress=False)
+                           run_dir=run_dir, device=self.device, progress=False)
             metrics, model, task = result.metrics, result.model, result.task
         except TrainingError as exc:
             diverged, metrics, model, task = str(exc).split(".")[0], {}, None, None
         rows = RunFolder(run_dir).metrics()
         metric = task.metric if task is not None else "token_accuracy"
         curve = [(r["step"], r[metric]) for r in rows if r.get("split") == "valid" and metric in r]
-        losses = [(r["step"], r["loss"]) for r in rows if r.get("split") == "train"]
-        done = max((r["step"] for r in rows if r.get("split") == "train"), default=0)
-        train_s = [r for r in rows if r.get("split") == "train"]
+        logged = [r for r in rows if r.get("split") == "train"]
+        done = logged[-1]["step"] if logged else 0
         seconds = (json.loads((run_dir / "results.json").read_text())["seconds"]
                    if (run_dir / "results.json").exists() else time.perf_counter() - start)
-        trained = Trained(label, seed, metrics, curve, losses, seconds / max(done, 1), model,
-                          task, diverged)
-        if train_s:
+        trained = Trained(label, seed, metrics, curve, [(r["step"], r["loss"]) for r in logged],
+                          [(r["step"], r["lr"]) for r in logged], seconds / max(done, 1),
+                          model, task, diverged)
+        if logged:
             self.say(f"    {_summary(trained, metric)}")
         return trained
 
@@ -214,13 +213,17 @@ def _summary(run: Trained, metric: str) -> str:
     return f"test {shown}; {run.seconds_per_step * 1000:.0f} ms/step"
 
 
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if v is not None and not math.isnan(v)]
+
+
 def _mean(values: list[float]) -> float:
-    values = [v for v in values if v is not None and not math.isnan(v)]
+    values = _finite(values)
     return statistics.fmean(values) if values else float("nan")
 
 
 def _spread(values: list[float]) -> float:
-    values = [v for v in values if v is not None and not math.isnan(v)]
+    values = _finite(values)
     return statistics.stdev(values) if len(values) > 1 else float("nan")
 
 
@@ -309,7 +312,8 @@ def heads(ctx: Context) -> Report:
     rows = []
     for h, group in runs.items():
         acc = _metric(group, "token_accuracy")
-        rows.append({"heads": h, "head dim": 128 // h, "token accuracy": _mean(acc),
+        width = group[0].model.settings.d_model if group[0].model is not None else 128
+        rows.append({"heads": h, "head dim": width // h, "token accuracy": _mean(acc),
                      "± (seeds)": _spread(acc),
                      "sequence accuracy": _mean(_metric(group, "sequence_accuracy")),
                      "first step ≥ 99% (valid)": _first_step(_mean_curve(group), 0.99),
@@ -460,14 +464,20 @@ POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "t5-bias", "shaw", "xl")
 LENGTHS = (8, 16, 32, 64)
 
 
-def _evaluate_at(trained: Trained, length: int, device: str) -> dict[str, float]:
-    """Test metrics at another sequence length; NaN where the model has no positions that
-    far (learned positions stop at the max_len the task set: its training length)."""
+def _sort_test(length: int) -> Any:
+    """The sort task with 300 test sequences of ``length`` digits (its own seed)."""
     recipe = apply_train_overrides(get_train_recipe("sort"), {
         "task.seq_len": length, "task.num_samples": 1, "task.valid_samples": 1,
         "task.test_samples": 300, "train.seed": 12345})
     task = build_task(recipe, None)
     task.prepare()
+    return task
+
+
+def _evaluate_at(trained: Trained, task: Any, device: str) -> dict[str, float]:
+    """Test metrics on ``task`` (another sequence length); NaN where the model has no
+    positions that far (learned positions stop at the max_len the task set: its training
+    length)."""
     trained.model.eval()
     try:
         return task.evaluate(trained.model, "test", device=device)
@@ -480,12 +490,14 @@ def _evaluate_at(trained: Trained, length: int, device: str) -> dict[str, float]
 def positions(ctx: Context) -> Report:
     """Sort trained at length 8, tested at 8, 16, 32 and 64, for each position."""
     rows, series = [], {}
+    tests = {length: _sort_test(length) for length in LENGTHS}
     for name in POSITIONS:
         runs = [ctx.train("sort", name, seed, {**ctx.sort, "model.positional": name})
                 for seed in range(ctx.seeds)]
         row: dict[str, Any] = {"positions": name}
         for length in LENGTHS:
-            scores = [_evaluate_at(r, length, ctx.device) for r in runs if r.model is not None]
+            scores = [_evaluate_at(r, tests[length], ctx.device) for r in runs
+                      if r.model is not None]
             row[f"L={length}"] = _mean([s["token_accuracy"] for s in scores])
             row[f"exact L={length}"] = _mean([s["sequence_accuracy"] for s in scores])
         ctx.say("    " + ", ".join(f"L={n}: {row[f'L={n}']:.2%}" for n in LENGTHS))
@@ -541,12 +553,11 @@ def schedules(ctx: Context) -> Report:
                      "test loss": _mean(_metric(group, "loss")),
                      "token accuracy": _mean(_metric(group, "token_accuracy")),
                      "article BLEU": ARTICLE_BLEU.get(name, float("nan"))})
-        curves[name] = [(s, v) for s, v in _mean_curve(group)]
-        rows_ = RunFolder(ctx.scratch / f"{name}-seed0".replace("/", "_")).metrics()
-        rates[name] = [(r["step"], r["lr"]) for r in rows_ if r.get("split") == "train"]
+        curves[name] = _mean_curve(group)
+        rates[name] = group[0].rates
     order = sorted(rows, key=lambda r: r["test loss"])
     findings = [
-        "By test loss (lower is better) after " f"{ctx.steps} steps: "
+        f"By test loss (lower is better) after {ctx.steps} steps: "
         + " < ".join(f"{r['schedule']} {r['test loss']:.3f}" for r in order) + ".",
         "BLEU: " + ", ".join(f"{r['schedule']} {r['BLEU']:.1f}" for r in rows)
         + " (the article, IWSLT after full training: fixed 28.3 < step 30.1 < cosine 32.7). "

@@ -6,6 +6,7 @@ where it may keep files such as a tokenizer) and offers what :class:`Task` lists
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -67,8 +68,6 @@ def check_task(task: Any, name: str, plugin: str) -> None:
 def _check_loss_signature(task: Any, name: str, plugin: str) -> None:
     """Refuse a task written for the contract before the loss family, whose ``loss`` took
     ``label_smoothing``: it would be handed a loss module in its place."""
-    import inspect
-
     try:
         params = list(inspect.signature(task.loss).parameters)
     except (TypeError, ValueError):  # a builtin or C callable: nothing to read

@@ -80,10 +80,9 @@ class LSHAttention(MultiHeadAttention):
                               "projection); use vanilla for cross-attention")
         super().__init__(settings, **kwargs)
         self.n_buckets, self.chunk_size = settings.n_buckets, settings.chunk_size
-        self.n_hashes = settings.n_hashes
         self.kv_proj = Linear(self.d_model, self.d_model, bias=settings.bias)  # values only
         self.register_buffer("rotations", torch.randn(
-            self.n_hashes, self.head_dim, self.n_buckets // 2))
+            settings.n_hashes, self.head_dim, self.n_buckets // 2))
 
     def _project(self, x, context, cache):
         if cache is not None:
@@ -130,19 +129,18 @@ class LSHAttention(MultiHeadAttention):
         size = (n + n_buckets * (c - 1) + c - 1) // c * c  # room for every bucket's padding
         chunks = size // c
 
-        def place(x: torch.Tensor, fill: float) -> torch.Tensor:
-            """Sorted (B, H, L, *) values into their slots: (B, H, chunks, c, *)."""
-            tail = x.shape[3:]
-            index = slot.view(b, h, n, *[1] * len(tail)).expand(b, h, n, *tail)
-            sorted_x = x.gather(2, order.view(b, h, n, *[1] * len(tail)).expand_as(x))
-            out = x.new_full((b, h, size, *tail), fill).scatter(2, index, sorted_x)
+        def place(sorted_x: torch.Tensor, fill: float) -> torch.Tensor:
+            """(B, H, L, *) values in sorted order into their slots: (B, H, chunks, c, *)."""
+            tail = sorted_x.shape[3:]
+            index = slot.view(b, h, n, *[1] * len(tail)).expand_as(sorted_x)
+            out = sorted_x.new_full((b, h, size, *tail), fill).scatter(2, index, sorted_x)
             return out.view(b, h, chunks, c, *tail)
 
-        sq, sv = place(q, 0.0), place(v, 0.0)
-        s_pos = place(position.expand(b, h, n), -1)
-        s_bucket = place(buckets, -1)  # empty slots: bucket -1, matched by no query
-        rank_by_position = rank.new_empty(b, h, n).scatter(2, order, rank)
-        s_chunk = place(rank_by_position // c, -3)  # the chunk within the bucket
+        by_order = order[..., None].expand(b, h, n, d)
+        sq, sv = place(q.gather(2, by_order), 0.0), place(v.gather(2, by_order), 0.0)
+        s_pos = place(order, -1)  # the sorted positions are the order itself
+        s_bucket = place(sorted_bucket, -1)  # empty slots: bucket -1, matched by no query
+        s_chunk = place(rank // c, -3)  # the chunk within the bucket
         sk = F.normalize(sq.float(), dim=-1).to(sq.dtype)  # shared-QK: k = q / |q|
         kk, kv = _look_one_back(sk), _look_one_back(sv)
         k_pos, k_bucket, k_chunk = (_look_one_back(t) for t in (s_pos, s_bucket, s_chunk))

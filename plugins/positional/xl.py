@@ -69,9 +69,13 @@ class TransformerXLPositions(InsideAttention):
         r = self.r_proj(self.embeddings(distances).to(self.r_proj.weight.dtype))
         return r.view(len(distances), self.n_heads, self.head_dim).transpose(0, 1)
 
+    def _plus(self, q: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """q (B, H, ..., D) plus a vector per head (H, D)."""
+        return q + bias.to(q.dtype).view(self.n_heads, *[1] * (q.dim() - 3), self.head_dim)
+
     def content_query(self, q: torch.Tensor) -> torch.Tensor:
         """q + u, whose product with the keys is terms (a) + (c)."""
-        return q + self.u.to(q.dtype).view(self.n_heads, *[1] * (q.dim() - 3), self.head_dim)
+        return self._plus(q, self.u)
 
     def scores(self, q: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
         """Terms (b) + (d): q (B, H, *rel.shape[:-1], D), rel = key - query positions of any
@@ -79,7 +83,7 @@ class TransformerXLPositions(InsideAttention):
         lo, hi = int(rel.min()), int(rel.max())
         offsets = torch.arange(lo, hi + 1, device=rel.device)
         r = self.projected(-offsets).to(q.dtype)  # distance i - j = -(key - query)
-        qv = q + self.v.to(q.dtype).view(self.n_heads, *[1] * (q.dim() - 3), self.head_dim)
+        qv = self._plus(q, self.v)
         b, h = q.shape[:2]
         per_offset = (qv.reshape(b, h, -1, self.head_dim) @ r.transpose(-2, -1))
         per_offset = per_offset.view(b, h, *rel.shape[:-1], len(offsets))
@@ -94,7 +98,7 @@ class TransformerXLPositions(InsideAttention):
         lq, lk = rel.shape
         expected = (torch.arange(lk, device=rel.device)[None, :]
                     - torch.arange(lq, device=rel.device)[:, None] + rel[0, 0])
-        return lk + lq - 1 == int(rel.max() - rel.min()) + 1 and bool(torch.equal(rel, expected))
+        return bool(torch.equal(rel, expected))
 
     def values_term(self, weights: torch.Tensor, rel: torch.Tensor) -> None:
         """Transformer-XL adds nothing to the values."""
