@@ -135,3 +135,31 @@ def test_model_generate_front_door():
                        greedy(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS))
     with pytest.raises(ValueError, match="unknown decoding strategy 'beem'"):
         model.generate(src, strategy="beem")
+
+
+@pytest.mark.parametrize("groups_queries", [True, False])
+def test_beams_sharing_one_cross_attention_cache_equal_beams_with_their_own(groups_queries):
+    # the step after DecoderCache.spread (one cross-attention row per source, its beams
+    # attended together as one query sequence) against every beam with its own copy;
+    # an attention that does not group its queries gets the rows repeated instead
+    model = tiny(16)
+    for layer in model.decoder.layers:
+        for m in layer.modules():
+            if isinstance(m, zoo.plugin.MultiHeadAttention):
+                m.groups_queries = groups_queries
+    src = torch.randint(3, 16, (3, 7))
+    src[1, 4:] = 0
+    mask = model.padding_mask(src)
+    memory = model.encode(src, mask)
+    beams, first = 4, torch.full((3, 1), BOS)
+    shared, own = model.init_cache(), model.init_cache()
+    with torch.no_grad():
+        model.decode(first, memory, mask, cache=shared)
+        shared.spread(beams)
+        model.decode(first.repeat_interleave(beams, 0), memory.repeat_interleave(beams, 0),
+                     mask.repeat_interleave(beams, 0), cache=own)
+        step = torch.randint(3, 16, (3 * beams, 1))
+        a = model.decode(step, None, mask.repeat_interleave(beams, 0), cache=shared)
+        b = model.decode(step, None, mask.repeat_interleave(beams, 0), cache=own)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert shared[0]["cross"].groups == (beams if groups_queries else 1)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.cache import KVCache
+from zoo.cache import DecoderCache, KVCache
 from zoo.ops import Dropout, Linear, dropout
 
 sdpa_attention = zoo.get_component("kernel", "sdpa").load()
@@ -160,3 +160,39 @@ def test_growing_cache_equals_concatenation_and_reorders_rows():
     spread = torch.tensor([0, 0, 1, 1, 2, 2])
     cache.reorder(spread)  # more rows than before: beams made from sources
     assert torch.equal(cache.v, torch.cat(vs, 2).index_select(0, spread))
+
+
+@pytest.mark.parametrize("index", [[0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 1, 3, 4, 5, 6, 7],
+                                   [0, 2, 1, 3, 4, 5, 6, 6], [7, 6, 5, 4, 3, 2, 1, 0],
+                                   [3, 3, 3, 3, 3, 3, 3, 3]])
+def test_reorder_copies_only_moved_rows_and_equals_a_gather(index):
+    # a few rows moved (in place; sources read before any is written: rows 1 and 2 swap),
+    # and most rows moved (the gather into a second buffer): the same as index_select
+    cache = KVCache()
+    k, v = torch.randn(8, 2, 5, 4), torch.randn(8, 2, 5, 4)
+    cache.append(k, v)
+    index = torch.tensor(index)
+    cache.reorder(index)
+    assert torch.equal(cache.k, k.index_select(0, index))
+    assert torch.equal(cache.v, v.index_select(0, index))
+    more_k, more_v = torch.randn(8, 2, 1, 4), torch.randn(8, 2, 1, 4)
+    got_k, _ = cache.append(more_k, more_v)  # still appends after the in-place copy
+    assert torch.equal(got_k, torch.cat([k.index_select(0, index), more_k], 2))
+
+
+def test_spread_shares_fixed_contexts_and_a_full_reorder_ungroups_them():
+    cache = DecoderCache(2)
+    for layer in cache:
+        layer["self"].append(torch.randn(2, 3, 1, 4), torch.randn(2, 3, 1, 4))
+        layer["cross"].set(torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4))
+    cross_k = cache[0]["cross"].k.clone()
+    self_k = cache[1]["self"].k.clone()
+    cache.spread(3)
+    assert cache[0]["cross"].groups == 3 and cache[0]["cross"].k.shape[0] == 2
+    assert torch.equal(cache[1]["self"].k, self_k.repeat_interleave(3, 0))
+    cache.reorder(torch.tensor([2, 1, 0, 3, 3, 5]), within_groups=True)
+    assert cache[0]["cross"].groups == 3  # beams move within their source: shared as is
+    index = torch.tensor([5, 0, 3, 1, 2, 4])  # rows leave their source: one row each
+    cache.reorder(index)
+    assert cache[0]["cross"].groups == 1
+    assert torch.equal(cache[0]["cross"].k, cross_k.repeat_interleave(3, 0).index_select(0, index))

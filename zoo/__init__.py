@@ -43,6 +43,7 @@ _LAZY = {
     "list_train_recipes": "zoo.training.config",
     "TrainRecipe": "zoo.training.config",
     "generate": "zoo.decoding",
+    "quantize": "zoo.quantization",
     "KVCache": "zoo.cache",
     "DecoderCache": "zoo.cache",
     "ZooError": "zoo.errors",

@@ -70,6 +70,12 @@ class MultiHeadAttention(nn.Module):
 
     Settings = AttentionSettings
 
+    groups_queries = False
+    """True when each query attends independently of the others (no causal or positional
+    link between the queries of a cross-attention): the beams of one source may then
+    share one row of its cached keys and values. False (the safe default) repeats that
+    row for every beam."""
+
     def __init__(
         self,
         settings: AttentionSettings | None,
@@ -159,9 +165,27 @@ class MultiHeadAttention(nn.Module):
         """x (B, Lq, d); context (B, Lk, d) for cross-attention; key_padding_mask (B, Lk),
         True at padding; attn_mask (Lq, Lk) or (B, Lq, Lk), True where attending is allowed."""
         q, k, v, offset = self._project(x, context, cache)
+        if cache is not None and cache.fixed and cache.groups > 1:
+            if self.groups_queries and attn_mask is None and not self.record_weights:
+                out = self._attend_grouped(q, k, v, cache.groups, key_padding_mask)
+                return self.out_proj(self._merge(out))
+            cache.ungroup()
+            k, v = cache.k, cache.v
         out = self._attend(q, k, v, offset=offset, key_padding_mask=key_padding_mask,
                            attn_mask=attn_mask)
         return self.out_proj(self._merge(out))
+
+    def _attend_grouped(self, q, k, v, groups: int, key_padding_mask) -> torch.Tensor:
+        """Cross-attention of ``groups`` consecutive query rows (the beams of a source)
+        to one row of keys and values: their queries are attended together, as one
+        longer query sequence, so the shared keys are read once per group."""
+        b, h, lq, d = q.shape
+        q = q.view(b // groups, groups, h, lq, d).transpose(1, 2).reshape(
+            b // groups, h, groups * lq, d)
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask[::groups]
+        out = self._attend(q, k, v, offset=0, key_padding_mask=key_padding_mask, attn_mask=None)
+        return out.view(b // groups, h, groups, lq, d).transpose(1, 2).reshape(b, h, lq, d)
 
     def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask) -> torch.Tensor:
         raise NotImplementedError

@@ -25,6 +25,8 @@ from .artifact import check_digests, load_weights, read_config, read_weights, we
 from .convert import CONVERTERS
 from .errors import ArtifactError, MemoryBudgetError, RecipeError
 from .files import recover
+from .quantization import MODES as QUANTIZE_MODES
+from .quantization import quantize as quantize_model
 from .recipe import PretrainedWeights, Recipe, list_recipes
 from .recipe import get_recipe as _catalogue_recipe
 from .resolver import Resolved, resolve
@@ -101,6 +103,7 @@ def build(
     pretrained: bool | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
+    quantize: str | None = None,
     **overrides: Any,
 ) -> nn.Module:
     """Build a model from a named recipe, a recipe file or a :class:`Recipe`.
@@ -120,6 +123,10 @@ def build(
     >>> type(m.encoder.layers[0].norm1).__name__
     'RMSNorm'
     """
+    if quantize is not None:
+        _check_quantize(quantize, device)
+        model = build(name, pretrained=pretrained, device=device, dtype=dtype, **overrides)
+        return quantize_model(model, quantize)
     saved = saved_model(name)
     if saved is not None:
         return _build_saved(saved, weights=pretrained is not False, device=device, dtype=dtype,
@@ -148,14 +155,30 @@ def load_artifact(
     weights: bool = True,
     device: Any = None,
     dtype: torch.dtype | None = None,
+    quantize: str | None = None,
     **overrides: Any,
 ) -> nn.Module:
     """The model saved in ``folder`` (``zoo.save_pretrained``): built from its config, its
     weights loaded strictly; the same as ``zoo.build("local-dir:" + folder)``. ``source``
-    names it in errors."""
+    names it in errors; ``quantize="int8"`` quantizes it for inference (``zoo.quantize``)."""
+    if quantize is not None:
+        _check_quantize(quantize, device)
     folder = Path(folder)
     saved = SavedModel(source or f"{LOCAL_DIR_PREFIX}{folder}", folder=folder)
-    return _build_saved(saved, weights=weights, device=device, dtype=dtype, overrides=overrides)
+    model = _build_saved(saved, weights=weights, device=device, dtype=dtype, overrides=overrides)
+    return model if quantize is None else quantize_model(model, quantize)
+
+
+def _check_quantize(mode: str, device: Any) -> None:
+    """Refuse, before anything is built, a quantization zoo does not have or a device
+    its int8 kernels do not run on."""
+    if mode not in QUANTIZE_MODES:
+        raise RecipeError(f"quantize={mode!r} is not a quantization zoo has; use one of "
+                          f"{quoted(list(QUANTIZE_MODES))}, or leave it out for the "
+                          "model's own dtype.")
+    if device is not None and torch.device(device).type != "cpu":
+        raise RecipeError(f"quantize={mode!r} runs on the CPU (PyTorch's int8 kernels); "
+                          f"build on device 'cpu', not {str(device)!r}.")
 
 
 def _build_saved(saved: SavedModel, *, weights: bool, device: Any, dtype: torch.dtype | None,

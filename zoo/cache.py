@@ -22,6 +22,9 @@ class KVCache:
         self._len = 0
         self.fixed = False
         """Set by :meth:`set`: the keys and values of a fixed context (cross-attention)."""
+        self.groups = 1
+        """Of a fixed context: each of its rows serves this many consecutive query rows
+        (the beams of one source share its encoder output; :meth:`DecoderCache.spread`)."""
         self.state: dict[str, torch.Tensor] = {}
         self._seen = 0
 
@@ -65,18 +68,47 @@ class KVCache:
         """Keep the keys and values of a fixed context, laid out contiguously once (every
         later step reads them)."""
         self._k, self._v = k.contiguous(), v.contiguous()
-        self._len, self.fixed = k.shape[-2], True
+        self._len, self.fixed, self.groups = k.shape[-2], True, 1
+
+    def ungroup(self) -> None:
+        """Give a grouped fixed context one row per query row (each row repeated
+        ``groups`` times), for an attention that cannot share it across a group."""
+        if self.groups > 1 and self._k is not None:
+            self.set(self._k.repeat_interleave(self.groups, 0),
+                     self._v.repeat_interleave(self.groups, 0))
+        self.groups = 1
+
+    def _reorder_moved(self, index: torch.Tensor) -> bool:
+        """Copy in place only the rows that ``index`` moves, when it keeps the row count
+        and moves fewer than half of them; False (nothing done) otherwise."""
+        rows = self._k.shape[0]
+        if index.numel() != rows or index.device.type != "cpu":
+            return False
+        moved = (index != torch.arange(rows, device=index.device)).nonzero().flatten()
+        if 2 * moved.numel() >= rows:
+            return False
+        if moved.numel():
+            sources = index.index_select(0, moved)
+            for filled in (self.k, self.v):
+                # read every source row before writing any (a row may be both)
+                filled.index_copy_(0, moved, filled.index_select(0, sources))
+        return True
 
     def advance(self, n: int) -> None:
         """Count ``n`` more positions (for state-only mechanisms)."""
         self._seen += n
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (beam search): the filled part is gathered into a
-        second buffer of the same size, which then becomes the first."""
+        """Keep batch rows ``index`` (beam search). When the rows stay as many and fewer
+        than half of them move (a beam search's usual step), only the moved rows are
+        copied; otherwise the filled part is gathered into a second buffer of the same
+        size, which then becomes the first."""
         if self._k is not None:
             if self.fixed:
+                self.ungroup()
                 self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+            elif self._reorder_moved(index):
+                pass
             else:
                 spare_k, spare_v = self.__dict__.pop("_spare", (None, None))
                 shape = (index.numel(), *self._k.shape[1:])
@@ -100,6 +132,19 @@ class DecoderCache(list):
     def offset(self) -> int:
         """How many target positions have been decoded."""
         return len(self[0]["self"]) if self else 0
+
+    def spread(self, beams: int) -> None:
+        """Make ``beams`` rows of every row (a beam search's first step, run once per
+        source): the decoder's own caches are copied; the fixed contexts stay one row
+        per source and serve its ``beams`` rows as a group (:attr:`KVCache.groups`)."""
+        for layer in self:
+            for cache in layer.values():
+                if cache.fixed:
+                    cache.groups *= beams
+                elif not cache.empty:
+                    like = cache._k if cache._k is not None else next(iter(cache.state.values()))
+                    rows = torch.arange(like.shape[0], device=like.device)
+                    cache.reorder(rows.repeat_interleave(beams))
 
     def reorder(self, index: torch.Tensor, *, within_groups: bool = False) -> None:
         """Keep batch rows ``index``. With ``within_groups`` (beam search: each row moves

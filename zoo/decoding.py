@@ -46,11 +46,9 @@ class _Stepper:
             beams, self.pending = self.pending, 1
             logits = self.model.decode(tokens[::beams, -1:], self.memory, self.mask,
                                        cache=self.cache)
-            spread = torch.arange(self.memory.shape[0], device=tokens.device)
-            spread = spread.repeat_interleave(beams)
-            self.cache.reorder(spread)
+            self.cache.spread(beams)
             self.memory, self.mask = _repeat(self.memory, beams), _repeat(self.mask, beams)
-            logits = logits.index_select(0, spread)
+            logits = logits.repeat_interleave(beams, 0)
         else:
             logits = self.model.decode(tokens[:, -1:], self.memory, self.mask, cache=self.cache)
         return torch.log_softmax(logits[:, -1].float(), dim=-1)

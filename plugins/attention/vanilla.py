@@ -27,6 +27,7 @@ class VanillaAttention(MultiHeadAttention):
     """Multi-head scaled dot-product attention over every key."""
 
     Settings = VanillaSettings
+    groups_queries = True  # cross-attention's queries are independent of one another
 
     def __init__(self, settings: VanillaSettings | None, **kwargs) -> None:
         settings = settings or VanillaSettings()

@@ -30,7 +30,8 @@ def _int_list(text: str) -> list[int]:
 
 MODEL_BENCHES = (
     ("train", "transformer-base training steps: zoo vs torch.nn.Transformer and Marian"),
-    ("decode", "greedy and beam-4 decoding: zoo vs Marian's generate and torch.nn.Transformer"),
+    ("decode", "greedy and beam-4 decoding: zoo vs Marian's generate, torch.nn.Transformer "
+     "and CTranslate2"),
     ("vit", "ViT inference and training: zoo vs timm"),
     ("startup", "zoo --help, import zoo, zoo.build('transformer-base') in fresh processes"),
     ("all", "train, decode, vit and startup in one run"),
@@ -123,8 +124,10 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--plot", metavar="OUT.png", help="bar chart of each peer vs zoo")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,timm")
-    parser.add_argument("--dtypes", help="comma-separated: fp32,bf16")
+    parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,ct2 (decode), timm "
+                        "(vit)")
+    parser.add_argument("--dtypes", help="comma-separated: fp32,bf16,int8 (int8: decode and "
+                        "vit inference; decode's default is fp32 alone)")
     parser.add_argument("--modes", help="decode: greedy,beam4; vit: inference,train")
     parser.add_argument("--batch", type=int, help="default 16 (train, decode), 8 (vit)")
     parser.add_argument("--length", type=int, help="source (and target) length, default 64")

@@ -13,6 +13,7 @@ on the same shapes, weights' sizes, dropout, optimizer (AdamW) and inputs.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -24,10 +25,11 @@ from . import peers
 from .harness import Case, count_flops
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+"""The dtypes run under autocast; ``int8`` (decode) is a quantized copy instead."""
 
 
 def _autocast(dtype: str, device: str):
-    if dtype == "fp32":
+    if dtype in ("fp32", "int8"):
         return contextlib.nullcontext()
     return torch.autocast(torch.device(device).type, dtype=DTYPES[dtype])
 
@@ -68,7 +70,9 @@ def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: i
     tgt = torch.randint(3, vocab, (batch, tgt_len + 1), device=device)
     cases = []
     flops = None
-    for dtype in dtypes:
+    if "int8" in dtypes and say:
+        say("train int8 skipped: int8 (zoo.quantize) is for inference")
+    for dtype in [d for d in dtypes if d != "int8"]:
         for name, m in models.items():
             m.to(device).train()
             opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
@@ -90,33 +94,106 @@ def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: i
 
 def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: int = 16,
                  src_len: int = 64, new_tokens: int = 64, modes=("greedy", "beam4"),
-                 impls=("zoo", "marian", "torch"), device: str = "cpu", kernel: str | None = None,
-                 say=None) -> list[Case]:
-    """Decoding cases (greedy, beam 4): zoo, Marian's generate and torch.nn.Transformer."""
+                 dtypes=("fp32",), impls=("zoo", "marian", "torch", "ct2"), device: str = "cpu",
+                 kernel: str | None = None, say=None) -> list[Case]:
+    """Decoding cases (greedy, beam 4): zoo, Marian's generate, torch.nn.Transformer and
+    CTranslate2, in each dtype asked for: ``fp32``; ``bf16`` (CPU autocast for zoo and
+    Marian); ``int8`` (zoo quantized by :func:`zoo.quantize`, CTranslate2's ``int8``)."""
     import zoo
 
     torch.manual_seed(0)
     overrides = {"kernel": kernel} if kernel else {}
     model = zoo.build(recipe, vocab_size=vocab, device=device, **overrides).eval()
-    models = _peer_models(model, list(impls), {"torch": peers.torch_transformer,
-                                               "marian": peers.marian}, say)
+    impls = list(impls)
+    wanted = [i for i in impls if i != "ct2"]
+    if "ct2" in impls and "marian" not in wanted:
+        wanted.append("marian")  # CTranslate2 runs the Marian peer's weights
+    models = _peer_models(model, wanted, {"torch": peers.torch_transformer,
+                                          "marian": peers.marian}, say)
     src = torch.randint(3, vocab, (batch, src_len), device=device)
+    translators = _ct2_translators(models, src, dtypes, device, say) if "ct2" in impls else {}
+    if "marian" not in impls:
+        models.pop("marian", None)
+    variants = {("zoo", "int8"): zoo.quantize(copy.deepcopy(model))} if "int8" in dtypes \
+        else {}
     cases = []
     for mode in modes:
         beams = 1 if mode == "greedy" else int(mode.removeprefix("beam"))
         flops = count_flops(_decoder("zoo", model, src, beams, new_tokens))
-        for name, m in models.items():
-            m.to(device).eval()
-            run = _decoder(name, m, src, beams, new_tokens)
-            if run is None:
-                continue
-            cases.append(Case("decode", name, "fp32", mode, run, batch * new_tokens,
-                              "tokens/s", flops, device))
+        for dtype in dtypes:
+            for name, m in models.items():
+                m = variants.get((name, dtype), m)
+                if dtype == "int8" and (name, dtype) not in variants:
+                    continue  # only zoo and CTranslate2 decode in int8
+                m.to(device).eval()
+                run = _decoder(name, m, src, beams, new_tokens, dtype=dtype, device=device)
+                if run is not None:
+                    cases.append(Case("decode", name, dtype, mode, run, batch * new_tokens,
+                                      "tokens/s", flops, device))
+            if dtype in translators:
+                translator = translators[dtype]
+                cases.append(Case("decode", "ct2", dtype, mode,
+                                  lambda t=translator, b=beams: t.translate(b, new_tokens),
+                                  batch * new_tokens, "tokens/s", flops, device))
     return cases
 
 
-def _decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens: int):
+CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
+
+
+def _ct2_translators(models: dict[str, nn.Module], src: torch.Tensor, dtypes, device: str,
+                     say) -> dict:
+    """One CTranslate2 translator per dtype, of the Marian peer's weights converted by
+    CTranslate2's own converter (in a temporary folder), each in its own process."""
+    import tempfile
+
+    from . import ct2
+
+    if "marian" not in models:
+        return {}
+    if device != "cpu":
+        if say:
+            say("peer ct2 skipped: zoo bench runs CTranslate2 on the CPU only")
+        return {}
+    folder = tempfile.TemporaryDirectory(prefix="zoo-ct2-")
+    try:
+        path = peers.ctranslate2_model(models["marian"], folder.name)
+    except peers.PeerMissing as exc:
+        if say:
+            say(f"peer ct2 skipped: {exc}")
+        folder.cleanup()
+        return {}
+    tokens = peers.marian_tokens(models["marian"].model.config.vocab_size)
+    source = [[tokens[i] for i in row] for row in src.tolist()]
+    translators = {}
+    for dtype in dtypes:
+        try:
+            translator = ct2.Translator(path, CT2_COMPUTE_TYPES[dtype], torch.get_num_threads())
+            translator.set_source(source)
+        except RuntimeError as exc:
+            if say:
+                say(f"peer ct2 {dtype} skipped: {exc}")
+            continue
+        translator.folder = folder  # the model files live as long as a translator does
+        translators[dtype] = translator
+    return translators
+
+
+def _decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens: int, *,
+             dtype: str = "fp32", device: str = "cpu"):
     # no end token can occur (-1), so every implementation makes exactly new_tokens
+    run = _plain_decoder(name, m, src, beams, new_tokens)
+    if run is None or dtype != "bf16":
+        return run
+
+    def in_bf16():
+        with _autocast("bf16", device):
+            return run()
+
+    return in_bf16
+
+
+def _plain_decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens: int):
     if name == "zoo":
         kwargs: dict[str, Any] = dict(max_new_tokens=new_tokens, bos_id=1, eos_id=-1)
         if beams == 1:
@@ -148,11 +225,18 @@ def vit_cases(*, recipe: str = "vit-small-patch16-224", batch: int = 8,
     x = torch.randn(batch, s.get("in_chans", 3), s["image_size"], s["image_size"],
                     device=device)
     y = torch.randint(0, s["num_classes"], (batch,), device=device)
+    quantized = zoo.quantize(copy.deepcopy(model)) if "int8" in dtypes else None
     cases = []
     for mode in modes:
         for dtype in dtypes:
+            if dtype == "int8" and mode != "inference":
+                continue  # a quantized model has no gradients
             flops = None
             for name, m in models.items():
+                if dtype == "int8":
+                    if name != "zoo":
+                        continue  # zoo's int8 against its own fp32 and the peers' rows
+                    m = quantized
                 m.to(device)
                 if mode == "inference":
                     def run(m=m, dtype=dtype):
@@ -169,7 +253,9 @@ def vit_cases(*, recipe: str = "vit-small-patch16-224", batch: int = 8,
                             out = m(x)
                         F.cross_entropy(out.float(), y).backward()
                         opt.step()
-                if flops is None:
+                if flops is None and dtype == "int8":  # the fp32 model's work, counted
+                    flops = count_flops(torch.no_grad()(lambda: model.eval()(x)))
+                elif flops is None:
                     flops = count_flops(run)
                 cases.append(Case("vit", name, dtype, mode, run, batch, "images/s", flops,
                                   device))

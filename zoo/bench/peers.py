@@ -4,6 +4,9 @@
   scaled by sqrt(d_model), sinusoidal positions) and the tied output layer;
 - ``marian``: Hugging Face ``MarianMTModel`` from a ``MarianConfig`` equal to the
   zoo recipe (ReLU, sinusoidal, shared embeddings, post-norm);
+- ``ct2``: CTranslate2 running the Marian peer's weights, converted by CTranslate2's
+  own Marian loader (fp32, and int8 when the int8 rows are asked for), in a process of
+  its own (:mod:`zoo.bench.ct2`);
 - ``timm``: timm's ViT of the same name.
 
 Each is imported only when asked for; a missing package is reported, not raised.
@@ -132,6 +135,40 @@ def marian(zoo_model: nn.Module) -> nn.Module:
         forced_eos_token_id=None,
     )
     return MarianPeer(MarianMTModel(config))
+
+
+def marian_tokens(vocab_size: int) -> list[str]:
+    """The token strings of the vocabulary the CTranslate2 peer is converted with: ids 0-3
+    are zoo's specials, the rest ``t<id>``, and the last is Marian's ``<pad>`` (its
+    converter drops that row, as Marian's own vocabularies end with it)."""
+    return ["<blank>", "<s>", "</s>", "<unk>",
+            *(f"t{i}" for i in range(4, vocab_size - 1)), "<pad>"]
+
+
+def ctranslate2_model(peer: MarianPeer, folder) -> str:
+    """Convert the Marian peer's weights into a CTranslate2 model in ``folder`` with
+    CTranslate2's ``TransformersConverter`` (its Marian loader), through a saved Hugging
+    Face folder and a word-level tokenizer of :func:`marian_tokens`; returns the path."""
+    from pathlib import Path
+
+    try:
+        import ctranslate2  # noqa: F401
+        from ctranslate2.converters import TransformersConverter
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+    except ImportError as exc:
+        raise PeerMissing(f"ctranslate2 is not installed ({exc})") from None
+    folder = Path(folder)
+    hf_dir, ct2_dir = folder / "marian", folder / "ct2"
+    peer.model.save_pretrained(hf_dir)
+    tokens = marian_tokens(peer.model.config.vocab_size)
+    vocab = {t: i for i, t in enumerate(tokens)}
+    PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+    ).save_pretrained(hf_dir)
+    TransformersConverter(str(hf_dir)).convert(str(ct2_dir), force=True)
+    return str(ct2_dir)
 
 
 def timm_vit(zoo_model: nn.Module) -> nn.Module:

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 BENCHES = ("train", "decode", "vit", "startup")
+DTYPES = ("fp32", "bf16", "int8")
+"""What ``--dtypes`` takes; int8 (a quantized copy, zoo.quantize) is timed for
+inference only: decoding and ViT inference."""
 
 
 def _say(message: str) -> None:
@@ -42,6 +45,10 @@ def dtypes_for(args) -> tuple[str, ...]:
             print(note, flush=True)
         return dtypes
     dtypes = _list(args.dtypes, ())
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        raise SystemExit(f"zoo bench: unknown dtype {', '.join(unknown)}; --dtypes takes "
+                         f"{','.join(DTYPES)}")
     why = hardware.detect().why_no_bf16(args.device)
     if "bf16" in dtypes and why:
         print(f"zoo bench: warning: bf16 asked for with {why}; expect its rows to take "
@@ -64,8 +71,9 @@ def cases_for(bench: str, args, say) -> list:
         return models.decode_cases(
             batch=args.batch or 16, src_len=args.length or 64, new_tokens=args.new_tokens,
             vocab=args.vocab, modes=_list(args.modes, ("greedy", "beam4")),
-            impls=impls or ("zoo", "marian", "torch"), device=args.device, kernel=args.kernel,
-            say=say)
+            dtypes=dtypes_for(args) if args.dtypes else ("fp32",),
+            impls=impls or ("zoo", "marian", "torch", "ct2"), device=args.device,
+            kernel=args.kernel, say=say)
     if bench == "vit":
         return models.vit_cases(
             recipe=args.vit_recipe, batch=args.batch or 8,

@@ -1,0 +1,105 @@
+"""CTranslate2 as a decoding peer, in a process of its own.
+
+torch's and CTranslate2's OpenMP pools slow each other down when both live in one
+process (each pool's threads spin while the other works), so the translator runs in a
+child process that imports CTranslate2 and nothing of torch; :class:`Translator`
+hands it a batch and waits for the answer. A call costs the child's decoding plus one
+short line each way on a pipe.
+
+The child is ``python -m zoo.bench.ct2 MODEL_DIR COMPUTE_TYPE THREADS``. It reads one
+JSON job per line (``{"source": [[token, ...], ...]}`` once, then
+``{"beam_size": k, "length": n}``) and answers each with a JSON line (the length of
+every hypothesis made, or ``{"error": ...}``). This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+class Translator:
+    """A CTranslate2 translator of ``model_dir`` in a child process.
+
+    ``compute_type`` is CTranslate2's (``float32``, ``int8``, ``int8_float32``, ...);
+    ``threads`` its intra-op threads."""
+
+    def __init__(self, model_dir: str, compute_type: str = "float32", threads: int = 1) -> None:
+        self.compute_type = compute_type
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "zoo.bench.ct2", str(model_dir), compute_type, str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._ask({"ping": True})  # fails here, with the child's error, if it cannot load
+
+    def _ask(self, job: dict) -> dict:
+        assert self._child.stdin is not None and self._child.stdout is not None
+        try:
+            self._child.stdin.write(json.dumps(job) + "\n")
+            self._child.stdin.flush()
+            line = self._child.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            err = self._child.stderr.read() if self._child.stderr else ""
+            raise RuntimeError(f"the CTranslate2 process ended: {err.strip()[-2000:]}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"CTranslate2: {answer['error']}")
+        return answer
+
+    def set_source(self, source: list[list[str]]) -> None:
+        """The batch every later :meth:`translate` call decodes (token strings)."""
+        self._ask({"source": source})
+
+    def translate(self, beam_size: int, length: int) -> list[int]:
+        """Decode the batch, exactly ``length`` new tokens per sentence (no end token can
+        stop it earlier); returns each hypothesis' length."""
+        return self._ask({"beam_size": beam_size, "length": length})["lengths"]
+
+    def close(self) -> None:
+        """End the child process."""
+        if self._child.poll() is None:
+            try:
+                self._child.stdin.close()  # type: ignore[union-attr]
+                self._child.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._child.kill()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def serve(model_dir: str, compute_type: str, threads: int) -> int:
+    """The child: load the translator, then answer one job per line of stdin."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute_type,
+                                        intra_threads=threads, inter_threads=1)
+    source: list[list[str]] = []
+    for line in sys.stdin:
+        try:
+            job = json.loads(line)
+            if "source" in job:
+                source = job["source"]
+                answer: dict = {"sentences": len(source)}
+            elif "beam_size" in job:
+                n = job["length"]
+                out = translator.translate_batch(
+                    source, beam_size=job["beam_size"], max_decoding_length=n,
+                    min_decoding_length=n, max_batch_size=0, num_hypotheses=1)
+                answer = {"lengths": [len(r.hypotheses[0]) for r in out]}
+            else:
+                answer = {"ready": True}
+        except Exception as exc:  # the parent reports it
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], sys.argv[2], int(sys.argv[3])))
