@@ -93,14 +93,22 @@ def test_bench_train_runs_zoo_and_both_peers_side_by_side(tmp_path):
 
 def test_bench_decode_and_vit(tmp_path):
     _, rows = _bench(tmp_path, "decode", "--batch", "2", "--length", "6", "--new-tokens", "3",
-                     "--vocab", "64")
-    assert {(r["impl"], r["mode"]) for r in rows} == {
-        ("zoo", "greedy"), ("marian", "greedy"), ("torch", "greedy"), ("zoo", "beam4"),
-        ("marian", "beam4")}
+                     "--vocab", "64", "--dtypes", "fp32,int8")
+    assert {(r["impl"], r["mode"], r["dtype"]) for r in rows} == {
+        *((i, m, "fp32") for i in ("zoo", "marian", "ct2") for m in ("greedy", "beam4")),
+        ("torch", "greedy", "fp32"),
+        *((i, m, "int8") for i in ("zoo", "ct2") for m in ("greedy", "beam4"))}
+    ct2 = [r for r in rows if r["impl"] == "ct2"]
+    assert all(r["peak_mib"] is None for r in ct2)  # another process: not measured here
+    zoo_int8 = next(r for r in rows if (r["impl"], r["mode"], r["dtype"]) ==
+                    ("zoo", "greedy", "int8"))
+    ct2_int8 = next(r for r in ct2 if (r["mode"], r["dtype"]) == ("greedy", "int8"))
+    assert ct2_int8["ratio"] == pytest.approx(zoo_int8["throughput"] / ct2_int8["throughput"])
     _, rows = _bench(tmp_path, "vit", "--vit-recipe", "vit-tiny-patch16-224", "--batch", "1",
-                     "--dtypes", "fp32")
-    assert {(r["impl"], r["mode"]) for r in rows} == {
-        (i, m) for i in ("zoo", "timm") for m in ("inference", "train")}
+                     "--dtypes", "fp32,int8")
+    assert {(r["impl"], r["mode"], r["dtype"]) for r in rows} == {
+        *((i, m, "fp32") for i in ("zoo", "timm") for m in ("inference", "train")),
+        ("zoo", "inference", "int8")}
     assert all(r["unit"] == "images/s" for r in rows)
 
 

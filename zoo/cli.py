@@ -346,6 +346,8 @@ def add_translate(sub) -> None:
     p.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--device")
+    p.add_argument("--int8", action="store_true", help="decode with the model quantized to "
+                   "int8 (zoo.quantize: int8 linear layers, CPU)")
     p.set_defaults(func=cmd_translate)
 
 
@@ -357,9 +359,60 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if not hasattr(run.task, "translate"):
         raise SystemExit(f"zoo: the task of {args.run} ({run.recipe.task.name}) does not "
                          "decode text")
-    for line in run.task.translate(run.model, args.text, beam_size=args.beam,
+    model = run.model
+    if args.int8:
+        from .quantization import quantize
+
+        if next(model.parameters()).device.type != "cpu":
+            raise SystemExit("zoo translate: --int8 runs on the CPU; leave out --device")
+        model = quantize(model)
+    for line in run.task.translate(model, args.text, beam_size=args.beam,
                                    max_new_tokens=args.max_new_tokens):
         print(line)
+    return 0
+
+
+# -- zoo export ----------------------------------------------------------------------------------
+def add_export(sub) -> None:
+    """``zoo export SOURCE --format ctranslate2|onnx --out DIR``."""
+    p = sub.add_parser("export", help="export a model or run to CTranslate2 or ONNX "
+                       "(ONNX Runtime)")
+    p.add_argument("source", help="a run folder (runs/translate-de-en), a recipe, "
+                   "local-dir:PATH or hf-hub:OWNER/NAME")
+    p.add_argument("--format", required=True, choices=["ctranslate2", "onnx"])
+    p.add_argument("--out", required=True, help="the folder to write")
+    p.add_argument("--quantization", help="ctranslate2: CTranslate2's weight type (int8, "
+                   "int8_float32, float16, ...); default float32")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override of a recipe (not of a run)")
+    p.add_argument("--pretrained", action="store_true", help="a recipe's published weights")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a run or a model; a run's tokenizer names the CTranslate2 vocabulary."""
+    from .export import export
+    from .training.runs import is_run, load_run
+
+    vocabulary = None
+    if is_run(args.source.removeprefix("local-dir:")):
+        run = load_run(args.source)
+        model = run.model
+        if args.format == "ctranslate2" and hasattr(run.task, "token_strings"):
+            vocabulary = run.task.token_strings(range(model.settings.vocab_size))
+    else:
+        from .builder import build
+
+        model = build(args.source, pretrained=args.pretrained or None, **_parse_sets(args.set))
+    kwargs = {"vocabulary": vocabulary, "quantization": args.quantization} \
+        if args.format == "ctranslate2" else {}
+    if args.format == "onnx" and args.quantization:
+        raise SystemExit("zoo export: --quantization is CTranslate2's; quantize an ONNX "
+                         "graph with onnxruntime.quantization")
+    out = export(model, args.out, args.format, force=args.force, **kwargs)
+    print(f"Exported {args.source} to {out} ({args.format}): "
+          f"{', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0
 
 
@@ -491,8 +544,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 # -- the parser ----------------------------------------------------------------------------------
 COMMANDS = (add_list, add_save, add_push, add_pull, add_components, add_info, add_plugins,
-            add_env, add_train, add_translate, add_plot, add_attention_map, add_plot_positions,
-            add_experiment, add_bench)
+            add_env, add_train, add_translate, add_export, add_plot, add_attention_map,
+            add_plot_positions, add_experiment, add_bench)
 """Each adds one subcommand (its arguments and its handler), in ``zoo --help``'s order."""
 
 

@@ -16,9 +16,17 @@ them.
 
 A quantized model is for inference: it has no gradients to give and is not saved
 (save the fp32 model and quantize after loading).
+
+PyTorch 2.14 marks its quantized tensors (``torch.qint8``), which these kernels take
+their packed weight from, as deprecated in favour of torchao. zoo keeps them, as they
+are the fast path on the CPU today, behind :class:`QuantizedLinear`, whose own buffers
+are plain int8 and float tensors: another kernel can replace them without changing
+what a quantized model holds.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -74,10 +82,12 @@ class QuantizedLinear(nn.Module):
                self.weight_scale._version, torch.backends.quantized.engine)
         cached = self.__dict__.get("_packed_cache")
         if cached is None or cached[0] != key:
-            qweight = torch._make_per_channel_quantized_tensor(
-                self.weight_int8, self.weight_scale.double(),
-                torch.zeros(self.out_features, dtype=torch.long), 0)
-            cached = (key, torch.ops.quantized.linear_prepack(qweight, self.bias))
+            with warnings.catch_warnings():  # torch's notice that these kernels will move
+                warnings.filterwarnings("ignore", message=r".*quantized tensor creation")
+                qweight = torch._make_per_channel_quantized_tensor(
+                    self.weight_int8, self.weight_scale.double(),
+                    torch.zeros(self.out_features, dtype=torch.long), 0)
+                cached = (key, torch.ops.quantized.linear_prepack(qweight, self.bias))
             self.__dict__["_packed_cache"] = cached
         return cached[1]
 

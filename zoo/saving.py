@@ -16,6 +16,7 @@ from torch import nn
 from . import artifact, hub
 from .card import model_card
 from .errors import ArtifactError
+from .quantization import is_quantized
 from .recipe import Recipe
 from .registry import registry
 from .resolver import resolve
@@ -65,6 +66,12 @@ def save_pretrained(
         raise ArtifactError(
             f"save_pretrained saves models built by zoo.build (they carry their recipe as "
             f"`.recipe`); got a {type(model).__name__} without one."
+        )
+    if is_quantized(model):
+        raise ArtifactError(
+            "save_pretrained saves fp32 models; this one is quantized (zoo.quantize). Save "
+            "the model before quantizing it, and quantize after loading: "
+            "zoo.build('local-dir:FOLDER', quantize='int8')."
         )
     train = results = None
     extra: dict[str, Path] = {}

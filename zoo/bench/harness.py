@@ -38,6 +38,9 @@ class Case:
     flops: float | None = None
     """Model FLOPs of one call (counted once, the same for every implementation)."""
     device: str = "cpu"
+    in_process: bool = True
+    """False when the work runs in another process (CTranslate2): its peak memory is not
+    this process's to measure, and is reported as none."""
 
 
 @dataclass
@@ -151,7 +154,7 @@ def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
         with PeakMemory(case.device, restore=True) as peak:
             case.run()
             _sync(case.device)
-        memory[i] = None if peak.peak is None else peak.peak / 2**20
+        memory[i] = None if peak.peak is None or not case.in_process else peak.peak / 2**20
     results = []
     for i, case in enumerate(cases):
         median = statistics.median(times[i])

@@ -132,9 +132,14 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
                                       "tokens/s", flops, device))
             if dtype in translators:
                 translator = translators[dtype]
+                lengths = translator.translate(beams, new_tokens)
+                if set(lengths) != {new_tokens}:  # the same work as the others, or none
+                    raise RuntimeError(f"CTranslate2 made {sorted(set(lengths))} tokens, not "
+                                       f"exactly {new_tokens}")
                 cases.append(Case("decode", "ct2", dtype, mode,
                                   lambda t=translator, b=beams: t.translate(b, new_tokens),
-                                  batch * new_tokens, "tokens/s", flops, device))
+                                  batch * new_tokens, "tokens/s", flops, device,
+                                  in_process=False))
     return cases
 
 

@@ -92,6 +92,15 @@ def peak_line(peaks: dict[str, float], no_bf16: str) -> str:
     return f"{fp32}, bf16: {no_bf16.split(',')[0].split(' (')[0]}{emulated}"
 
 
+def int8_lines(results: list) -> list[str]:
+    """``zoo int8 / zoo fp32``: what quantizing bought, for each bench and mode that has
+    both rows."""
+    zoo = {(r.bench, r.mode, r.dtype): r.throughput for r in results if r.impl == "zoo"}
+    return [f"zoo int8 / zoo fp32, {bench} {mode}: {zoo[(bench, mode, 'int8')] / fp32:.2f}x"
+            for (bench, mode, dtype), fp32 in zoo.items()
+            if dtype == "fp32" and (bench, mode, "int8") in zoo]
+
+
 def main(args) -> int:
     """Run the benches ``args`` asks for and print (and write) the results."""
     import torch
@@ -139,6 +148,8 @@ def main(args) -> int:
     worst = max((r.noise for r in results), default=0.0)
     print(f"noise: the widest spread of one implementation's calls was {worst:.0%}"
           + (f" ({len(noisy)} rows over 15%: treat their ratios with care)" if noisy else ""))
+    for line in int8_lines(results):
+        print(line)
     for r in results:
         if r.bench == "startup":
             target = r.extra.get("target_s")

@@ -1,0 +1,355 @@
+"""Export a zoo model to the engines users deploy on: CTranslate2 and ONNX Runtime.
+
+- ``ctranslate2``: an encoder-decoder (``seq2seq``) model becomes a CTranslate2
+  ``TransformerSpec`` written with CTranslate2's own Python API (``model.bin``,
+  ``config.json`` and the vocabularies), optionally quantized by CTranslate2
+  (``int8``, ...). Only what CTranslate2's Transformer can express is exported:
+  softmax attention with the paper's scale, sinusoidal or learned positions,
+  LayerNorm or RMSNorm, ReLU, GELU or SwiGLU feed-forward, pre- or post-norm. Any
+  other component is refused by name before anything is written.
+- ``onnx``: a ViT becomes ``model.onnx`` (images to logits); a seq2seq model
+  ``encoder.onnx`` (source ids to memory) and ``decoder.onnx`` (target ids, memory,
+  source ids to logits over the whole target, no cache), through ``torch.onnx.export``
+  with the batch and lengths dynamic. ONNX Runtime runs them.
+
+Each format writes ``zoo-export.json`` beside its files: the format, the recipe, and
+how to call what was written. The folder is written beside its destination and
+moved into place, so a failed export leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from .errors import ZooError
+from .files import folder_beside
+from .ops import Linear
+from .quantization import is_quantized
+
+FORMATS = ("ctranslate2", "onnx")
+SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
+"""The names of ids 0-3 (zoo's tasks: padding, start, end, unknown) in a default
+vocabulary."""
+
+
+class ExportError(ZooError, ValueError):
+    """A model an engine cannot express, or an export that cannot be written."""
+
+
+# -- CTranslate2 --------------------------------------------------------------------------------
+CT2_COMPONENTS = {
+    "attention": ("vanilla",),
+    "cross_attention": ("vanilla",),
+    "positional": ("sinusoidal", "learned"),
+    "norm": ("layernorm", "rmsnorm"),
+    "ffn": ("relu", "gelu", "swiglu"),
+    "encoder_block": ("encoder",),
+    "decoder_block": ("decoder",),
+}
+"""For each slot of ``seq2seq``, the components CTranslate2's Transformer expresses
+(the attention kernel is not part of the model: any is fine)."""
+
+
+def default_vocabulary(size: int) -> list[str]:
+    """Token names for a model without a tokenizer: ``<pad> <s> </s> <unk>`` for ids 0-3,
+    then the id itself (``"4"``, ``"5"``, ...)."""
+    return [SPECIALS[i] if i < len(SPECIALS) else str(i) for i in range(size)]
+
+
+def ctranslate2_problems(model: nn.Module) -> list[str]:
+    """Why CTranslate2 cannot run ``model``, one line per reason (empty: it can)."""
+    recipe = getattr(model, "recipe", None)
+    if recipe is None:
+        return ["the model has no recipe (build it with zoo.build)"]
+    if recipe.architecture.name != "seq2seq":
+        return [f"architecture {recipe.architecture.name!r}: CTranslate2's Transformer is the "
+                "encoder-decoder 'seq2seq' (a ViT exports with --format onnx)"]
+    problems = []
+    for slot, allowed in CT2_COMPONENTS.items():
+        ref = recipe.components.get(slot)
+        if ref is not None and ref.name not in allowed:
+            problems.append(f"{slot} {ref.name!r}: CTranslate2 has no such component (it "
+                            f"expresses {slot} {', '.join(repr(a) for a in allowed)})")
+    for slot in ("attention", "cross_attention"):
+        ref = recipe.components.get(slot)
+        if ref is not None and ref.name == "vanilla" and ref.settings.get("scale") is not None:
+            problems.append(f"{slot} scale {ref.settings['scale']}: CTranslate2 scales q·k by "
+                            "1/sqrt(d_k) only")
+    s = recipe.architecture.settings
+    pre = s.get("norm_placement", "post") == "pre"
+    final = s.get("final_norm")
+    if final is True and not pre:
+        problems.append("final_norm with post-norm: CTranslate2 puts a final norm after a "
+                        "pre-norm stack only")
+    return problems
+
+
+def _ct2_linear(spec, *layers: nn.Module) -> None:
+    """Set a CTranslate2 LinearSpec from one layer, or from several fused along the
+    output dimension (the self-attention's q and kv projections)."""
+    spec.weight = torch.cat([m.weight.detach().float() for m in layers], 0).contiguous()
+    if all(m.bias is not None for m in layers):
+        spec.bias = torch.cat([m.bias.detach().float() for m in layers], 0).contiguous()
+
+
+def _ct2_norm(spec, norm: nn.Module) -> None:
+    spec.gamma = norm.weight.detach().float().clone()
+    if getattr(norm, "bias", None) is not None and hasattr(spec, "beta"):
+        spec.beta = norm.bias.detach().float().clone()
+
+
+def _ct2_ffn(spec, ffn: nn.Module, glu: bool) -> None:
+    if glu:
+        _ct2_linear(spec.linear_0, ffn.fc1_g)
+        _ct2_linear(spec.linear_0_noact, ffn.fc1_x)
+    else:
+        _ct2_linear(spec.linear_0, ffn.fc1)
+    _ct2_linear(spec.linear_1, ffn.fc2)
+
+
+def _ct2_positions(model: nn.Module) -> torch.Tensor:
+    """The table CTranslate2 adds to the scaled embeddings (zoo's own values, whatever
+    their layout: sinusoidal's sin/cos interleaving or a learned matrix)."""
+    pos = model.positional
+    table = pos.table if hasattr(pos, "table") else pos.weight
+    return table.detach().float().clone()
+
+
+def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = None,
+                     source_vocabulary: Sequence[str] | None = None, bos_id: int = 1,
+                     eos_id: int = 2, unk_id: int = 3):
+    """The CTranslate2 ``TransformerSpec`` of a ``seq2seq`` model, weights set, not yet
+    saved. ``vocabulary`` names each target id (default :func:`default_vocabulary`);
+    ``source_vocabulary`` the source ids when the model does not share them."""
+    import ctranslate2.specs as specs
+
+    problems = ctranslate2_problems(model)
+    if problems:
+        raise ExportError("this model cannot be exported to CTranslate2:\n  - "
+                          + "\n  - ".join(problems))
+    if is_quantized(model):
+        raise ExportError("export the fp32 model: CTranslate2 quantizes it itself "
+                          "(quantization='int8'), from the full-precision weights")
+    recipe = model.recipe
+    s = model.settings
+    ffn, norm = recipe.components["ffn"], recipe.components["norm"]
+    glu = ffn.name == "swiglu"
+    activation = {"relu": specs.Activation.RELU, "swiglu": specs.Activation.SWISH,
+                  "gelu": (specs.Activation.GELUTanh if ffn.settings.get("approximate") == "tanh"
+                           else specs.Activation.GELU)}[ffn.name]
+    pre = s.norm_placement == "pre"
+    final = pre if s.final_norm is None else s.final_norm
+    spec = specs.TransformerSpec.from_config(
+        (len(model.encoder.layers), len(model.decoder.layers)), s.n_heads, pre_norm=pre,
+        no_final_norm=pre and not final, activation=activation, ffn_glu=glu,
+        rms_norm=norm.name == "rmsnorm")
+    spec.config.layer_norm_epsilon = float(model.encoder.layers[0].norm1.eps) \
+        if model.encoder.layers else float(model.decoder.layers[0].norm1.eps)
+    table = _ct2_positions(model)
+    for side, stack, embed in ((spec.encoder, model.encoder, model.src_embed),
+                               (spec.decoder, model.decoder, model.tgt_embed)):
+        embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
+        embeddings.weight = embed.weight.detach().float().clone()
+        side.scale_embeddings = float(model.embed_scale)
+        side.position_encodings.encodings = table
+        if stack.norm is not None:
+            _ct2_norm(side.layer_norm, stack.norm)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
+        _ct2_linear(layer_spec.self_attention.linear[0], layer.attn.q_proj, layer.attn.kv_proj)
+        _ct2_linear(layer_spec.self_attention.linear[1], layer.attn.out_proj)
+        _ct2_norm(layer_spec.self_attention.layer_norm, layer.norm1)
+        _ct2_ffn(layer_spec.ffn, layer.ffn, glu)
+        _ct2_norm(layer_spec.ffn.layer_norm, layer.norm2)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers):
+        _ct2_linear(layer_spec.self_attention.linear[0], layer.self_attn.q_proj,
+                    layer.self_attn.kv_proj)
+        _ct2_linear(layer_spec.self_attention.linear[1], layer.self_attn.out_proj)
+        _ct2_norm(layer_spec.self_attention.layer_norm, layer.norm1)
+        _ct2_linear(layer_spec.attention.linear[0], layer.cross_attn.q_proj)
+        _ct2_linear(layer_spec.attention.linear[1], layer.cross_attn.kv_proj)
+        _ct2_linear(layer_spec.attention.linear[2], layer.cross_attn.out_proj)
+        _ct2_norm(layer_spec.attention.layer_norm, layer.norm2)
+        _ct2_ffn(layer_spec.ffn, layer.ffn, glu)
+        _ct2_norm(layer_spec.ffn.layer_norm, layer.norm3)
+    _ct2_linear(spec.decoder.projection, model.lm_head)
+
+    target = list(vocabulary) if vocabulary is not None else default_vocabulary(s.vocab_size)
+    source = list(source_vocabulary) if source_vocabulary is not None else (
+        target if model.src_embed is model.tgt_embed
+        else default_vocabulary(model.src_embed.num_embeddings))
+    for name, tokens, size in (("vocabulary", target, s.vocab_size),
+                               ("source vocabulary", source, model.src_embed.num_embeddings)):
+        if len(tokens) != size:
+            raise ExportError(f"the {name} has {len(tokens)} tokens; the model has {size} "
+                              "ids: give one name per id, in id order")
+        if len(set(tokens)) != len(tokens):
+            raise ExportError(f"the {name} names a token twice; CTranslate2 needs each "
+                              "token once")
+    spec.register_source_vocabulary(source)
+    spec.register_target_vocabulary(target)
+    spec.config.bos_token = target[bos_id]
+    spec.config.eos_token = target[eos_id]
+    spec.config.unk_token = target[unk_id]
+    spec.config.decoder_start_token = target[bos_id]
+    return spec
+
+
+def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
+                   quantization: str | None = None, vocabulary: Sequence[str] | None = None,
+                   source_vocabulary: Sequence[str] | None = None, bos_id: int = 1,
+                   eos_id: int = 2, unk_id: int = 3, force: bool = False) -> Path:
+    """Write ``model`` as a CTranslate2 model in ``folder`` (``ctranslate2.Translator``
+    loads it); ``quantization`` is CTranslate2's (``int8``, ``int8_float32``, ...) or None
+    for fp32. Returns the folder."""
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError as exc:
+        raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
+                          "pip install 'zoo-transformers[export]'") from None
+    spec = ctranslate2_spec(model, vocabulary=vocabulary, source_vocabulary=source_vocabulary,
+                            bos_id=bos_id, eos_id=eos_id, unk_id=unk_id)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    with _written(folder, force) as tmp:
+        spec.save(str(tmp))
+        _describe(tmp, model, "ctranslate2", {
+            "quantization": quantization or "float32",
+            "load": "ctranslate2.Translator(FOLDER).translate_batch([[token, ...], ...])",
+            "tokens": {"bos": spec.config.bos_token, "eos": spec.config.eos_token,
+                       "unk": spec.config.unk_token}})
+    return Path(folder)
+
+
+# -- ONNX ---------------------------------------------------------------------------------------
+class _Encoder(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:
+        return self.model.encode(src)
+
+
+class _Decoder(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        return self.model.decode(tgt, memory, self.model.padding_mask(src))
+
+
+@contextlib.contextmanager
+def _plain_ops():
+    """zoo's fast CPU paths (packed oneDNN weights) traced as the plain ops ONNX has."""
+    previous = Linear.fast_inference
+    Linear.fast_inference = False
+    try:
+        yield
+    finally:
+        Linear.fast_inference = previous
+
+
+def _onnx_export(module: nn.Module, args: tuple, path: Path, names: list[str],
+                 output: str, dynamic: dict[str, dict[int, str]], opset: int) -> None:
+    from torch.export import Dim
+
+    dims: dict[str, Any] = {}
+    shapes = {}
+    for name, axes in dynamic.items():
+        shapes[name] = {axis: dims.setdefault(label, Dim(label, min=1, max=4096))
+                        for axis, label in axes.items()}
+    with _plain_ops(), torch.no_grad(), warnings.catch_warnings():
+        # the exporter's note that two inputs share an axis name is what was asked for
+        warnings.filterwarnings("ignore", message=r"# The axis name")
+        torch.onnx.export(module, args, str(path), input_names=names, output_names=[output],
+                          dynamic_shapes=shapes, opset_version=opset, dynamo=True,
+                          external_data=False, verbose=False)
+
+
+def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18,
+            force: bool = False) -> Path:
+    """Write ``model`` as ONNX in ``folder``: ``model.onnx`` for a ViT (``pixel_values`` to
+    ``logits``), ``encoder.onnx`` and ``decoder.onnx`` for a seq2seq model (``src`` to
+    ``memory``; ``tgt``, ``memory``, ``src`` to ``logits``). Returns the folder."""
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as exc:
+        raise ExportError(f"--format onnx needs the onnx and onnxscript packages ({exc}); "
+                          "pip install 'zoo-transformers[export]'") from None
+    recipe = getattr(model, "recipe", None)
+    arch = recipe.architecture.name if recipe is not None else None
+    if arch not in ("vit", "seq2seq"):
+        raise ExportError(f"--format onnx exports 'vit' and 'seq2seq' models; this one is "
+                          f"{arch!r}")
+    if is_quantized(model):
+        raise ExportError("export the fp32 model: ONNX Runtime quantizes an ONNX graph "
+                          "itself (onnxruntime.quantization.quantize_dynamic)")
+    model = model.eval()
+    device = next(model.parameters()).device
+    with _written(folder, force) as tmp:
+        if arch == "vit":
+            s = recipe.architecture.settings
+            x = torch.randn(2, s.get("in_chans", 3), s["image_size"], s["image_size"],
+                            device=device)
+            _onnx_export(model, (x,), tmp / "model.onnx", ["pixel_values"], "logits",
+                         {"images": {0: "batch"}}, opset)
+            calls = {"model.onnx": "pixel_values (B, C, H, W) float32 -> logits (B, classes)"}
+        else:
+            vocab = model.settings.vocab_size
+            src = torch.randint(4, vocab, (2, 7), device=device)
+            tgt = torch.randint(4, vocab, (2, 5), device=device)
+            memory = model.encode(src)
+            _onnx_export(_Encoder(model).eval(), (src,), tmp / "encoder.onnx", ["src"], "memory",
+                         {"src": {0: "batch", 1: "src_len"}}, opset)
+            _onnx_export(_Decoder(model).eval(), (tgt, memory, src), tmp / "decoder.onnx",
+                         ["tgt", "memory", "src"], "logits",
+                         {"tgt": {0: "batch", 1: "tgt_len"},
+                          "memory": {0: "batch", 1: "src_len"},
+                          "src": {0: "batch", 1: "src_len"}}, opset)
+            calls = {"encoder.onnx": "src (B, Ls) int64 -> memory (B, Ls, d)",
+                     "decoder.onnx": "tgt (B, Lt) int64, memory (B, Ls, d), src (B, Ls) int64 "
+                                     "-> logits (B, Lt, vocab); no cache: feed the whole prefix"}
+        _describe(tmp, model, "onnx", {"opset": opset, "files": calls,
+                                       "load": "onnxruntime.InferenceSession(FILE)"})
+    return Path(folder)
+
+
+# -- both ----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _written(folder: str | os.PathLike[str], force: bool):
+    """A temporary folder beside ``folder`` that takes its place when the block succeeds
+    (:func:`zoo.files.folder_beside`); an existing non-empty folder only with ``force``."""
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()) and not force:
+        raise ExportError(f"{folder} exists and is not empty; choose another folder or "
+                          "pass force=True (zoo export --force) to replace it")
+    with folder_beside(folder) as tmp:
+        yield tmp
+
+
+def _describe(folder: Path, model: nn.Module, fmt: str, extra: dict) -> None:
+    from .version import __version__
+
+    recipe = getattr(model, "recipe", None)
+    info = {"format": fmt, "zoo": __version__,
+            "recipe": recipe.model_dump(mode="json") if recipe is not None else None, **extra}
+    (folder / "zoo-export.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def export(model: nn.Module, folder: str | os.PathLike[str], format: str, **kwargs) -> Path:
+    """Export ``model`` to ``folder`` in ``format`` (``ctranslate2`` or ``onnx``); keyword
+    arguments go to :func:`to_ctranslate2` or :func:`to_onnx`."""
+    if format not in FORMATS:
+        raise ExportError(f"unknown export format {format!r}; zoo exports to "
+                          f"{', '.join(FORMATS)}")
+    return (to_ctranslate2 if format == "ctranslate2" else to_onnx)(model, folder, **kwargs)
