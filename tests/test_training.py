@@ -378,6 +378,17 @@ def test_translation_pipeline_learns(tmp_path):
     assert (result.run_dir / "tokenizer.json").exists()
     out = run_zoo("translate", str(result.run_dir), "Was wird jetzt aus uns?", "--beam", "2")
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
+    int8 = run_zoo("translate", str(result.run_dir), "Was wird jetzt aus uns?", "--beam", "2",
+                   "--int8")
+    assert int8.returncode == 0 and int8.stdout.strip(), int8.stderr
+    # ten test sentences for a person to judge: the split's own, and this model's outputs
+    pairs = task.references("test")[:10]
+    assert [(s["source"], s["reference"]) for s in result.samples] == pairs
+    assert [s["output"] for s in result.samples] == task.translate(
+        result.model.eval(), [de for de, _ in pairs])
+    written = (result.run_dir / "samples.md").read_text()
+    assert all(f"- source: {de}" in written and f"- reference: {en}" in written
+               for de, en in pairs)
 
 
 @needs_fashion

@@ -333,6 +333,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if result.metrics:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
         print(f"{result.run_dir}: step {result.step}; test: {shown}")
+    if result.samples:
+        from .training.runs import SAMPLES, format_samples
+
+        print(f"\n{len(result.samples)} test samples (also in {result.run_dir / SAMPLES}):\n")
+        print(format_samples(result.samples))
     return 0
 
 

@@ -181,6 +181,14 @@ class TranslateDeEn(Seq2SeqTask):
         self.prepare()
         return self._splits[split]
 
+    def samples(self, model, n: int = 10, device=None) -> list[dict[str, str]]:
+        """The first ``n`` test sentences: German source, English reference, and the model's
+        translation (the test beam), for a person to judge."""
+        pairs = self.references("test")[:n]
+        outputs = self.translate(model, [de for de, _ in pairs], device=device)
+        return [{"source": de, "reference": en, "output": out}
+                for (de, en), out in zip(pairs, outputs)]
+
     # -- metrics ----------------------------------------------------------------------------------
     @property
     def default_beam(self) -> int:

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,8 @@ class RunResult:
     model: Any
     task: Any
     interrupted: bool = False
+    samples: list[dict[str, str]] = field(default_factory=list)
+    """Test inputs, references and outputs (tasks with ``samples``; also in samples.md)."""
 
 
 class Interrupted(Exception):
@@ -593,16 +595,23 @@ class Trainer:
         """The last checkpoint, the test metrics, the final weights and ``results.json``."""
         self.save()
         metrics: dict[str, float] = {}
+        samples: list[dict[str, str]] = []
         if self.dist.main:
             metrics = self.evaluate("test")
             seconds = self.seconds()
+            if hasattr(self.task, "samples"):
+                self.model.eval()
+                samples = self.task.samples(self.model, device=self.device)
+                self.model.train()
+                self.folder.write_samples(samples)
             self.log.write({"step": self.step, "epoch": self.epoch, "split": "test", **metrics})
             self.folder.write_final(self.model, {
                 "recipe": self.recipe.name, "step": self.step, "epochs": self.epoch,
                 "seconds": round(seconds, 1), "stopped_early": self.stopped_early,
                 "metric": self.task.metric, "test": metrics})
         self.dist.barrier()
-        return RunResult(self.folder.path, self.step, metrics, self.model, self.task)
+        return RunResult(self.folder.path, self.step, metrics, self.model, self.task,
+                         samples=samples)
 
     def _say(self, message: str) -> None:
         """One line above the progress bar (nothing without one)."""

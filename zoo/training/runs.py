@@ -34,6 +34,9 @@ WEIGHTS = WEIGHTS_NAME
 """``model.safetensors``: the final weights."""
 RESULTS = artifact.RESULTS_NAME
 """``results.json``: the test metrics, steps and seconds."""
+SAMPLES = "samples.md"
+"""Test inputs, their references and the model's outputs, for a person to judge (tasks
+that have ``samples``)."""
 METRICS = "metrics.jsonl"
 """One JSON object per log line (train, valid and test rows)."""
 TENSORBOARD = "tensorboard"
@@ -133,6 +136,22 @@ class RunFolder:
         """Write the final weights, then ``results.json`` (each atomically)."""
         atomic_write(self.path / WEIGHTS, lambda tmp: artifact.save_weights_file(model, tmp))
         atomic_write_text(self.path / RESULTS, json.dumps(results, indent=2) + "\n")
+
+
+    def write_samples(self, rows: list[dict[str, str]]) -> None:
+        """Write ``samples.md``: one block per sample, each of its fields on a line."""
+        blocks = []
+        for i, row in enumerate(rows, 1):
+            blocks.append(f"{i}.\n" + "".join(f"    - {k}: {v}\n" for k, v in row.items()))
+        atomic_write_text(self.path / SAMPLES, "# Samples from the test split\n\n"
+                          + "\n".join(blocks))
+
+
+def format_samples(rows: list[dict[str, str]]) -> str:
+    """Samples as text for a terminal: each sample's fields, one per line."""
+    width = max((len(k) for row in rows for k in row), default=0)
+    return "\n\n".join("\n".join(f"{k.rjust(width)}: {v}" for k, v in row.items())
+                       for row in rows)
 
 
 def build_task(recipe: TrainRecipe, run_dir: Path | None) -> Task:

@@ -1,0 +1,183 @@
+"""zoo's translate-de-en beside a reference trainer on the same work: Hugging Face
+``MarianMTModel`` trained by ``transformers``' own ``Seq2SeqTrainer``.
+
+    .venv/bin/python benchmarks/translate_reference.py                 # 30 minutes each
+    .venv/bin/python benchmarks/translate_reference.py --minutes 1 --test-limit 50
+
+Both sides get, one after the other, the whole machine for the same wall-clock
+budget of training (``--minutes``), and the same:
+
+- data: the task's fixed train/valid/test split of Debian's trans-de-en sentences,
+  and the pairs zoo trains on (longer ones left out alike);
+- tokenizer: the BPE vocabulary zoo's run trains on the training split (the reference
+  reads zoo's ``tokenizer.json``, so token ids are the same);
+- model: a ``MarianConfig`` equal to the recipe's model (``zoo.bench.peers.marian``:
+  sizes, ReLU, sinusoidal positions, shared and tied embeddings, post-norm, dropout,
+  attention and activation dropout);
+- optimisation: the recipe's (AdamW with its betas, eps and weight decay; inverse
+  square-root schedule with its warmup; label smoothing; gradient clipping; batch
+  size), as ``Seq2SeqTrainingArguments``;
+- evaluation: test-split BLEU and chrF by sacreBLEU on detokenised text, beam 4,
+  at most ``2 * source length + 10`` new tokens.
+
+zoo's budget is its run's ``time_limit_minutes`` (its validations count in it); the
+reference's is a ``TrainerCallback`` that stops training at the budget (it validates
+nothing). The last lines print both rows side by side; ``--json`` writes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import zoo
+from zoo.training.runs import load_run
+
+
+def zoo_side(minutes: float, out: Path, test_limit: int | None, overrides: dict) -> dict:
+    """Train the recipe for ``minutes``; its run folder's test metrics."""
+    start = time.perf_counter()
+    sets = {"train.time_limit_minutes": minutes, **overrides}
+    if test_limit:
+        sets["train.eval_limit"] = min(test_limit, 300)
+    result = zoo.train("translate-de-en", overrides=sets, run_dir=out, progress=False)
+    metrics = dict(result.metrics)
+    if test_limit:  # the smoke run scores the same sentences as the reference
+        metrics = result.task.evaluate(result.model.eval(), "test", limit=test_limit)
+    return {"impl": "zoo", "steps": result.step, "seconds": time.perf_counter() - start,
+            "bleu": metrics["bleu"], "chrf": metrics["chrf"]}
+
+
+SCHEDULES = {"inverse-sqrt": "inverse_sqrt", "cosine": "cosine",
+             "constant": "constant_with_warmup"}
+"""zoo's schedule names and transformers' for the same curve."""
+
+
+def _schedule(name: str) -> str:
+    if name not in SCHEDULES:
+        raise SystemExit(f"translate_reference: the reference has no schedule like zoo's "
+                         f"{name!r}; use one of {', '.join(SCHEDULES)}")
+    return SCHEDULES[name]
+
+
+class _Pairs(torch.utils.data.Dataset):
+    def __init__(self, items) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        src, tgt = self.items[i]
+        return {"src": src, "tgt": tgt}
+
+
+def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | None) -> dict:
+    """MarianMTModel with Seq2SeqTrainer for ``minutes``, on zoo's run's data and
+    tokenizer; test BLEU with beam 4."""
+    import sacrebleu
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
+
+    from zoo.bench.peers import marian
+
+    run = load_run(run_dir)
+    recipe, task = run.recipe, run.task
+    torch.manual_seed(recipe.seed)
+    peer = marian(run.model).model  # a fresh MarianMTModel of the run's model's sizes
+    pad, bos, eos = task.pad_id, task.bos_id, task.eos_id
+
+    def collate(batch: list[dict]) -> dict:
+        width = max(len(b["src"]) for b in batch)
+        tw = max(len(b["tgt"]) for b in batch) + 1
+        ids = torch.full((len(batch), width), pad)
+        labels = torch.full((len(batch), tw), -100)
+        for i, b in enumerate(batch):
+            ids[i, : len(b["src"])] = torch.tensor(b["src"])
+            labels[i, : len(b["tgt"]) + 1] = torch.tensor([*b["tgt"], eos])
+        return {"input_ids": ids, "attention_mask": ids.ne(pad).long(), "labels": labels}
+
+    budget = minutes * 60
+
+    class Budget(TrainerCallback):
+        started = 0.0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            Budget.started = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.perf_counter() - Budget.started >= budget:
+                control.should_training_stop = True
+
+    opt = recipe.optimizer
+    smoothing = (recipe.loss.settings or {}).get("label_smoothing", 0.0) \
+        if recipe.loss.name == "cross-entropy" else 0.0
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(out), per_device_train_batch_size=recipe.batch_size,
+        learning_rate=opt.lr, adam_beta1=opt.betas[0], adam_beta2=opt.betas[1],
+        adam_epsilon=opt.eps, weight_decay=opt.weight_decay, optim="adamw_torch",
+        lr_scheduler_type=_schedule(recipe.schedule.name), warmup_steps=recipe.schedule.warmup_steps or 0,
+        label_smoothing_factor=smoothing, max_grad_norm=recipe.clip_norm or 0.0,
+        num_train_epochs=recipe.epochs or 1, max_steps=recipe.steps or -1,
+        save_strategy="no", eval_strategy="no",
+        logging_steps=50, report_to=[], use_cpu=True, seed=recipe.seed,
+        dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
+    trainer = Seq2SeqTrainer(model=peer, args=args, train_dataset=_Pairs(task.dataset("train")),
+                             data_collator=collate, callbacks=[Budget()])
+    start = time.perf_counter()
+    state = trainer.train()
+    trained = time.perf_counter() - start
+
+    peer.eval()
+    pairs = task.references("test")[:test_limit]
+    hyps = []
+    with torch.no_grad():
+        for i in range(0, len(pairs), 64):
+            chunk = pairs[i:i + 64]
+            src = task.collate([(task.parse_input(de), []) for de, _ in chunk])["src"]
+            ids = peer.generate(input_ids=src, attention_mask=src.ne(pad), num_beams=4,
+                                max_new_tokens=task.decode_limit(src), decoder_start_token_id=bos,
+                                eos_token_id=eos, pad_token_id=pad, early_stopping=True)
+            hyps += [task.render_output(row) for row in ids]
+    refs = [en for _, en in pairs]
+    return {"impl": "Marian + Seq2SeqTrainer", "steps": state.global_step, "seconds": trained,
+            "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
+            "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score}
+
+
+def table(rows: list[dict], minutes: float) -> str:
+    lines = [f"translate-de-en, {minutes:g} minutes of training each, test split, beam 4:",
+             "| trainer | steps | seconds | BLEU | chrF |", "|---|---|---|---|---|"]
+    lines += [f"| {r['impl']} | {r['steps']} | {r['seconds']:.0f} | {r['bleu']:.2f} | "
+              f"{r['chrf']:.2f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0,
+                        help="training budget of each side (default 30)")
+    parser.add_argument("--out", default="runs/reference", help="folder of both runs")
+    parser.add_argument("--test-limit", type=int, help="score only this many test sentences "
+                        "(smoke runs)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of zoo's recipe (the reference follows it)")
+    parser.add_argument("--json", metavar="OUT", help="write both rows as JSON")
+    args = parser.parse_args(argv)
+    from zoo.cli import _parse_sets
+
+    out = Path(args.out)
+    rows = [zoo_side(args.minutes, out / "zoo", args.test_limit, _parse_sets(args.set))]
+    print(table(rows, args.minutes), flush=True)
+    rows.append(reference_side(out / "zoo", args.minutes, out / "reference", args.test_limit))
+    print(table(rows, args.minutes))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
