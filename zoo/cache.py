@@ -107,9 +107,7 @@ class KVCache:
             if self.fixed:
                 self.ungroup()
                 self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
-            elif self._reorder_moved(index):
-                pass
-            else:
+            elif not self._reorder_moved(index):
                 spare_k, spare_v = self.__dict__.pop("_spare", (None, None))
                 shape = (index.numel(), *self._k.shape[1:])
                 if spare_k is None or spare_k.shape != shape:
