@@ -464,3 +464,44 @@ def test_bf16_autocast_loss_after_300_steps_is_within_2_percent_of_fp32(tmp_path
                                  if r["step"] == 300)
     assert losses["fp32"] > 3.0  # still learning: a comparison that can tell runs apart
     assert abs(losses["bf16"] - losses["fp32"]) <= 0.02 * losses["fp32"], losses
+
+
+@needs_trans
+def test_word_dropout_drops_whole_source_words_at_its_rate():
+    from zoo.plugins.tasks.translate import PAD, TranslateDeEn, TranslateSettings
+
+    task = TranslateDeEn(TranslateSettings(max_train=2000, vocab_size=600, word_dropout=0.3))
+    task.prepare()
+    src = task.collate(task.dataset("train")[:64])["src"]
+    starts = task.word_starts()
+    dropped = kept = 0
+    torch.manual_seed(0)
+    for _ in range(20):
+        out = task.drop_words(src, 0.3)
+        for row, new in zip(src.tolist(), out.tolist()):
+            words, current = [], []
+            for i, token in enumerate(row):  # the words, written out token by token
+                if token == PAD:
+                    continue
+                if starts[token] and current:
+                    words.append(current)
+                    current = []
+                current.append(i)
+            words.append(current)
+            states = [{new[i] == PAD for i in word} for word in words]
+            assert all(len(s) == 1 for s in states)  # a word goes whole or stays whole
+            assert any(s == {False} for s in states)  # at least one word stays
+            assert all(new[i] == row[i] for word in words for i in word if new[i] != PAD)
+            dropped += sum(s == {True} for s in states)
+            kept += sum(s == {False} for s in states)
+    assert abs(dropped / (dropped + kept) - 0.3) < 0.03
+    # only in training: evaluation sees every word
+    model = zoo.build("transformer-tiny", vocab_size=600, dropout=0.0).eval()
+    batch = task.collate(task.dataset("train")[:8])
+    ce = lambda logits, target, ignore_index: torch.nn.functional.cross_entropy(  # noqa: E731
+        logits, target, ignore_index=ignore_index)
+    with torch.no_grad():
+        plain = torch.nn.functional.cross_entropy(
+            model(batch["src"], batch["tgt_in"]).flatten(0, 1), batch["tgt_out"].flatten(),
+            ignore_index=PAD)
+        assert torch.equal(task.loss(model, batch, ce)[0], plain)

@@ -76,6 +76,10 @@ class TranslateSettings(BaseModel):
     """Beam for the test-set BLEU (1: greedy)."""
     split_seed: int = 1234
     """The train/valid/test split's seed: fixed, so runs are comparable."""
+    word_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """In training, each source word (all its BPE pieces) is dropped with this
+    probability (Sennrich & Zhang 2019, sec. 3.2; Gal & Ghahramani 2016): its tokens
+    become padding, which attention skips. A sentence keeps at least one word."""
 
 
 class TranslateDeEn(Seq2SeqTask):
@@ -90,6 +94,7 @@ class TranslateDeEn(Seq2SeqTask):
         self.tokenizer = None
         self._splits: dict[str, list[tuple[str, str]]] = {}
         self._encoded: dict[str, list] = {}
+        self._word_starts: torch.Tensor | None = None
 
     # -- data -------------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -180,6 +185,38 @@ class TranslateDeEn(Seq2SeqTask):
     def references(self, split: str) -> list[tuple[str, str]]:
         self.prepare()
         return self._splits[split]
+
+    # -- training ---------------------------------------------------------------------------------
+    def word_starts(self) -> torch.Tensor:
+        """(vocab,) True for each token that begins a word (Metaspace's ``▁``) and for the
+        special tokens."""
+        if self._word_starts is None:
+            self._ensure_tokenizer()
+            vocab = self.tokenizer.get_vocab_size()
+            starts = torch.zeros(vocab, dtype=torch.bool)
+            for i in range(vocab):
+                token = self.tokenizer.id_to_token(i)
+                starts[i] = token is None or token.startswith("\u2581") or token in SPECIALS
+            self._word_starts = starts
+        return self._word_starts
+
+    def drop_words(self, src: torch.Tensor, p: float) -> torch.Tensor:
+        """``src`` (B, L) with each word dropped (its tokens made padding) with probability
+        ``p``: one draw per word from torch's global generator (seeded and checkpointed by
+        the training loop). A sentence whose every word is drawn is left whole."""
+        starts = self.word_starts().to(src.device)[src]
+        word = starts.long().cumsum(1)  # each token's word, counted from 1
+        drawn = torch.rand(src.shape[0], src.shape[1] + 1, device=src.device) < p
+        drop = drawn.gather(1, word) & src.ne(PAD)
+        emptied = (src.ne(PAD) & ~drop).sum(1) == 0
+        drop &= ~emptied[:, None]
+        return src.masked_fill(drop, PAD)
+
+    def loss(self, model, batch: dict, criterion):
+        p = self.settings.word_dropout
+        if model.training and p > 0.0:
+            batch = {**batch, "src": self.drop_words(batch["src"], p)}
+        return super().loss(model, batch, criterion)
 
     def samples(self, model, n: int = 10, device=None) -> list[dict[str, str]]:
         """The first ``n`` test sentences: German source, English reference, and the model's
