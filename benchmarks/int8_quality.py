@@ -47,6 +47,68 @@ def greedy_agreement(task, fp32, int8, batch_size: int = 64) -> tuple[float, int
     return same / max(total, 1), total
 
 
+def _greedy_ids(task, model, batch_size: int = 64) -> list[list[int]]:
+    """Greedy outputs of the whole test split, each up to (without) its end token."""
+    from zoo.plugin import greedy
+
+    out = []
+    pairs = task.references("test")
+    for start in range(0, len(pairs), batch_size):
+        src = task.collate([(task.parse_input(de), []) for de, _ in
+                            pairs[start:start + batch_size]])["src"]
+        ids = greedy(model, src, max_new_tokens=task.decode_limit(src), bos_id=task.bos_id,
+                     eos_id=task.eos_id)
+        out += [row[: row.index(task.eos_id)] if task.eos_id in row else row
+                for row in ids.tolist()]
+    return out
+
+
+def _agreement(a: list[list[int]], b: list[list[int]], eos: int) -> float:
+    same = total = 0
+    for x, y in zip(a, b):
+        x, y = [*x, eos], [*y, eos]
+        same += sum(1 for i, j in zip(x, y) if i == j)
+        total += max(len(x), len(y))
+    return same / max(total, 1)
+
+
+def references_for_int8(run) -> list[str]:
+    """What bounds int8's agreement on this model: the weights' rounding alone (int8
+    weights, fp32 activations and products), and CTranslate2's own int8 and fp32 on the
+    same weights (``zoo export --format ctranslate2``), each against zoo's fp32."""
+    import tempfile
+
+    import ctranslate2
+
+    from zoo import quantization
+    from zoo.export import to_ctranslate2
+
+    task, fp32 = run.task, run.model.eval()
+    ours = _greedy_ids(task, fp32)
+    rows = []
+    weight_only = zoo.quantize(copy.deepcopy(fp32))
+    for layer in weight_only.modules():
+        if isinstance(layer, quantization.QuantizedLinear):
+            layer.forward = (lambda x, layer=layer: torch.nn.functional.linear(
+                x, layer.dequantized_weight(), layer.bias))
+    rows.append(("zoo, int8 weights only (fp32 activations)",
+                 _agreement(ours, _greedy_ids(task, weight_only), task.eos_id)))
+    vocab = task.token_strings(range(fp32.settings.vocab_size))
+    sources = [[vocab[i] for i in task.parse_input(de)] for de, _ in task.references("test")]
+    with tempfile.TemporaryDirectory() as folder:
+        for quant in (None, "int8"):
+            path = f"{folder}/{quant}"
+            to_ctranslate2(fp32, path, vocabulary=vocab, quantization=quant)
+            translator = ctranslate2.Translator(path, intra_threads=torch.get_num_threads())
+            results = translator.translate_batch(sources, beam_size=1, max_batch_size=64,
+                                                 max_decoding_length=3 * 64)
+            theirs = [[task.tokenizer.token_to_id(t) for t in r.hypotheses[0]] for r in results]
+            rows.append((f"CTranslate2 {quant or 'fp32'} (zoo export)",
+                         _agreement(ours, theirs, task.eos_id)))
+    return ["| greedy tokens identical to zoo fp32 | share |", "|---|---|",
+            *(f"| {name} | {share:.2%} |" for name, share in rows)]
+
+
 def translation(run_dir: str) -> list[str]:
     run = load_run(run_dir)
     fp32 = run.model.eval()
@@ -61,8 +123,8 @@ def translation(run_dir: str) -> list[str]:
            f"{run.task.default_beam}) |", "|---|---|---|---|"]
     out += [f"| {n} | {b:.2f} | {c:.2f} | {s:.1f} |" for n, b, c, s in rows]
     out.append(f"\nBLEU int8 − fp32: {rows[1][1] - rows[0][1]:+.2f}; greedy tokens identical: "
-               f"{agree:.2%} of {tokens}")
-    return out
+               f"{agree:.2%} of {tokens}\n")
+    return out + references_for_int8(run)
 
 
 def vit(run_dir: str) -> list[str]:

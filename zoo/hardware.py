@@ -38,6 +38,9 @@ class CPU:
     """Threads torch uses for intra-op parallelism."""
     flags: tuple[str, ...] = field(default=(), repr=False)
     """The CPU flags zoo looked at, as the system reports them."""
+    vnni: bool = False
+    """int8 dot products that sum into int32 (AVX512-VNNI or AVX-VNNI): int8 products
+    of full 8-bit activations cannot saturate (``zoo.quantize``)."""
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,12 @@ def detect_cpu() -> CPU:
         cores = os.cpu_count() or 1
     name = info.get("model name") or info.get("Model") or platform.processor() or \
         platform.machine()
-    looked_at = sorted(f for f in flags if "bf16" in f or f.startswith(("amx", "avx512f", "avx2")))
+    vnni = "avx512_vnni" in flags or "avx_vnni" in flags or "avx512vnni" in flags
+    looked_at = sorted(f for f in flags if "bf16" in f or "vnni" in f
+                       or f.startswith(("amx", "avx512f", "avx2")))
     return CPU(name=name, capability=torch.backends.cpu.get_cpu_capability(), bf16=bf16,
-               amx=amx, cores=cores, threads=torch.get_num_threads(), flags=tuple(looked_at))
+               amx=amx, cores=cores, threads=torch.get_num_threads(), flags=tuple(looked_at),
+               vnni=vnni)
 
 
 def detect_gpus() -> tuple[GPU, ...]:
