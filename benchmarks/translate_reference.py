@@ -95,10 +95,15 @@ def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | N
         tw = max(len(b["tgt"]) for b in batch) + 1
         ids = torch.full((len(batch), width), pad)
         labels = torch.full((len(batch), tw), -100)
+        decoder = torch.full((len(batch), tw), pad)
         for i, b in enumerate(batch):
             ids[i, : len(b["src"])] = torch.tensor(b["src"])
             labels[i, : len(b["tgt"]) + 1] = torch.tensor([*b["tgt"], eos])
-        return {"input_ids": ids, "attention_mask": ids.ne(pad).long(), "labels": labels}
+            decoder[i, : len(b["tgt"]) + 1] = torch.tensor([bos, *b["tgt"]])
+        # the decoder's inputs made here, as DataCollatorForSeq2Seq does: with label
+        # smoothing the Trainer takes the labels away before calling the model
+        return {"input_ids": ids, "attention_mask": ids.ne(pad).long(),
+                "decoder_input_ids": decoder, "labels": labels}
 
     budget = minutes * 60
 
