@@ -171,13 +171,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an override of zoo's recipe (the reference follows it)")
     parser.add_argument("--json", metavar="OUT", help="write both rows as JSON")
+    parser.add_argument("--zoo-run", metavar="RUN", help="a finished translate-de-en run "
+                        "(same budget, same machine) to compare with, instead of training zoo "
+                        "again; its results.json gives zoo's row")
     args = parser.parse_args(argv)
     from zoo.cli import _parse_sets
 
     out = Path(args.out)
-    rows = [zoo_side(args.minutes, out / "zoo", args.test_limit, _parse_sets(args.set))]
+    if args.zoo_run:
+        zoo_dir = Path(args.zoo_run)
+        results = json.loads((zoo_dir / "results.json").read_text())
+        rows = [{"impl": "zoo", "steps": results["step"], "seconds": results["seconds"],
+                 "bleu": results["test"]["bleu"], "chrf": results["test"]["chrf"]}]
+    else:
+        zoo_dir = out / "zoo"
+        rows = [zoo_side(args.minutes, zoo_dir, args.test_limit, _parse_sets(args.set))]
     print(table(rows, args.minutes), flush=True)
-    rows.append(reference_side(out / "zoo", args.minutes, out / "reference", args.test_limit))
+    rows.append(reference_side(zoo_dir, args.minutes, out / "reference", args.test_limit))
     print(table(rows, args.minutes))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
