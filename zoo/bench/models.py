@@ -114,6 +114,10 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     translators = _ct2_translators(models, src, dtypes, device, say) if "ct2" in impls else {}
     if "marian" not in impls:
         models.pop("marian", None)
+    if "int8" in dtypes and torch.device(device).type != "cpu":
+        dtypes = tuple(d for d in dtypes if d != "int8")
+        if say:
+            say("decode int8 skipped: zoo's int8 kernels run on the CPU")
     variants = {("zoo", "int8"): zoo.quantize(copy.deepcopy(model))} if "int8" in dtypes \
         else {}
     cases = []
@@ -230,6 +234,10 @@ def vit_cases(*, recipe: str = "vit-small-patch16-224", batch: int = 8,
     x = torch.randn(batch, s.get("in_chans", 3), s["image_size"], s["image_size"],
                     device=device)
     y = torch.randint(0, s["num_classes"], (batch,), device=device)
+    if "int8" in dtypes and torch.device(device).type != "cpu":
+        dtypes = tuple(d for d in dtypes if d != "int8")
+        if say:
+            say("vit int8 skipped: zoo's int8 kernels run on the CPU")
     quantized = zoo.quantize(copy.deepcopy(model)) if "int8" in dtypes else None
     cases = []
     for mode in modes:
