@@ -64,18 +64,6 @@ def _schedule(name: str) -> str:
     return SCHEDULES[name]
 
 
-class _Pairs(torch.utils.data.Dataset):
-    def __init__(self, items) -> None:
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> dict:
-        src, tgt = self.items[i]
-        return {"src": src, "tgt": tgt}
-
-
 def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | None) -> dict:
     """MarianMTModel with Seq2SeqTrainer for ``minutes``, on zoo's run's data and
     tokenizer; test BLEU with beam 4."""
@@ -90,20 +78,14 @@ def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | N
     peer = marian(run.model).model  # a fresh MarianMTModel of the run's model's sizes
     pad, bos, eos = task.pad_id, task.bos_id, task.eos_id
 
-    def collate(batch: list[dict]) -> dict:
-        width = max(len(b["src"]) for b in batch)
-        tw = max(len(b["tgt"]) for b in batch) + 1
-        ids = torch.full((len(batch), width), pad)
-        labels = torch.full((len(batch), tw), -100)
-        decoder = torch.full((len(batch), tw), pad)
-        for i, b in enumerate(batch):
-            ids[i, : len(b["src"])] = torch.tensor(b["src"])
-            labels[i, : len(b["tgt"]) + 1] = torch.tensor([*b["tgt"], eos])
-            decoder[i, : len(b["tgt"]) + 1] = torch.tensor([bos, *b["tgt"]])
-        # the decoder's inputs made here, as DataCollatorForSeq2Seq does: with label
+    def collate(items: list[tuple[list[int], list[int]]]) -> dict:
+        # the task's own batches: the decoder reads BOS + target and predicts target + EOS.
+        # The decoder's inputs are given, as DataCollatorForSeq2Seq does: with label
         # smoothing the Trainer takes the labels away before calling the model
-        return {"input_ids": ids, "attention_mask": ids.ne(pad).long(),
-                "decoder_input_ids": decoder, "labels": labels}
+        batch = task.collate(items)
+        return {"input_ids": batch["src"], "attention_mask": batch["src"].ne(pad).long(),
+                "decoder_input_ids": batch["tgt_in"],
+                "labels": batch["tgt_out"].masked_fill(batch["tgt_out"].eq(pad), -100)}
 
     budget = minutes * 60
 
@@ -130,7 +112,7 @@ def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | N
         save_strategy="no", eval_strategy="no",
         logging_steps=50, report_to=[], use_cpu=True, seed=recipe.seed,
         dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
-    trainer = Seq2SeqTrainer(model=peer, args=args, train_dataset=_Pairs(task.dataset("train")),
+    trainer = Seq2SeqTrainer(model=peer, args=args, train_dataset=task.dataset("train"),
                              data_collator=collate, callbacks=[Budget()])
     start = time.perf_counter()
     state = trainer.train()

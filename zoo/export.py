@@ -31,7 +31,7 @@ from torch import nn
 
 from .errors import ZooError
 from .files import folder_beside
-from .ops import Linear
+from .ops import plain_linears
 from .quantization import is_quantized
 
 FORMATS = ("ctranslate2", "onnx")
@@ -247,17 +247,6 @@ class _Decoder(nn.Module):
         return self.model.decode(tgt, memory, self.model.padding_mask(src))
 
 
-@contextlib.contextmanager
-def _plain_ops():
-    """zoo's fast CPU paths (packed oneDNN weights) traced as the plain ops ONNX has."""
-    previous = Linear.fast_inference
-    Linear.fast_inference = False
-    try:
-        yield
-    finally:
-        Linear.fast_inference = previous
-
-
 def _onnx_export(module: nn.Module, args: tuple, path: Path, names: list[str],
                  output: str, dynamic: dict[str, dict[int, str]], opset: int) -> None:
     from torch.export import Dim
@@ -267,7 +256,7 @@ def _onnx_export(module: nn.Module, args: tuple, path: Path, names: list[str],
     for name, axes in dynamic.items():
         shapes[name] = {axis: dims.setdefault(label, Dim(label, min=1, max=4096))
                         for axis, label in axes.items()}
-    with _plain_ops(), torch.no_grad(), warnings.catch_warnings():
+    with plain_linears(), torch.no_grad(), warnings.catch_warnings():
         # the exporter's note that two inputs share an axis name is what was asked for
         warnings.filterwarnings("ignore", message=r"# The axis name")
         torch.onnx.export(module, args, str(path), input_names=names, output_names=[output],

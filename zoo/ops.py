@@ -10,6 +10,8 @@ than ``F.linear`` without gradients (the small row counts of decoding gain most)
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -177,3 +179,15 @@ class Linear(nn.Linear):
         """Switch mode; the packed weight is dropped (it is made again when needed)."""
         self.__dict__.pop("_packed_cache", None)
         return super().train(mode)
+
+
+@contextlib.contextmanager
+def plain_linears():
+    """Every :class:`Linear` multiplies through ``F.linear`` inside the block: the plain
+    aten products that FLOP counters and exporters see (not oneDNN's packed ones)."""
+    previous = Linear.fast_inference
+    Linear.fast_inference = False
+    try:
+        yield
+    finally:
+        Linear.fast_inference = previous

@@ -109,15 +109,10 @@ def count_flops(fn: Callable[[], object]) -> float:
     """FLOPs of one call, as torch's FlopCounterMode counts them (matmuls, attention)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..ops import Linear
+    from ..ops import plain_linears
 
-    previous = Linear.fast_inference
-    Linear.fast_inference = False  # the counter sees aten's matmuls, not oneDNN's
-    try:
-        with FlopCounterMode(display=False) as counter:
-            fn()
-    finally:
-        Linear.fast_inference = previous
+    with plain_linears(), FlopCounterMode(display=False) as counter:
+        fn()  # the counter sees aten's matmuls, not oneDNN's
     return float(counter.get_total_flops())
 
 
