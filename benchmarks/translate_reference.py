@@ -14,9 +14,12 @@ budget of training (``--minutes``), and the same:
 - model: a ``MarianConfig`` equal to the recipe's model (``zoo.bench.peers.marian``:
   sizes, ReLU, sinusoidal positions, shared and tied embeddings, post-norm, dropout,
   attention and activation dropout);
-- optimisation: the recipe's (AdamW with its betas, eps and weight decay; inverse
-  square-root schedule with its warmup; label smoothing; gradient clipping; batch
-  size), as ``Seq2SeqTrainingArguments``;
+- optimisation: the recipe's (AdamW with its betas, eps and weight decay; its
+  schedule with its warmup, a cosine over time becoming transformers' cosine over
+  the steps zoo's run made; label smoothing; gradient clipping; batch size), as
+  ``Seq2SeqTrainingArguments``. What ``Seq2SeqTrainer`` has no setting for (word
+  dropout, averaged or best-validation checkpoints) zoo's side keeps and the
+  reference does without;
 - evaluation: test-split BLEU and chrF by sacreBLEU on detokenised text, beam 4,
   at most ``2 * source length + 10`` new tokens.
 
@@ -64,9 +67,19 @@ def _schedule(name: str) -> str:
     return SCHEDULES[name]
 
 
-def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | None) -> dict:
+def _scheduler(spec) -> dict:
+    """``Seq2SeqTrainingArguments``' scheduler settings for zoo's schedule."""
+    if spec.name == "cosine" and spec.min_lr_ratio:
+        return {"lr_scheduler_type": "cosine_with_min_lr",
+                "lr_scheduler_kwargs": {"min_lr_rate": spec.min_lr_ratio}}
+    return {"lr_scheduler_type": _schedule(spec.name)}
+
+
+def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | None,
+                   zoo_steps: int) -> dict:
     """MarianMTModel with Seq2SeqTrainer for ``minutes``, on zoo's run's data and
-    tokenizer; test BLEU with beam 4."""
+    tokenizer; test BLEU with beam 4. A zoo schedule over time (a cosine that ends with
+    the clock) is, for the reference, transformers' cosine over the steps zoo made."""
     import sacrebleu
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 
@@ -106,9 +119,10 @@ def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | N
         output_dir=str(out), per_device_train_batch_size=recipe.batch_size,
         learning_rate=opt.lr, adam_beta1=opt.betas[0], adam_beta2=opt.betas[1],
         adam_epsilon=opt.eps, weight_decay=opt.weight_decay, optim="adamw_torch",
-        lr_scheduler_type=_schedule(recipe.schedule.name), warmup_steps=recipe.schedule.warmup_steps or 0,
+        warmup_steps=recipe.schedule.warmup_steps or 0, **_scheduler(recipe.schedule),
         label_smoothing_factor=smoothing, max_grad_norm=recipe.clip_norm or 0.0,
-        num_train_epochs=recipe.epochs or 1, max_steps=recipe.steps or -1,
+        num_train_epochs=recipe.epochs or 1,
+        max_steps=zoo_steps if recipe.schedule.over == "time" else recipe.steps or -1,
         save_strategy="no", eval_strategy="no",
         logging_steps=50, report_to=[], use_cpu=True, seed=recipe.seed,
         dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
@@ -169,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         zoo_dir = out / "zoo"
         rows = [zoo_side(args.minutes, zoo_dir, args.test_limit, _parse_sets(args.set))]
     print(table(rows, args.minutes), flush=True)
-    rows.append(reference_side(zoo_dir, args.minutes, out / "reference", args.test_limit))
+    rows.append(reference_side(zoo_dir, args.minutes, out / "reference", args.test_limit,
+                               zoo_steps=rows[0]["steps"]))
     print(table(rows, args.minutes))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")

@@ -55,6 +55,39 @@ def test_cosine_and_one_cycle_shapes():
     assert max(one(s) for s in range(101)) == 1.0
 
 
+def test_cosine_over_time_follows_the_clock_not_the_steps():
+    clock = {"spent": 0.0}
+    factor = schedules.cosine_over_time(10, lambda: clock["spent"], min_ratio=0.1)
+    assert factor(5) == 0.5 and factor(10) == 1.0  # warmup by steps
+    clock["spent"] = 0.5
+    assert factor(10) == factor(10_000) == pytest.approx(0.1 + 0.9 * 0.5)
+    clock["spent"] = 1.7  # past the limit: the bottom of the curve
+    assert factor(3) == pytest.approx(0.1)
+    clock["spent"] = 0.25
+    assert factor(2) == 0.2  # the warmup caps it
+    assert factor(100) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4)))
+
+
+def test_a_schedule_over_time_needs_a_cosine_and_a_time_limit():
+    recipe = get_train_recipe("sort")
+    with pytest.raises(zoo.RecipeError, match="has none; set time_limit_minutes"):
+        apply_train_overrides(recipe, {"schedule.name": "cosine", "schedule.over": "time"})
+    with pytest.raises(zoo.RecipeError, match="over: time is a setting of the cosine schedule"):
+        apply_train_overrides(recipe, {"schedule.name": "inverse-sqrt", "schedule.over": "time",
+                                       "train.time_limit_minutes": 5})
+
+
+def test_a_run_over_time_ends_at_the_bottom_of_its_cosine(tmp_path):
+    overrides = {**TINY, "train.steps": 100_000, "train.time_limit_minutes": 0.05,
+                 "schedule.name": "cosine", "schedule.over": "time", "schedule.warmup_steps": 5,
+                 "optimizer.lr": 1e-3}
+    result = zoo.train("sort", overrides=overrides, run_dir=tmp_path / "r", progress=False)
+    lrs = [r["lr"] for r in rows(result.run_dir)]
+    assert result.step > 20 and lrs[4] == pytest.approx(1e-3, rel=0.05)  # the peak
+    assert all(b <= a for a, b in zip(lrs[5:], lrs[6:]))  # down all the way
+    assert lrs[-1] < 0.15e-3  # the clock, not the 100,000 steps, set the end
+
+
 def _rates(optimizer, scheduler, n):
     out = []
     for _ in range(n):
@@ -505,3 +538,102 @@ def test_word_dropout_drops_whole_source_words_at_its_rate():
             model(batch["src"], batch["tgt_in"]).flatten(0, 1), batch["tgt_out"].flatten(),
             ignore_index=PAD)
         assert torch.equal(task.loss(model, batch, ce)[0], plain)
+
+
+# -- the final model: the mean of the last checkpoints, or the best validation's --------------
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def test_average_checkpoints_writes_the_mean_of_the_last_n(tmp_path):
+    overrides = {**TINY, "train.steps": 30, "train.checkpoint_every": 5,
+                 "train.average_checkpoints": 3, "train.keep_checkpoints": 1}
+    result = zoo.train("sort", overrides=overrides, run_dir=tmp_path / "r", progress=False)
+    run = result.run_dir
+    kept = sorted(p.name for p in (run / "checkpoints").glob("step-*"))
+    assert kept == ["step-00000020", "step-00000025", "step-00000030"]  # keep raised to 3
+    parts = [_weights(run / "checkpoints" / name / "model.safetensors") for name in kept]
+    final = _weights(run / "model.safetensors")
+    assert final.keys() == parts[0].keys()
+    for name, value in final.items():
+        torch.testing.assert_close(value, torch.stack([p[name] for p in parts]).mean(0))
+    assert any(not torch.equal(final[n], parts[-1][n]) for n in final)  # not the last
+    results = json.loads((run / "results.json").read_text())
+    assert results["weights"] == "mean of 3 checkpoints (steps 20, 25, 30)"
+
+
+def test_keep_best_tests_the_weights_of_the_best_validation(tmp_path):
+    overrides = {**TINY, "train.steps": 23, "train.eval_every": 4, "train.checkpoint_every": 4,
+                 "train.keep_checkpoints": 10, "train.keep_best": True,
+                 "optimizer.lr": 0.05, "schedule.name": "constant", "schedule.warmup_steps": 0}
+    result = zoo.train("sort", overrides=overrides, run_dir=tmp_path / "r", progress=False)
+    run = result.run_dir
+    valid = rows(run, "valid")
+    assert [r["step"] for r in valid] == [4, 8, 12, 16, 20, 23]  # the end is evaluated too
+    best = max(valid, key=lambda r: (r["token_accuracy"], -r["step"]))["step"]
+    final = _weights(run / "model.safetensors")
+    at_best = _weights(run / "checkpoints" / f"step-{best:08d}" / "model.safetensors")
+    assert all(torch.equal(final[n], at_best[n]) for n in final)
+    results = json.loads((run / "results.json").read_text())
+    assert results["weights"] == f"best validation (step {best})"
+
+
+def test_patience_stops_when_the_metric_stops_improving(tmp_path):
+    overrides = {**TINY, "train.steps": 400, "train.eval_every": 2, "train.patience": 2,
+                 "optimizer.lr": 0.05, "schedule.name": "constant", "schedule.warmup_steps": 0}
+    result = zoo.train("sort", overrides=overrides, run_dir=tmp_path / "r", progress=False)
+    values = [(r["step"], r["token_accuracy"]) for r in rows(result.run_dir, "valid")]
+    best, since, expected = -1.0, 0, None
+    for step, value in values:  # the rule written out: two evaluations in a row not above the best
+        if value > best:
+            best, since = value, 0
+        else:
+            since += 1
+            if since == 2:
+                expected = step
+                break
+    assert expected is not None and result.step == expected == values[-1][0]
+    assert json.loads((result.run_dir / "results.json").read_text())["stopped_early"]
+
+
+def test_keep_best_and_averaging_together_are_refused():
+    with pytest.raises(zoo.RecipeError, match="keep_best and average_checkpoints 5 both"):
+        apply_train_overrides(get_train_recipe("sort"), {"train.keep_best": True,
+                                                         "train.average_checkpoints": 5})
+
+
+# -- batches of similar length -------------------------------------------------------------------
+def test_length_batches_keep_every_example_once_and_cut_the_padding():
+    from zoo.training.loop import length_batches
+
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 60, (1000,), generator=gen).tolist()
+    order = torch.randperm(1000, generator=gen).tolist()
+    batches = length_batches(order, lengths, 8, torch.Generator().manual_seed(1))
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    assert len(batches) == math.ceil(1000 / 8) and sum(len(b) < 8 for b in batches) == 0
+
+    def padding(bs):  # the share of a padded batch that is padding
+        padded = sum(len(b) * max(lengths[i] for i in b) for b in bs)
+        return 1 - sum(lengths) / padded
+
+    plain = [order[i:i + 8] for i in range(0, 1000, 8)]
+    assert padding(plain) > 0.3 and padding(batches) < 0.05
+    again = length_batches(order, lengths, 8, torch.Generator().manual_seed(1))
+    assert again == batches  # the generator decides: a resumed epoch replays its batches
+    sizes = [len(b) for b in length_batches(order[:1003 - 8], lengths, 8,
+                                            torch.Generator().manual_seed(1))]
+    assert sorted(sizes)[0] == (995 % 8) and sizes.count(8) == 995 // 8
+
+
+def test_batch_by_length_trains_and_needs_a_task_that_tells_lengths(tmp_path):
+    result = zoo.train("sort", overrides={**TINY, "train.steps": 5, "train.batch_by_length": True},
+                       run_dir=tmp_path / "r", progress=False)
+    assert result.step == 5
+    with pytest.raises(zoo.RecipeError, match="batch_by_length needs a task that tells its "
+                                              "examples' lengths.*'fashion-mnist'"):
+        zoo.train("fashion-mnist-vit", overrides={"train.batch_by_length": True,
+                                                  "train.steps": 1},
+                  run_dir=tmp_path / "f", progress=False)

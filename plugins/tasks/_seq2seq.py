@@ -65,6 +65,10 @@ class Seq2SeqTask:
             out += [self.render_output(row) for row in ids]
         return out
 
+    def lengths(self, split: str) -> list[int]:
+        """Each example's length in tokens, source and target (``batch_by_length``)."""
+        return [len(src) + len(tgt) for src, tgt in self.dataset(split)]
+
     def collate(self, items: list[tuple[list[int], list[int]]]) -> dict:
         src = pad_batch([s for s, _ in items])
         tgt_in = pad_batch([[self.bos_id, *t] for _, t in items])

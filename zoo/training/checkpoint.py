@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..artifact import WEIGHTS_NAME, load_weights_file, save_weights_file
+from ..artifact import WEIGHTS_NAME, load_weights, load_weights_file, read_weights, save_weights_file
 from ..errors import ArtifactError, CheckpointError
 from ..files import (
     atomic_write_text,
@@ -39,6 +39,10 @@ LATEST = "latest"
 """The file in it naming the newest whole checkpoint."""
 STATE = "state.pt"
 """A checkpoint's optimizer, scheduler, position and random state."""
+BEST = "best"
+"""The folder in ``checkpoints/`` holding the weights of the best validation."""
+BEST_INFO = "best.json"
+"""In it: the step and the metric of those weights."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -164,3 +168,73 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> dict:
         error.reason = detail
         raise error from None
     return state
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """The run's whole checkpoints, oldest first."""
+    folder = Path(run_dir) / CHECKPOINTS
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.glob("step-*") if _whole(p)), key=_step_of)
+
+
+def step_of(path: Path) -> int:
+    """The step a checkpoint folder (``step-NNNNNNNN``) was saved at."""
+    return _step_of(Path(path))
+
+
+def average_checkpoints(model, paths: list[Path]) -> None:
+    """Load into ``model`` the element-wise mean of the weights of the checkpoints
+    ``paths`` (computed in float64, stored in each tensor's own dtype)."""
+    if not paths:
+        raise CheckpointError("No checkpoint to average.")
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        weights = read_weights([Path(path) / WEIGHTS_NAME], str(path))
+        if dtypes and weights.keys() != dtypes.keys():
+            raise CheckpointError(
+                f"{path} holds other tensors than {paths[0]}; checkpoints of different models "
+                "cannot be averaged.")
+        for name, tensor in weights.items():
+            dtypes.setdefault(name, tensor.dtype)
+            if name in total:
+                total[name] += tensor.to(torch.float64)
+            else:
+                total[name] = tensor.to(torch.float64)
+    mean = {name: (value / len(paths)).to(dtypes[name]) for name, value in total.items()}
+    load_weights(model, mean, f"the mean of {len(paths)} checkpoints")
+
+
+def save_best(run_dir: Path, model, step: int, metric: str, value: float) -> None:
+    """Keep ``model``'s weights as the run's best (``checkpoints/best``), with their step
+    and validation metric; written beside and moved into place like a checkpoint."""
+    import json
+
+    final = Path(run_dir) / CHECKPOINTS / BEST
+    with folder_beside(final, lock=False) as tmp:
+        save_weights_file(model, tmp / WEIGHTS_NAME)
+        atomic_write_text(tmp / BEST_INFO, json.dumps(
+            {"step": step, "metric": metric, "value": value}) + "\n")
+
+
+def read_best(run_dir: Path) -> dict | None:
+    """The best weights' step, metric and value (None when none were kept)."""
+    import json
+
+    path = Path(run_dir) / CHECKPOINTS / BEST
+    recover(path)
+    try:
+        info = json.loads((path / BEST_INFO).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info if (path / WEIGHTS_NAME).is_file() else None
+
+
+def load_best(run_dir: Path, model) -> dict:
+    """Load the best weights into ``model``; returns their step, metric and value."""
+    info = read_best(run_dir)
+    if info is None:
+        raise CheckpointError(f"{Path(run_dir) / CHECKPOINTS / BEST} holds no best weights.")
+    load_weights_file(model, Path(run_dir) / CHECKPOINTS / BEST / WEIGHTS_NAME)
+    return info

@@ -66,6 +66,17 @@ class ScheduleSpec(_Strict):
     """step: updates between two decays."""
     gamma: float = Field(0.5, gt=0, le=1)
     """step: the factor of each decay."""
+    over: Literal["steps", "time"] = "steps"
+    """cosine only: ``time`` runs the curve over the run's ``time_limit_minutes`` instead of
+    its steps, so a run the clock stops ends at ``min_lr_ratio`` whatever the machine's
+    speed (the rate then depends on the clock: such runs do not repeat step for step)."""
+
+    @model_validator(mode="after")
+    def _over_time_is_cosine(self) -> "ScheduleSpec":
+        if self.over == "time" and self.name != "cosine":
+            raise ValueError(f"over: time is a setting of the cosine schedule; this schedule "
+                             f"is {self.name!r} (use name: cosine, or over: steps)")
+        return self
 
 
 class DecodeSpec(_Strict):
@@ -93,6 +104,11 @@ class TrainRecipe(_Strict):
     epochs: int | None = Field(None, ge=1)
     steps: int | None = Field(None, ge=1)
     """Length of the run: exactly one of epochs and steps."""
+    batch_by_length: bool = False
+    """Batches of examples of similar length, for tasks that tell lengths (``lengths(split)``:
+    the sequence tasks): each pool of 100 batches' worth of shuffled examples is sorted by
+    length and cut into batches, and the epoch's batches are shuffled. The same examples
+    each epoch, far less padding (fairseq's and Marian's batching)."""
     accumulate: int = Field(1, ge=1)
     """Micro-batches per step (gradient accumulation)."""
     clip_norm: float | None = Field(1.0, gt=0)
@@ -111,6 +127,17 @@ class TrainRecipe(_Strict):
     checkpoint_every: int | None = Field(None, ge=1)
     """Steps between checkpoints; None: after every epoch. The end always saves."""
     keep_checkpoints: int = Field(2, ge=1)
+    """Checkpoints kept on disk (at least ``average_checkpoints``)."""
+    average_checkpoints: int = Field(1, ge=1)
+    """The final model is the mean of the weights of the last N checkpoints, the end's among
+    them (the paper averages the last 5 for its base models, written every 10 minutes);
+    1: the last weights. Set ``checkpoint_every`` to space them."""
+    keep_best: bool = False
+    """The final model is the one of the best validation evaluation (the task's metric, BLEU
+    for translation), not the last; the end of the run is evaluated too."""
+    patience: int | None = Field(None, ge=1)
+    """Stop once this many evaluations in a row have not improved the best validation metric
+    (early stopping on the metric, not on the loss)."""
     target: float | None = None
     """Stop once the task's validation metric reaches this (early stopping)."""
     time_limit_minutes: float | None = Field(None, gt=0)
@@ -153,6 +180,13 @@ class TrainRecipe(_Strict):
     def _length(self) -> "TrainRecipe":
         if (self.epochs is None) == (self.steps is None):
             raise ValueError("give exactly one of epochs and steps (e.g. epochs: 50)")
+        if self.schedule.over == "time" and self.time_limit_minutes is None:
+            raise ValueError("schedule over: time runs over time_limit_minutes, and this "
+                             "recipe has none; set time_limit_minutes (e.g. 30) or over: steps")
+        if self.keep_best and self.average_checkpoints > 1:
+            raise ValueError(f"keep_best and average_checkpoints {self.average_checkpoints} both "
+                             "choose the final model; keep one (average_checkpoints: 1, or "
+                             "keep_best: false)")
         if self.batch_size % self.accumulate:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by accumulate "
                              f"{self.accumulate}")

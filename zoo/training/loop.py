@@ -38,7 +38,18 @@ from ..recipe import get_recipe
 from ..registry import registry
 from ..resolver import resolve
 from . import schedules
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
+from .checkpoint import (
+    average_checkpoints,
+    checkpoints,
+    latest_checkpoint,
+    load_best,
+    load_checkpoint,
+    read_best,
+    save_best,
+    save_checkpoint,
+    set_rng_state,
+    step_of,
+)
 from .config import TrainRecipe, apply_train_overrides, get_train_recipe
 from .runs import TENSORBOARD, RunFolder, build_loss, build_task, is_run, new_run_dir
 
@@ -298,6 +309,25 @@ class _Stop(Exception):
         self.interrupted = interrupted
 
 
+POOL_BATCHES = 100
+"""batch_by_length sorts pools of this many batches' worth of examples."""
+
+
+def length_batches(order: list[int], lengths: list[int], batch_size: int,
+                   generator: torch.Generator) -> list[list[int]]:
+    """``order`` (a shuffled list of example indices) cut into batches of similar length:
+    each pool of ``POOL_BATCHES * batch_size`` consecutive examples sorted by length and cut
+    into batches of ``batch_size``, then the batches shuffled with ``generator``. As many
+    batches as plain batching makes; only the last pool's last batch may be short."""
+    pool = POOL_BATCHES * batch_size
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start:start + pool], key=lambda i: lengths[i])
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    shuffled = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in shuffled]
+
+
 class _Window:
     """Loss and units since the last log line."""
 
@@ -315,6 +345,14 @@ class Trainer:
         self.task, self.model, self.forward_model = task, model, model
         self.criterion = criterion.to(device)
         self.train_data = task.dataset("train")
+        self.lengths = None
+        if recipe.batch_by_length:
+            if not hasattr(task, "lengths"):
+                raise RecipeError(
+                    f"batch_by_length needs a task that tells its examples' lengths "
+                    f"(lengths(split)); task {recipe.task.name!r} does not. Set "
+                    "train.batch_by_length=false.")
+            self.lengths = list(task.lengths("train"))
         self.total = recipe.steps or recipe.epochs * math.ceil(len(self.train_data)
                                                                / recipe.batch_size)
         last = len(self.train_data) % recipe.batch_size or recipe.batch_size
@@ -325,10 +363,14 @@ class Trainer:
                 "is split into. Change batch_size or accumulate so that it divides "
                 f"{len(self.train_data)} examples better.")
         self.optimizer = _optimizer(recipe.optimizer, model)
-        self.scheduler = schedules.lambda_lr(self.optimizer, recipe.schedule, self.total)
         self.step, self.epoch, self.position, self.elapsed = 0, 0, 0, 0.0
         self.started = time.perf_counter()
+        self.scheduler = schedules.lambda_lr(self.optimizer, recipe.schedule, self.total,
+                                             spent=self._time_spent)
         self.stopped_early = False
+        self.best: float | None = None  # the best validation metric so far
+        self.since_best = 0  # evaluations since it
+        self.validated_at = -1  # the step of the last validation
         self.scaler = None
         self.log = _Log(run, dist.main)
         self.bar = None
@@ -385,6 +427,9 @@ class Trainer:
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.elapsed = state.get("elapsed", 0.0)
+        self.since_best = int(state.get("since_best", 0))
+        best = read_best(self.folder.path)
+        self.best = None if best is None or best["step"] > self.step else best["value"]
         set_rng_state(state["rng"])
         if self.dist.main:
             self.folder.truncate_metrics(after_step=self.step)
@@ -445,9 +490,12 @@ class Trainer:
         recipe, n = self.recipe, len(self.train_data)
         window = _Window()
         while self.step < self.total:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(
-                recipe.seed * 7919 + self.epoch)).tolist()
-            batches = [order[i:i + recipe.batch_size] for i in range(0, n, recipe.batch_size)]
+            generator = torch.Generator().manual_seed(recipe.seed * 7919 + self.epoch)
+            order = torch.randperm(n, generator=generator).tolist()
+            if self.lengths is not None:
+                batches = length_batches(order, self.lengths, recipe.batch_size, generator)
+            else:
+                batches = [order[i:i + recipe.batch_size] for i in range(0, n, recipe.batch_size)]
             while self.position < len(batches) and self.step < self.total:
                 self.optimizer_step(batches[self.position], window)
                 interrupt.check()
@@ -553,6 +601,11 @@ class Trainer:
             raise _Stop(interrupted=False)
 
     # -- evaluate, save, finish -----------------------------------------------------------------
+    def _time_spent(self) -> float:
+        """The share of the time limit used so far (0 without one)."""
+        limit = self.recipe.time_limit_minutes
+        return self.seconds() / (limit * 60) if limit else 0.0
+
     def seconds(self) -> float:
         """Training time so far, the time before a resume included."""
         return self.elapsed + time.perf_counter() - self.started
@@ -566,18 +619,32 @@ class Trainer:
         return metrics
 
     def validate(self) -> bool:
-        """Evaluate on the validation split; True when the target is reached."""
+        """Evaluate on the validation split and follow the best metric (keeping its weights
+        with ``keep_best``); True when the target is reached or patience has run out."""
         reached = torch.zeros(1)
+        self.validated_at = self.step
         if self.dist.main:
             metrics = self.evaluate("valid")
             self.log.write({"step": self.step, "epoch": self.epoch, "split": "valid", **metrics})
             self._say(f"step {self.step} (epoch {self.epoch}): validation "
                       + ", ".join(f"{k} {v:.5g}" for k, v in metrics.items()))
             target, metric = self.recipe.target, self.task.metric
-            if target is not None and metrics.get(metric, -math.inf) >= target:
+            value = metrics.get(metric, -math.inf)
+            if target is not None and value >= target:
                 reached[0] = 1
                 self._say(f"target reached at step {self.step}: validation {metric} "
                           f"{metrics[metric]:.5g} \u2265 {target:g}")
+            if self.best is None or value > self.best:
+                self.best, self.since_best = value, 0
+                if self.recipe.keep_best:
+                    save_best(self.folder.path, self.model, self.step, metric, value)
+            else:
+                self.since_best += 1
+                patience = self.recipe.patience
+                if patience is not None and self.since_best >= patience:
+                    reached[0] = 1
+                    self._say(f"stopping at step {self.step}: validation {metric} has not "
+                              f"passed {self.best:.5g} for {patience} evaluations")
         if self.dist.world > 1:
             self.dist.dist.broadcast(reached, src=0)
         return bool(reached[0])
@@ -587,16 +654,22 @@ class Trainer:
         if self.dist.main:
             save_checkpoint(self.folder.path, self.step, self.model, self.optimizer, self.scheduler,
                             {"step": self.step, "epoch": self.epoch, "position": self.position,
-                             "elapsed": self.seconds()},
-                            keep=self.recipe.keep_checkpoints)
+                             "elapsed": self.seconds(), "since_best": self.since_best},
+                            keep=max(self.recipe.keep_checkpoints,
+                                     self.recipe.average_checkpoints))
         self.dist.barrier()
 
     def finish(self) -> RunResult:
-        """The last checkpoint, the test metrics, the final weights and ``results.json``."""
+        """The last checkpoint, the final model (the last weights, the best validation's
+        or the mean of the last checkpoints), its test metrics, its weights and
+        ``results.json``."""
         self.save()
+        if self.recipe.keep_best and self.validated_at != self.step:
+            self.validate()  # the end of the run is a candidate too
         metrics: dict[str, float] = {}
         samples: list[dict[str, str]] = []
         if self.dist.main:
+            weights = self.final_weights()
             metrics = self.evaluate("test")
             seconds = self.seconds()
             if hasattr(self.task, "samples"):
@@ -608,10 +681,26 @@ class Trainer:
             self.folder.write_final(self.model, {
                 "recipe": self.recipe.name, "step": self.step, "epochs": self.epoch,
                 "seconds": round(seconds, 1), "stopped_early": self.stopped_early,
-                "metric": self.task.metric, "test": metrics})
+                "metric": self.task.metric, "weights": weights, "test": metrics})
         self.dist.barrier()
         return RunResult(self.folder.path, self.step, metrics, self.model, self.task,
                          samples=samples)
+
+    def final_weights(self) -> str:
+        """Put the final model's weights in place; returns what they are, for results.json."""
+        recipe = self.recipe
+        if recipe.keep_best:
+            best = load_best(self.folder.path, self.model)
+            self._say(f"final model: the best validation, step {best['step']} "
+                      f"({best['metric']} {best['value']:.5g})")
+            return f"best validation (step {best['step']})"
+        if recipe.average_checkpoints > 1:
+            paths = checkpoints(self.folder.path)[-recipe.average_checkpoints:]
+            average_checkpoints(self.model, paths)
+            steps = ", ".join(str(step_of(p)) for p in paths)
+            self._say(f"final model: the mean of the checkpoints of steps {steps}")
+            return f"mean of {len(paths)} checkpoints (steps {steps})"
+        return "last"
 
     def _say(self, message: str) -> None:
         """One line above the progress bar (nothing without one)."""

@@ -42,6 +42,21 @@ def cosine(warmup: int, total: int, min_ratio: float = 0.0) -> Callable[[int], f
     return _up_then_cosine(warmup, total, min_ratio)
 
 
+def cosine_over_time(warmup: int, spent: Callable[[], float],
+                     min_ratio: float = 0.0) -> Callable[[int], float]:
+    """Half a cosine from 1 down to ``min_ratio`` over a time budget, capped by a linear
+    warmup over the first ``warmup`` steps: ``min(step / warmup, cosine(spent()))``, where
+    ``spent()`` is the share of the budget used so far (0 to 1). A run stopped by its clock
+    ends at the bottom of the curve on any machine (budgeted training: Li et al. 2020)."""
+
+    def factor(step: int) -> float:
+        progress = min(1.0, max(0.0, spent()))
+        down = min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return min(step / warmup, down) if warmup else down
+
+    return factor
+
+
 def one_cycle(total: int, pct_start: float = 0.3, min_ratio: float = 0.0) -> Callable[[int], float]:
     """Smith & Topin's one-cycle: up linearly from 0 over pct_start, then cosine down."""
     return _up_then_cosine(max(1, int(total * pct_start)), total, min_ratio)
@@ -60,9 +75,14 @@ def step_decay(warmup: int, step_size: int, gamma: float) -> Callable[[int], flo
     return factor
 
 
-def make(spec, total: int) -> Callable[[int], float]:
+def make(spec, total: int, spent: Callable[[], float] | None = None) -> Callable[[int], float]:
     """The schedule a ``ScheduleSpec`` names, for a run of ``total`` steps; ``factor(n)``
-    multiplies the peak rate at the n-th optimizer update (counted from 1, as the paper)."""
+    multiplies the peak rate at the n-th optimizer update (counted from 1, as the paper).
+    A schedule ``over: time`` reads ``spent()``, the share of the time limit used."""
+    if getattr(spec, "over", "steps") == "time":
+        if spent is None:
+            raise ValueError("a schedule over time needs the share of the time limit spent")
+        return cosine_over_time(spec.warmup_steps, spent, spec.min_lr_ratio)
     if spec.name == "step":
         return step_decay(spec.warmup_steps, spec.step_size, spec.gamma)
     if spec.name == "inverse-sqrt":
@@ -74,10 +94,11 @@ def make(spec, total: int) -> Callable[[int], float]:
     return one_cycle(total, spec.pct_start, spec.min_lr_ratio)
 
 
-def lambda_lr(optimizer, spec, total: int) -> "torch.optim.lr_scheduler.LambdaLR":
+def lambda_lr(optimizer, spec, total: int,
+              spent: Callable[[], float] | None = None) -> "torch.optim.lr_scheduler.LambdaLR":
     """A scheduler stepping ``optimizer`` through the schedule: the first update runs at
     ``factor(1)`` (the paper counts from 1), and each ``scheduler.step()`` moves one on."""
     import torch
 
-    factor = make(spec, total)
+    factor = make(spec, total, spent)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: factor(i + 1))
