@@ -20,7 +20,9 @@ import zoo
 # Each row: (what changed, the overrides that change adds to the row above).
 ROWS: list[tuple[str, dict]] = [
     ("the recipe before issue 15 (dropout 0.3, BPE 4000, lr 1e-3)",
-     {"model.dropout": 0.3, "task.vocab_size": 4000, "optimizer.lr": 1e-3}),
+     {"model.dropout": 0.3, "task.vocab_size": 4000, "optimizer.lr": 1e-3,
+      "schedule.name": "inverse-sqrt", "schedule.over": "steps", "schedule.warmup_steps": 400,
+      "train.batch_by_length": False}),
     ("dropout 0.3 -> 0.1", {"model.dropout": 0.1}),
     ("batches of sentences of similar length (train.batch_by_length)",
      {"train.batch_by_length": True}),
@@ -61,6 +63,8 @@ def main() -> None:
                         help="train and print rows 0..N")
     parser.add_argument("--average", type=int, metavar="K",
                         help="then score row N's run with the mean of its last K checkpoints")
+    parser.add_argument("--average-run", metavar="RUN",
+                        help="with --average: another run folder (e.g. a 30-minute run)")
     args = parser.parse_args()
     print(f"| row | change ({args.minutes:g} min each, on top of the row above) | steps | "
           "seconds | test BLEU | test chrF |")
@@ -74,10 +78,12 @@ def main() -> None:
         print(f"| {i} | {label} | {r['step']:,} | {r['seconds']:,.0f} | "
               f"{r['test']['bleu']:.2f} | {r['test']['chrf']:.2f} |", flush=True)
     if args.average:
+        run_dir = Path(args.average_run or run_dir)
+        r = json.loads((run_dir / "results.json").read_text())
         test = averaged(run_dir, args.average)
-        print(f"| {args.only}+ | the same run, its final model the mean of its last "
-              f"{args.average} checkpoints | {r['step']:,} | {r['seconds']:,.0f} | "
-              f"{test['bleu']:.2f} | {test['chrf']:.2f} |")
+        print(f"| | {run_dir}: its final model the mean of its last {args.average} "
+              f"checkpoints | {r['step']:,} | {r['seconds']:,.0f} | {test['bleu']:.2f} | "
+              f"{test['chrf']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ budget of training (``--minutes``), and the same:
   attention and activation dropout);
 - optimisation: the recipe's (AdamW with its betas, eps and weight decay; its
   schedule with its warmup, a cosine over time becoming transformers' cosine over
-  the steps zoo's run made; label smoothing; gradient clipping; batch size), as
+  the steps zoo's run made; label smoothing; gradient clipping; batch size; batches
+  of similar length as ``train_sampling_strategy="group_by_length"``), as
   ``Seq2SeqTrainingArguments``. What ``Seq2SeqTrainer`` has no setting for (word
   dropout, averaged or best-validation checkpoints) zoo's side keeps and the
   reference does without;
@@ -91,11 +92,11 @@ def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | N
     peer = marian(run.model).model  # a fresh MarianMTModel of the run's model's sizes
     pad, bos, eos = task.pad_id, task.bos_id, task.eos_id
 
-    def collate(items: list[tuple[list[int], list[int]]]) -> dict:
+    def collate(items: list[dict]) -> dict:
         # the task's own batches: the decoder reads BOS + target and predicts target + EOS.
         # The decoder's inputs are given, as DataCollatorForSeq2Seq does: with label
         # smoothing the Trainer takes the labels away before calling the model
-        batch = task.collate(items)
+        batch = task.collate([(item["input_ids"], item["target"]) for item in items])
         return {"input_ids": batch["src"], "attention_mask": batch["src"].ne(pad).long(),
                 "decoder_input_ids": batch["tgt_in"],
                 "labels": batch["tgt_out"].masked_fill(batch["tgt_out"].eq(pad), -100)}
@@ -123,10 +124,13 @@ def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | N
         label_smoothing_factor=smoothing, max_grad_norm=recipe.clip_norm or 0.0,
         num_train_epochs=recipe.epochs or 1,
         max_steps=zoo_steps if recipe.schedule.over == "time" else recipe.steps or -1,
+        train_sampling_strategy="group_by_length" if recipe.batch_by_length else "random",
         save_strategy="no", eval_strategy="no",
         logging_steps=50, report_to=[], use_cpu=True, seed=recipe.seed,
         dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
-    trainer = Seq2SeqTrainer(model=peer, args=args, train_dataset=task.dataset("train"),
+    # items as dicts: group_by_length reads each source's length from "input_ids"
+    train = [{"input_ids": src, "target": tgt} for src, tgt in task.dataset("train")]
+    trainer = Seq2SeqTrainer(model=peer, args=args, train_dataset=train,
                              data_collator=collate, callbacks=[Budget()])
     start = time.perf_counter()
     state = trainer.train()

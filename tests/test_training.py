@@ -372,7 +372,8 @@ def test_translation_pairs_are_clean_sentences():
 @needs_fashion
 def test_fashion_mnist_resume_replays_the_same_augmentation(tmp_path):
     common = {"task.max_train": 512, "task.shift": 2, "train.batch_size": 64,
-              "train.steps": 12, "train.log_every": 1, "model.depth": 1}
+              "train.steps": 12, "train.log_every": 1, "model.depth": 1,
+              "schedule.over": "steps"}  # the recipe's rates follow the clock
     full = zoo.train("fashion-mnist-vit", overrides=common, run_dir=tmp_path / "full",
                      progress=False)
     zoo.train("fashion-mnist-vit", overrides=common, run_dir=tmp_path / "part", progress=False,
@@ -429,7 +430,7 @@ def test_translation_pipeline_learns(tmp_path):
 def test_fashion_mnist_vit_learns_in_two_short_epochs(tmp_path):
     result = zoo.train("fashion-mnist-vit", run_dir=tmp_path / "f", progress=False, overrides={
         "task.max_train": 12000, "train.epochs": 2, "schedule.warmup_steps": 20,
-        "train.log_every": 10})
+        "schedule.over": "steps", "train.log_every": 10})
     assert result.metrics["accuracy"] > 0.72  # chance is 0.10
 
 
