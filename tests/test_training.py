@@ -638,3 +638,18 @@ def test_batch_by_length_trains_and_needs_a_task_that_tells_lengths(tmp_path):
         zoo.train("fashion-mnist-vit", overrides={"train.batch_by_length": True,
                                                   "train.steps": 1},
                   run_dir=tmp_path / "f", progress=False)
+
+
+def test_patience_and_the_best_weights_survive_a_resume(tmp_path):
+    common = {**TINY, "train.steps": 60, "train.eval_every": 3, "train.patience": 4,
+              "train.keep_best": True, "optimizer.lr": 0.05, "schedule.name": "constant",
+              "schedule.warmup_steps": 0}
+    full = zoo.train("sort", overrides=common, run_dir=tmp_path / "full", progress=False)
+    part = zoo.train("sort", overrides=common, run_dir=tmp_path / "part", progress=False,
+                     stop_after_steps=10)
+    assert part.interrupted
+    resumed = zoo.train(resume=tmp_path / "part", progress=False)
+    assert rows(full.run_dir, "valid") == rows(resumed.run_dir, "valid")
+    assert resumed.step == full.step
+    a, b = (json.loads((r.run_dir / "results.json").read_text()) for r in (full, resumed))
+    assert a["weights"] == b["weights"] and a["test"] == b["test"]

@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..artifact import WEIGHTS_NAME, load_weights, load_weights_file, read_weights, save_weights_file
+from ..artifact import (
+    WEIGHTS_NAME,
+    load_weights,
+    load_weights_file,
+    read_weights,
+    save_weights_file,
+)
 from ..errors import ArtifactError, CheckpointError
 from ..files import (
     atomic_write_text,

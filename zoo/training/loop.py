@@ -44,7 +44,6 @@ from .checkpoint import (
     latest_checkpoint,
     load_best,
     load_checkpoint,
-    read_best,
     save_best,
     save_checkpoint,
     set_rng_state,
@@ -427,9 +426,7 @@ class Trainer:
         state = load_checkpoint(checkpoint, self.model, self.optimizer, self.scheduler)
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.elapsed = state.get("elapsed", 0.0)
-        self.since_best = int(state.get("since_best", 0))
-        best = read_best(self.folder.path)
-        self.best = None if best is None or best["step"] > self.step else best["value"]
+        self.best, self.since_best = state.get("best"), int(state.get("since_best", 0))
         set_rng_state(state["rng"])
         if self.dist.main:
             self.folder.truncate_metrics(after_step=self.step)
@@ -654,7 +651,8 @@ class Trainer:
         if self.dist.main:
             save_checkpoint(self.folder.path, self.step, self.model, self.optimizer, self.scheduler,
                             {"step": self.step, "epoch": self.epoch, "position": self.position,
-                             "elapsed": self.seconds(), "since_best": self.since_best},
+                             "elapsed": self.seconds(), "best": self.best,
+                             "since_best": self.since_best},
                             keep=max(self.recipe.keep_checkpoints,
                                      self.recipe.average_checkpoints))
         self.dist.barrier()
