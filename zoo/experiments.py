@@ -179,7 +179,9 @@ class Context:
         early stop, twelve validations; a NaN loss is recorded, not raised."""
         steps = self.steps
         run_dir = self.scratch / f"{label}-seed{seed}".replace("/", "_")
+        # fixed steps, no clock: a schedule over time becomes the same curve over the steps
         base = {"train.steps": steps, "train.target": None, "train.time_limit_minutes": None,
+                "schedule.over": "steps",
                 "train.eval_every": max(1, steps // 12), "train.checkpoint_every": steps,
                 "train.log_every": max(1, steps // 100), "train.seed": seed}
         self.say(f"  {label}, seed {seed}: {steps} steps")
