@@ -96,7 +96,7 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, extra
         raise CheckpointError(
             f"Could not save the checkpoint of step {step} in {folder}: "
             f"{describe_os_error(exc, folder)}. "
-            + (f"The checkpoint of step {_step_of(previous)} is kept; free some space and "
+            + (f"The checkpoint of step {step_of(previous)} is kept; free some space and "
                f"resume with: zoo train --resume {run_dir}" if previous is not None else
                "No earlier checkpoint exists.")) from None
     older = sorted(p for p in folder.glob("step-*") if p.name != final.name)
@@ -105,8 +105,9 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, extra
     return final
 
 
-def _step_of(path: Path) -> int:
-    return int(path.name.removeprefix("step-"))
+def step_of(path: Path) -> int:
+    """The step a checkpoint folder (``step-NNNNNNNN``) was saved at."""
+    return int(Path(path).name.removeprefix("step-"))
 
 
 def _remove_leftovers(folder: Path) -> None:
@@ -147,8 +148,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         recover(named)
         if _whole(named):
             return named
-    whole = [p for p in folder.glob("step-*") if _whole(p)]
-    return max(whole, key=_step_of) if whole else None
+    whole = checkpoints(run_dir)
+    return whole[-1] if whole else None
 
 
 def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> dict:
@@ -181,12 +182,7 @@ def checkpoints(run_dir: Path) -> list[Path]:
     folder = Path(run_dir) / CHECKPOINTS
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.glob("step-*") if _whole(p)), key=_step_of)
-
-
-def step_of(path: Path) -> int:
-    """The step a checkpoint folder (``step-NNNNNNNN``) was saved at."""
-    return _step_of(Path(path))
+    return sorted((p for p in folder.glob("step-*") if _whole(p)), key=step_of)
 
 
 def average_checkpoints(model, paths: list[Path]) -> None:
