@@ -26,7 +26,9 @@ budget of training (``--minutes``), and the same:
 
 zoo's budget is its run's ``time_limit_minutes`` (its validations count in it); the
 reference's is a ``TrainerCallback`` that stops training at the budget (it validates
-nothing). The last lines print both rows side by side; ``--json`` writes them.
+nothing). The last lines print both rows side by side; ``--json`` writes them. The
+reference's test translations (source, reference, output) and its logged training
+loss are kept in ``OUT/reference`` (``test-translations.tsv``, ``log_history.json``).
 """
 
 from __future__ import annotations
@@ -148,6 +150,11 @@ def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | N
                                 eos_token_id=eos, pad_token_id=pad, early_stopping=True)
             hyps += [task.render_output(row) for row in ids]
     refs = [en for _, en in pairs]
+    # kept to look at: the test translations, and the training loss as the Trainer logged it
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "test-translations.tsv").write_text(
+        "".join(f"{de}\t{en}\t{hyp}\n" for (de, en), hyp in zip(pairs, hyps)))
+    (out / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
     return {"impl": "Marian + Seq2SeqTrainer", "steps": state.global_step, "seconds": trained,
             "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
             "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score}

@@ -369,6 +369,62 @@ def test_translation_pairs_are_clean_sentences():
         assert de[-1] in ".!?" and en[-1] in ".!?" and "{" not in de + en and "[" not in de + en
 
 
+DICTIONARY = """\
+# a dictionary in trans-de-en's format
+Sprosse {f}; Leitersprosse {f} | Sprossen {pl} :: muntin; rung | muntins
+(im Gedränge) aneinanderstoßen {vi} :: to jostle against each other
+Kleinkind {n} | Kleinkinder können kurze Rhythmen nachklopfen. :: toddler | Toddlers are capable of replicating short rhythms.
+Gehweg {m} [Süddt.] | Wir gingen den Gehweg entlang. :: sidewalk [Am.] | We walked along the sidewalk.
+jdn. anrufen | Ruf mich an! :: to call sb. | Call me!
+Fahrrad {n}; Rad {n} :: bicycle
+Sprosse {f} :: muntin
+"""
+
+
+def test_lexicon_pairs_are_the_entries_without_annotations_and_held_out_lines(tmp_path):
+    from zoo.plugins.tasks.translate import lexicon_pairs, sentence_pairs
+
+    path = tmp_path / "de-en"
+    path.write_text(DICTIONARY, encoding="utf-8")
+    sentences = sentence_pairs(path)
+    assert sentences == [
+        ("Kleinkinder können kurze Rhythmen nachklopfen.",
+         "Toddlers are capable of replicating short rhythms."),
+        ("Wir gingen den Gehweg entlang.", "We walked along the sidewalk."),
+    ]
+    # written out by hand: no sentences (a two-word one is a phrase), no annotations, no
+    # jdn./sb. entry, no duplicate; "Fahrrad; Rad :: bicycle" (2 alternatives against 1)
+    # is not aligned
+    everything = [("Sprosse", "muntin"), ("Leitersprosse", "rung"), ("Sprossen", "muntins"),
+                  ("aneinanderstoßen", "to jostle against each other"),
+                  ("Kleinkind", "toddler"), ("Gehweg", "sidewalk"), ("Ruf mich an!", "Call me!")]
+    assert lexicon_pairs(path) == everything
+    # a held-out sentence keeps its whole line out ("Kleinkind :: toddler" goes with it)
+    assert lexicon_pairs(path, held_out={sentences[0]}) == [
+        pair for pair in everything if pair != ("Kleinkind", "toddler")]
+
+
+@needs_trans
+def test_lexicon_joins_the_training_split_only():
+    from zoo.plugins.tasks.translate import TranslateDeEn, TranslateSettings, lexicon_pairs
+
+    plain = TranslateDeEn(TranslateSettings(vocab_size=600))
+    with_lexicon = TranslateDeEn(TranslateSettings(vocab_size=600, lexicon=5000))
+    plain.prepare()
+    with_lexicon.prepare()
+    for split in ("valid", "test"):
+        assert with_lexicon.references(split) == plain.references(split)
+    train = with_lexicon.references("train")
+    assert train[: len(plain.references("train"))] == plain.references("train")
+    added = train[len(plain.references("train")):]
+    assert len(added) == 5000 and len(set(added)) == 5000
+    held_out = set(plain.references("test")) | set(plain.references("valid"))
+    allowed = set(lexicon_pairs(held_out=held_out))
+    assert set(added) <= allowed
+    # every word pair of a test sentence's dictionary line is among those left out
+    assert set(added).isdisjoint(set(lexicon_pairs()) - allowed)
+
+
 @needs_fashion
 def test_fashion_mnist_resume_replays_the_same_augmentation(tmp_path):
     common = {"task.max_train": 512, "task.shift": 2, "train.batch_size": 64,

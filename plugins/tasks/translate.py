@@ -10,7 +10,9 @@ three words, and none of the dictionary's markup (``{m}``, ``[Am.]``,
 alternatives they pair up in order. Duplicates are dropped; a seeded shuffle
 then splits off ``valid_size`` and ``test_size`` pairs. A byte-pair-encoding
 tokenizer (Hugging Face ``tokenizers``; one vocabulary for both languages) is
-trained on the training split only and saved in the run folder. Translation
+trained on the training split only and saved in the run folder. The ``lexicon``
+setting adds the dictionary's own word and phrase pairs to the training split (never
+those of a line that holds a test or validation sentence). Translation
 quality is measured on detokenised text with sacreBLEU's BLEU and chrF.
 """
 
@@ -37,11 +39,12 @@ def _is_sentence(text: str) -> bool:
     return bool(_SENTENCE.match(text)) and not _MARKUP.search(text) and len(text.split()) >= 3
 
 
-def sentence_pairs(path: Path = DATA) -> list[tuple[str, str]]:
-    """The clean (German, English) sentence pairs of the dictionary file, in file order."""
+def _aligned_lines(path: Path):
+    """Each dictionary line's aligned (German, English) alternatives, in file order: the
+    ``|`` sub-entries pair up where both sides have as many, and within a sub-entry the
+    ``;`` alternatives where both sides have as many."""
     if not path.exists():
         raise missing_debian_package("trans-de-en", path, "The translate-de-en task's data")
-    pairs, seen = [], set()
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             if line.startswith("#") or " :: " not in line:
@@ -50,15 +53,53 @@ def sentence_pairs(path: Path = DATA) -> list[tuple[str, str]]:
             de_parts, en_parts = german.split(" | "), english.split(" | ")
             if len(de_parts) != len(en_parts):
                 continue
+            aligned = []
             for de, en in zip(de_parts, en_parts):
                 de_alts = [a.strip() for a in de.split(";")]
                 en_alts = [a.strip() for a in en.split(";")]
-                if len(de_alts) != len(en_alts):
-                    continue
-                for d, e in zip(de_alts, en_alts):
-                    if _is_sentence(d) and _is_sentence(e) and (d, e) not in seen:
-                        seen.add((d, e))
-                        pairs.append((d, e))
+                if len(de_alts) == len(en_alts):
+                    aligned += zip(de_alts, en_alts)
+            yield aligned
+
+
+def sentence_pairs(path: Path = DATA) -> list[tuple[str, str]]:
+    """The clean (German, English) sentence pairs of the dictionary file, in file order."""
+    pairs, seen = [], set()
+    for aligned in _aligned_lines(path):
+        for d, e in aligned:
+            if _is_sentence(d) and _is_sentence(e) and (d, e) not in seen:
+                seen.add((d, e))
+                pairs.append((d, e))
+    return pairs
+
+
+_GROUPS = re.compile(r"\{[^}]*\}|\[[^\]]*\]|<[^>]*>|\([^)]*\)")
+"""The dictionary's annotations: ``{f}``, ``[Am.]``, ``<abbr>``, ``(im Gedränge)``."""
+
+
+def _without_annotations(text: str) -> str:
+    return " ".join(_GROUPS.sub(" ", text).split())
+
+
+def lexicon_pairs(path: Path = DATA, held_out=frozenset()) -> list[tuple[str, str]]:
+    """The dictionary's word and phrase pairs, in file order, without duplicates: every
+    aligned pair that is not a sentence pair, with its annotations taken out
+    (``Sprosse {f} :: muntin``). Pairs that still hold markup (``jdm.``, ``sth.``,
+    ``/abbr/``) are left out, and so is every pair of a line that holds one of the
+    ``held_out`` sentence pairs, so that nothing from a test or validation sentence's
+    entry is trained on."""
+    pairs, seen = [], set()
+    for aligned in _aligned_lines(path):
+        if any(pair in held_out for pair in aligned):
+            continue
+        for d, e in aligned:
+            if _is_sentence(d) and _is_sentence(e):
+                continue
+            d, e = _without_annotations(d), _without_annotations(e)
+            if d and e and not _MARKUP.search(d) and not _MARKUP.search(e) \
+                    and (d, e) not in seen:
+                seen.add((d, e))
+                pairs.append((d, e))
     return pairs
 
 
@@ -76,6 +117,12 @@ class TranslateSettings(BaseModel):
     """Beam for the test-set BLEU (1: greedy)."""
     split_seed: int = 1234
     """The train/valid/test split's seed: fixed, so runs are comparable."""
+    lexicon: int = Field(0, ge=0)
+    """Add this many of the dictionary's word and phrase pairs (``Kleinkind :: toddler``,
+    ``nach vorne schauen :: to look forward to the future``; drawn at random with
+    ``split_seed``, all of them when there are fewer) to the training split, for words
+    the sentences never show. Entries of a dictionary line that holds a test or
+    validation sentence are never among them."""
     word_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     """In training, each source word (all its BPE pieces) is dropped with this
     probability (Sennrich & Zhang 2019, sec. 3.2; Gal & Ghahramani 2016): its tokens
@@ -106,6 +153,11 @@ class TranslateDeEn(Seq2SeqTask):
         self._splits = {"test": pairs[:t], "valid": pairs[t:t + v], "train": pairs[t + v:]}
         if self.settings.max_train is not None:
             self._splits["train"] = self._splits["train"][: self.settings.max_train]
+        if self.settings.lexicon:
+            held_out = set(self._splits["test"]) | set(self._splits["valid"])
+            lexicon = lexicon_pairs(self.data_path, held_out)
+            random.Random(self.settings.split_seed).shuffle(lexicon)
+            self._splits["train"] = self._splits["train"] + lexicon[: self.settings.lexicon]
         self.tokenizer = self._tokenizer()
         for split, items in self._splits.items():
             encoded = []
