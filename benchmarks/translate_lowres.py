@@ -6,7 +6,10 @@ other, and scored on the test split (sacreBLEU, beam 4).
     .venv/bin/python benchmarks/translate_lowres.py --minutes 10 --out runs/lowres
 
 A row whose run folder already has results.json is read, not trained again;
-``--only N`` trains and prints rows up to N.
+``--only N`` trains and prints rows up to N. ``--trial NAME`` instead trains today's
+recipe with one change of ``TRIALS`` (for 30-minute budgets):
+
+    .venv/bin/python benchmarks/translate_lowres.py --minutes 30 --trial regularise
 """
 
 from __future__ import annotations
@@ -32,6 +35,18 @@ ROWS: list[tuple[str, dict]] = [
 ]
 
 
+TRIALS: dict[str, tuple[str, dict]] = {
+    "recipe": ("today's recipe (rows 1-4)", {}),
+    "regularise": ("dropout 0.1 -> 0.3, and word dropout 0.1 (task.word_dropout)",
+                   {"model.dropout": 0.3, "task.word_dropout": 0.1}),
+    "lexicon": ("50,000 of the dictionary's word and phrase pairs added (task.lexicon)",
+                {"task.lexicon": 50000}),
+    "bpe-2000": ("BPE vocabulary 4000 -> 2000 (task.vocab_size)", {"task.vocab_size": 2000}),
+}
+"""Changes tried one at a time on top of today's recipe (``--trial NAME``), for budgets
+(30 minutes) where the 10-minute rows cannot rank them."""
+
+
 def cumulative(upto: int) -> list[tuple[str, dict]]:
     """Each row's label and its whole set of overrides (its own and every row's above)."""
     rows, overrides = [], {}
@@ -55,6 +70,15 @@ def averaged(run_dir: Path, last: int) -> dict:
     return run.task.evaluate(run.model.eval(), "test")
 
 
+def train_row(run_dir: Path, overrides: dict, minutes: float) -> dict:
+    """The results of translate-de-en with ``overrides`` for ``minutes``, trained unless
+    ``run_dir`` already holds them."""
+    if not (run_dir / "results.json").exists():
+        zoo.train("translate-de-en", run_dir=run_dir, progress=False,
+                  overrides={**overrides, "train.time_limit_minutes": minutes})
+    return json.loads((run_dir / "results.json").read_text())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
@@ -65,16 +89,25 @@ def main() -> None:
                         help="then score row N's run with the mean of its last K checkpoints")
     parser.add_argument("--average-run", metavar="RUN",
                         help="with --average: another run folder (e.g. a 30-minute run)")
+    parser.add_argument("--trial", choices=list(TRIALS), action="append", default=[],
+                        help="instead of the rows: today's recipe with this one change "
+                        "(OUT/trial-NAME); repeatable")
     args = parser.parse_args()
+    if args.trial:
+        print(f"| trial ({args.minutes:g} min each, on top of today's recipe) | steps | "
+              "seconds | test BLEU | test chrF |")
+        print("|---|---|---|---|---|")
+        for name in args.trial:
+            label, change = TRIALS[name]
+            r = train_row(Path(args.out) / f"trial-{name}", change, args.minutes)
+            print(f"| {label} | {r['step']:,} | {r['seconds']:,.0f} | "
+                  f"{r['test']['bleu']:.2f} | {r['test']['chrf']:.2f} |", flush=True)
+        return
     print(f"| row | change ({args.minutes:g} min each, on top of the row above) | steps | "
           "seconds | test BLEU | test chrF |")
     print("|---|---|---|---|---|---|")
     for i, (label, overrides) in enumerate(cumulative(args.only)):
-        run_dir = Path(args.out) / f"row-{i}"
-        if not (run_dir / "results.json").exists():
-            zoo.train("translate-de-en", run_dir=run_dir, progress=False,
-                      overrides={**overrides, "train.time_limit_minutes": args.minutes})
-        r = json.loads((run_dir / "results.json").read_text())
+        r = train_row(Path(args.out) / f"row-{i}", overrides, args.minutes)
         print(f"| {i} | {label} | {r['step']:,} | {r['seconds']:,.0f} | "
               f"{r['test']['bleu']:.2f} | {r['test']['chrf']:.2f} |", flush=True)
     if args.average:
