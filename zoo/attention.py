@@ -58,7 +58,8 @@ class MultiHeadAttention(nn.Module):
     meet keys by writing ``_attend(q, k, v, *, offset, key_padding_mask, attn_mask)``.
 
     It takes the attention contract's arguments (``settings, *, d_model, n_heads,
-    kernel, dropout, causal, cross, positional``) and call (``x, context=None, *,
+    kernel, dropout, causal, cross, positional``, and ``head_dim`` when a recipe sets
+    one) and call (``x, context=None, *,
     key_padding_mask=None, attn_mask=None, cache=None``), projects queries, keys and
     values into heads, rotates them for rotary positions at the right offset, extends
     them by the cache (or stores a cross-attention context in it once), and projects
@@ -87,15 +88,20 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         cross: bool = False,
         positional: nn.Module | None = None,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         settings = settings or self.Settings()
-        if d_model % n_heads:
+        if head_dim is None and d_model % n_heads:
             raise RecipeError(
                 f"d_model {d_model} is not divisible by n_heads {n_heads}; pick n_heads among "
                 f"{[h for h in range(1, min(d_model, 64) + 1) if d_model % h == 0]}."
             )
-        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.d_model, self.n_heads = d_model, n_heads
+        self.head_dim = head_dim or d_model // n_heads
+        self.inner_dim = n_heads * self.head_dim
+        """The width of the heads together: d_model unless ``head_dim`` is given (T5 v1.1
+        small: 6 heads of 64 in a width of 512)."""
         self.causal, self.cross, self.dropout = causal, cross, dropout
         self.kernel = kernel
         # positions act in self-attention only: a query and a key of two different
@@ -108,9 +114,9 @@ class MultiHeadAttention(nn.Module):
         """When True, the softmax path keeps its attention weights in ``last_weights``
         (B, H, Lq, Lk), for attention maps; it then computes them explicitly."""
         self.last_weights: torch.Tensor | None = None
-        self.q_proj = Linear(d_model, d_model, bias=settings.bias)
-        self.kv_proj = Linear(d_model, 2 * d_model, bias=settings.bias)
-        self.out_proj = Linear(d_model, d_model, bias=settings.bias)
+        self.q_proj = Linear(d_model, self.inner_dim, bias=settings.bias)
+        self.kv_proj = Linear(d_model, 2 * self.inner_dim, bias=settings.bias)
+        self.out_proj = Linear(self.inner_dim, d_model, bias=settings.bias)
 
     # -- shapes -----------------------------------------------------------------------------------
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -119,7 +125,7 @@ class MultiHeadAttention(nn.Module):
 
     def _merge(self, x: torch.Tensor) -> torch.Tensor:
         b, _, n, _ = x.shape  # (B, H, L, D) -> (B, L, H*D)
-        return x.transpose(1, 2).reshape(b, n, self.d_model)
+        return x.transpose(1, 2).reshape(b, n, self.inner_dim)
 
     def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k, v = self.kv_proj(source).chunk(2, dim=-1)

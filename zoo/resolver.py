@@ -66,7 +66,7 @@ class Resolved:
 
     def layer_factories(
         self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-        max_len: int = 1024, activation_dropout: float = 0.0,
+        max_len: int = 1024, activation_dropout: float = 0.0, head_dim: int | None = None,
     ) -> dict[str, Any]:
         """The ``make_attention``, ``make_norm`` and ``make_ffn`` a block is built with,
         from the ``attention`` (``cross_attention`` where the architecture has one),
@@ -75,7 +75,8 @@ class Resolved:
 
         Positions that act inside attention are handed to each self-attention: one
         module per layer when the component says ``per_layer``, else one shared by
-        every layer of a stack (a stack being told apart by ``causal``)."""
+        every layer of a stack (a stack being told apart by ``causal``). ``head_dim``, when
+        given, is passed to each attention (heads narrower or wider than d_model / n_heads)."""
         inside = self.position_kind not in ("absolute", "none")
         per_layer = inside and self.parts["positional"].component.capabilities.per_layer
         shared: dict[bool, Any] = {}
@@ -92,12 +93,14 @@ class Resolved:
                 shared[causal] = module
             return shared[causal]
 
+        width = {} if head_dim is None else {"head_dim": head_dim}
+
         def make_attention(*, causal: bool = False, cross: bool = False) -> Any:
             slot = "cross_attention" if cross and "cross_attention" in self.parts else "attention"
             return self.make(
                 slot, d_model=d_model, n_heads=n_heads, dropout=attention_dropout,
                 kernel=kernel, causal=causal, cross=cross,
-                positional=None if cross else positions(causal),
+                positional=None if cross else positions(causal), **width,
             )
 
         return dict(

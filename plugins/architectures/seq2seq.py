@@ -3,6 +3,11 @@
 Token embeddings scaled by sqrt(d_model) plus positions; N encoder and N
 decoder blocks; output logits through the (optionally shared) embedding matrix.
 Padding masks come from ``pad_id``; the decoder's self-attention is causal.
+
+The settings also express the published descendants whose weights zoo imports
+(``zoo.build("hf-hub:Helsinki-NLP/opus-mt-de-en")``, docs/from-the-hub.md): a norm
+on the embeddings (BART), a bias on the logits (Marian, BART), heads of their own
+width and an untied, rescaled output (T5).
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ class Seq2SeqSettings(BaseModel):
     """Source vocabulary when embeddings are not shared (defaults to vocab_size)."""
     d_model: int = Field(512, gt=0, le=MAX_WIDTH)
     n_heads: int = Field(8, gt=0, le=MAX_HEADS)
+    head_dim: int | None = Field(None, gt=0, le=MAX_WIDTH)
+    """The width of one head; None: d_model / n_heads. T5 v1.1 small has 6 heads of 64
+    in a width of 512, so its heads together are 384 wide."""
     d_ff: int = Field(2048, gt=0, le=MAX_FF)
     encoder_layers: int = Field(6, ge=0, le=MAX_LAYERS)
     decoder_layers: int = Field(6, ge=1, le=MAX_LAYERS)
@@ -54,15 +62,24 @@ class Seq2SeqSettings(BaseModel):
     final_norm: bool | None = None
     """A norm after each stack; None means: only with pre-norm."""
     share_embeddings: bool = True
-    """One matrix for source, target and output (sec. 3.4)."""
+    """One matrix for the source and target embeddings (sec. 3.4)."""
     tie_output: bool = True
-    """Output projection = target embedding (implied by share_embeddings)."""
+    """Output projection = target embedding (sec. 3.4). T5 v1.1 and Flan-T5 share their
+    embeddings but not the output: share_embeddings true, tie_output false."""
     scale_embeddings: bool = True
+    embedding_norm: bool = False
+    """A norm (the norm slot's) on the embeddings plus positions, before dropout, in each
+    stack: BART's and mBART's ``layernorm_embedding``."""
+    output_bias: bool = False
+    """A bias on the logits (Marian's and BART's ``final_logits_bias``)."""
+    scale_output: bool = False
+    """Multiply the decoder's output by d_model^-0.5 before the output projection (T5
+    with tied embeddings, Mesh TensorFlow's rescaling)."""
     pad_id: int | None = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> "Seq2SeqSettings":
-        if self.d_model % self.n_heads:
+        if self.head_dim is None and self.d_model % self.n_heads:
             divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
             raise ValueError(
                 f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}; "
@@ -86,10 +103,13 @@ class Seq2SeqSettings(BaseModel):
 class Stack(nn.Module):
     """Blocks in sequence, with an optional final norm."""
 
-    def __init__(self, layers: list[nn.Module], norm: nn.Module | None) -> None:
+    def __init__(self, layers: list[nn.Module], norm: nn.Module | None,
+                 embed_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = norm
+        self.embed_norm = embed_norm
+        """The norm on the stack's embeddings (``embedding_norm``), or None."""
 
 
 class Seq2Seq(nn.Module):
@@ -133,16 +153,19 @@ class Seq2Seq(nn.Module):
         else:
             self.src_embed = nn.Embedding(s.src_vocab_size or s.vocab_size, s.d_model)
             nn.init.normal_(self.src_embed.weight, std=s.d_model**-0.5)
-        self.lm_head = Linear(s.d_model, s.vocab_size, bias=False)
-        if s.share_embeddings or s.tie_output:
+        self.lm_head = Linear(s.d_model, s.vocab_size, bias=s.output_bias)
+        if s.output_bias:
+            nn.init.zeros_(self.lm_head.bias)
+        if s.tie_output:
             self.lm_head.weight = self.tgt_embed.weight
+        self.output_scale = s.d_model**-0.5 if s.scale_output else None
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
         self.drop = Dropout(s.dropout)
 
         factories = parts.layer_factories(
             d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
             attention_dropout=s.attention_dropout, max_len=s.max_len,
-            activation_dropout=s.activation_dropout,
+            activation_dropout=s.activation_dropout, head_dim=s.head_dim,
         )
         block = dict(d_model=s.d_model, dropout=s.dropout, norm_first=s.norm_placement == "pre",
                      **factories)
@@ -150,11 +173,11 @@ class Seq2Seq(nn.Module):
         final = s.norm_placement == "pre" if s.final_norm is None else s.final_norm
         self.encoder = Stack(
             [parts.make("encoder_block", **block) for _ in range(s.encoder_layers)],
-            norm() if final else None,
+            norm() if final else None, norm() if s.embedding_norm else None,
         )
         self.decoder = Stack(
             [parts.make("decoder_block", **block) for _ in range(s.decoder_layers)],
-            norm() if final else None,
+            norm() if final else None, norm() if s.embedding_norm else None,
         )
 
     # -- masks and embeddings -------------------------------------------------------------------
@@ -162,14 +185,16 @@ class Seq2Seq(nn.Module):
         """(B, L) True at padding, or None without a pad_id."""
         return None if self.pad_id is None else tokens.eq(self.pad_id)
 
-    def _embed(self, embed: nn.Embedding, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return self.drop(self.positional(embed(tokens) * self.embed_scale, offset=offset))
+    def _embed(self, embed: nn.Embedding, stack: Stack, tokens: torch.Tensor,
+               offset: int = 0) -> torch.Tensor:
+        x = self.positional(embed(tokens) * self.embed_scale, offset=offset)
+        return self.drop(stack.embed_norm(x) if stack.embed_norm is not None else x)
 
     # -- the two halves -------------------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (B, Ls) token ids -> memory (B, Ls, d)."""
         mask = self.padding_mask(src) if src_padding_mask is None else src_padding_mask
-        x = self._embed(self.src_embed, src)
+        x = self._embed(self.src_embed, self.encoder, src)
         for layer in self.encoder.layers:
             if layer_dropped(self.settings.encoder_layerdrop, self.training):
                 continue
@@ -188,11 +213,13 @@ class Seq2Seq(nn.Module):
         cache: DecoderCache | None = None,
     ) -> torch.Tensor:
         """tgt (B, Lt) -> logits (B, Lt, vocab). With ``cache``, tgt holds only the new
-        tokens and earlier keys/values come from the cache."""
+        tokens and earlier keys/values come from the cache.
+
+        The target's padding is not masked unless ``tgt_padding_mask`` is given: targets
+        are padded on the right, where the causal mask already hides the padding from
+        every real token, and the start token of Marian and T5 *is* the pad token."""
         offset = cache.offset if cache is not None else 0
-        if tgt_padding_mask is None and cache is None:
-            tgt_padding_mask = self.padding_mask(tgt)
-        x = self._embed(self.tgt_embed, tgt, offset)
+        x = self._embed(self.tgt_embed, self.decoder, tgt, offset)
         for i, layer in enumerate(self.decoder.layers):
             if cache is None and layer_dropped(self.settings.decoder_layerdrop, self.training):
                 continue
@@ -207,6 +234,8 @@ class Seq2Seq(nn.Module):
             )
         if self.decoder.norm is not None:
             x = self.decoder.norm(x)
+        if self.output_scale is not None:
+            x = x * self.output_scale
         return self.lm_head(x)
 
     def init_cache(self) -> DecoderCache:

@@ -1,16 +1,25 @@
-"""Sinusoidal positions: PE(pos, 2i) = sin(pos / base^(2i/d)), PE(pos, 2i+1) = cos(...)."""
+"""Sinusoidal positions (Vaswani et al. 2017, sec. 3.5): PE(pos, 2i) = sin(pos / base^(2i/d)),
+PE(pos, 2i+1) = cos(...), the sines and cosines interleaved as in the paper's equation.
+
+``layout: concatenated`` puts all the sines first and all the cosines after them,
+[sin | cos], with the same frequencies: the table of Marian (Junczys-Dowmunt et al.
+2018) and of the opus-mt models, fairseq and tensor2tensor."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 
-def sinusoid_table(length: int, dim: int, base: float = 10000.0, offset: int = 0) -> torch.Tensor:
-    """(length, dim) table of positions offset .. offset+length-1 (eq. of sec. 3.5).
+def sinusoid_table(length: int, dim: int, base: float = 10000.0, offset: int = 0,
+                   layout: str = "interleaved") -> torch.Tensor:
+    """(length, dim) table of positions offset .. offset+length-1 (eq. of sec. 3.5),
+    sines and cosines ``interleaved`` (even and odd columns) or ``concatenated``.
 
     Computed on the CPU, then moved to the default device. On the meta device (a
     model built only to be counted) it is only shaped: computing it there would run
@@ -24,8 +33,10 @@ def sinusoid_table(length: int, dim: int, base: float = 10000.0, offset: int = 0
     inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=cpu)
                          * (-math.log(base) / dim))
     table = torch.zeros(length, dim, device=cpu)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
+    sines, cosines = (slice(0, dim, 2), slice(1, dim, 2)) if layout == "interleaved" else (
+        slice(0, (dim + 1) // 2), slice((dim + 1) // 2, dim))
+    table[:, sines] = torch.sin(position * inv_freq)
+    table[:, cosines] = torch.cos(position * inv_freq[: dim // 2])
     return table.to(torch.get_default_device())
 
 
@@ -35,15 +46,21 @@ class SinusoidalPositions(nn.Module):
     class Settings(BaseModel):
         model_config = ConfigDict(extra="forbid")
         base: float = Field(10000.0, gt=1.0)
+        layout: Literal["interleaved", "concatenated"] = "interleaved"
+        """``interleaved``: sin and cos in alternate columns (the paper's equation);
+        ``concatenated``: [sin | cos] (Marian, opus-mt, fairseq)."""
 
     def __init__(self, settings: Settings, *, d_model: int, max_len: int = 1024) -> None:
         super().__init__()
-        self.d_model, self.base = d_model, settings.base
-        self.register_buffer("table", sinusoid_table(max_len, d_model, self.base), persistent=False)
+        self.d_model, self.base, self.layout = d_model, settings.base, settings.layout
+        self.register_buffer("table", self._table(max_len), persistent=False)
+
+    def _table(self, length: int) -> torch.Tensor:
+        return sinusoid_table(length, self.d_model, self.base, layout=self.layout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """x (B, L, d) -> x + PE[offset : offset + L]."""
         end = offset + x.shape[1]
         if end > self.table.shape[0]:
-            self.table = sinusoid_table(end, self.d_model, self.base).to(self.table.device)
+            self.table = self._table(end).to(self.table.device)
         return x + self.table[offset:end].to(x.dtype)
