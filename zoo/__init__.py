@@ -55,6 +55,7 @@ _LAZY = {
     "PluginError": "zoo.errors",
     "CheckpointError": "zoo.errors",
     "TrainingError": "zoo.errors",
+    "FormatError": "zoo.errors",
 }
 
 __all__ = ["hookimpl", "__version__", *_LAZY]

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from . import hub
+from .foreign import file_patterns, foreign_config, foreign_recipe, read_foreign
 from ._text import quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .convert import CONVERTERS
@@ -53,11 +54,12 @@ class SavedModel:
             return self._local()
         return hub.download_config(self.repo_id, self.revision, what=self.name)
 
-    def files_folder(self) -> Path:
-        """A folder holding all the saved model's files (from the Hub: downloaded or cached)."""
+    def files_folder(self, patterns: list[str] | None = None) -> Path:
+        """A folder holding all the saved model's files (from the Hub: downloaded or cached;
+        ``patterns``: a foreign format's files instead of a zoo artifact's)."""
         if self.folder is not None:
             return self._local()
-        return hub.download(self.repo_id, self.revision, what=self.name)
+        return hub.download(self.repo_id, self.revision, what=self.name, patterns=patterns)
 
     def _local(self) -> Path:
         recover(self.folder)  # a save killed halfway through its swap: the old one is back
@@ -88,7 +90,11 @@ def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
     saved = saved_model(name)
     if saved is None:
         return _catalogue_recipe(name)
-    return read_config(saved.config_folder(), saved.name)[0]
+    folder = saved.config_folder()
+    config = foreign_config(folder, saved.name)
+    if config is not None:  # a transformers folder, mapped by its format plugin
+        return foreign_recipe(config, saved.name)
+    return read_config(folder, saved.name)[0]
 
 
 def _instantiate(resolved: Resolved) -> nn.Module:
@@ -183,8 +189,19 @@ def _check_quantize(mode: str, device: Any) -> None:
 
 def _build_saved(saved: SavedModel, *, weights: bool, device: Any, dtype: torch.dtype | None,
                  overrides: dict[str, Any]) -> nn.Module:
-    """A saved model: its config, then its weights (read before anything is built)."""
-    folder = saved.files_folder() if weights else saved.config_folder()
+    """A saved model: its config, then its weights (read before anything is built). A
+    folder in a foreign format is read through its format plugin; the model keeps what
+    it came with (tokenizer, generation settings) as ``model.imported``."""
+    config_folder = saved.config_folder()
+    foreign = foreign_config(config_folder, saved.name)
+    if foreign is not None:
+        folder = saved.files_folder(file_patterns(foreign, saved.name))
+        recipe, state, imported = read_foreign(folder, foreign, saved.name, weights=weights)
+        model = _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
+                          source=saved.name)
+        model.imported = imported
+        return model
+    folder = saved.files_folder() if weights else config_folder
     recipe, config = read_config(folder, saved.name)
     state = read_weights(weight_files(folder, saved.name), saved.name) if weights else None
     model = _assemble(recipe, overrides, device=device, dtype=dtype, state=state,

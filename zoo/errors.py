@@ -45,3 +45,8 @@ class ArtifactError(ZooError, ValueError):
 
 class MissingPluginError(ArtifactError):
     """A saved model naming a component whose plugin is not installed."""
+
+
+class FormatError(ArtifactError):
+    """A foreign model (a transformers folder) with an option zoo cannot express, or
+    weights that do not fit its config."""

@@ -122,6 +122,15 @@ class LossCapabilities(Capabilities):
     counted in its mean. Sequence tasks need it."""
 
 
+class FormatCapabilities(Capabilities):
+    """Which foreign folders a format reads, and whether it writes them too."""
+
+    model_types: tuple[str, ...] = ()
+    """The ``model_type`` values of a transformers ``config.json`` it reads (``marian``)."""
+    exports: bool = False
+    """Writes a zoo model back out in this format (``zoo export --format transformers``)."""
+
+
 class TaskCapabilities(Capabilities):
     """The architectures a task trains."""
 
@@ -207,6 +216,16 @@ FAMILIES: dict[str, Family] = {
             "ignore_index, a 0-d tensor. A training recipe names one (loss: focal).",
             LossCapabilities,
             "register_losses",
+        ),
+        Family(
+            "format",
+            "Foreign model formats (a transformers folder, say): an object built as "
+            "cls(None) with files (the patterns to fetch), recipe(config, generation) -> "
+            "a recipe as data, weights(state, config) -> the state dict in zoo's names, "
+            "generation(config, generation) -> zoo's generation settings as data; and, "
+            "with exports, export(recipe, state) -> (config, state).",
+            FormatCapabilities,
+            "register_formats",
         ),
         Family(
             "task",

@@ -60,6 +60,11 @@ def register_losses(register):
 
 
 @hookspec
+def register_formats(register):
+    """Register readers of foreign model folders (family ``format``)."""
+
+
+@hookspec
 def register_tasks(register):
     """Register training tasks (family ``task``)."""
 

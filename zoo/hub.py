@@ -112,16 +112,18 @@ def _offline() -> bool:
 
 
 def download(repo_id: str, revision: str | None = None, *, token: str | None = None,
-             cache_dir: str | os.PathLike[str] | None = None, what: str | None = None) -> Path:
-    """The folder, in the local cache, of a saved model's files (downloaded when not there).
-    A repository holding weights only as pickle is refused."""
+             cache_dir: str | os.PathLike[str] | None = None, what: str | None = None,
+             patterns: list[str] | None = None) -> Path:
+    """The folder, in the local cache, of a saved model's files (downloaded when not there);
+    ``patterns``: which files (a zoo artifact's by default; a foreign format names its
+    own). A repository holding weights only as pickle is refused."""
     from huggingface_hub import HfApi, snapshot_download
 
     what = what or _what(repo_id, revision)
     check_revision(revision, what)
     with _hub_errors(what):
         folder = Path(snapshot_download(
-            repo_id, revision=revision, allow_patterns=FILES, endpoint=endpoint(),
+            repo_id, revision=revision, allow_patterns=patterns or FILES, endpoint=endpoint(),
             token=token, cache_dir=cache_dir))
     if not (folder / WEIGHTS_NAME).is_file() and not (folder / INDEX_NAME).is_file():
         try:

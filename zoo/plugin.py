@@ -24,6 +24,7 @@ from .cache import DecoderCache, KVCache
 from .decoding import beam_search, filter_logits, generate, greedy, length_penalty, sample
 from .errors import (
     CapabilityError,
+    FormatError,
     MissingPluginError,
     PluginError,
     RecipeError,
@@ -34,6 +35,7 @@ from .families import (
     AttentionCapabilities,
     BlockCapabilities,
     FFNCapabilities,
+    FormatCapabilities,
     KernelCapabilities,
     LossCapabilities,
     NormCapabilities,
@@ -62,7 +64,8 @@ __all__ = [
     # capabilities
     "AttentionCapabilities", "KernelCapabilities", "PositionalCapabilities",
     "NormCapabilities", "FFNCapabilities", "BlockCapabilities", "ArchitectureCapabilities",
-    "TaskCapabilities", "LossCapabilities",
+    "TaskCapabilities", "LossCapabilities", "FormatCapabilities",
     # errors
     "ZooError", "RecipeError", "CapabilityError", "PluginError", "MissingPluginError",
+    "FormatError",
 ]

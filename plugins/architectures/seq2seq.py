@@ -67,6 +67,9 @@ class Seq2SeqSettings(BaseModel):
     """Output projection = target embedding (sec. 3.4). T5 v1.1 and Flan-T5 share their
     embeddings but not the output: share_embeddings true, tie_output false."""
     scale_embeddings: bool = True
+    separate_positions: bool = False
+    """A positional module each for the encoder and the decoder (BART's two learned
+    tables); False: one for both (the paper's sinusoids)."""
     embedding_norm: bool = False
     """A norm (the norm slot's) on the embeddings plus positions, before dropout, in each
     stack: BART's and mBART's ``layernorm_embedding``."""
@@ -160,6 +163,10 @@ class Seq2Seq(nn.Module):
             self.lm_head.weight = self.tgt_embed.weight
         self.output_scale = s.d_model**-0.5 if s.scale_output else None
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
+        self.src_positional = (parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
+                               if s.separate_positions else None)
+        """The encoder's own positions (``separate_positions``); None: it shares the
+        decoder's ``positional``."""
         self.drop = Dropout(s.dropout)
 
         factories = parts.layer_factories(
@@ -185,16 +192,17 @@ class Seq2Seq(nn.Module):
         """(B, L) True at padding, or None without a pad_id."""
         return None if self.pad_id is None else tokens.eq(self.pad_id)
 
-    def _embed(self, embed: nn.Embedding, stack: Stack, tokens: torch.Tensor,
-               offset: int = 0) -> torch.Tensor:
-        x = self.positional(embed(tokens) * self.embed_scale, offset=offset)
+    def _embed(self, embed: nn.Embedding, stack: Stack, positional: nn.Module,
+               tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        x = positional(embed(tokens) * self.embed_scale, offset=offset)
         return self.drop(stack.embed_norm(x) if stack.embed_norm is not None else x)
 
     # -- the two halves -------------------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (B, Ls) token ids -> memory (B, Ls, d)."""
         mask = self.padding_mask(src) if src_padding_mask is None else src_padding_mask
-        x = self._embed(self.src_embed, self.encoder, src)
+        positional = self.positional if self.src_positional is None else self.src_positional
+        x = self._embed(self.src_embed, self.encoder, positional, src)
         for layer in self.encoder.layers:
             if layer_dropped(self.settings.encoder_layerdrop, self.training):
                 continue
@@ -219,7 +227,7 @@ class Seq2Seq(nn.Module):
         are padded on the right, where the causal mask already hides the padding from
         every real token, and the start token of Marian and T5 *is* the pad token."""
         offset = cache.offset if cache is not None else 0
-        x = self._embed(self.tgt_embed, self.decoder, tgt, offset)
+        x = self._embed(self.tgt_embed, self.decoder, self.positional, tgt, offset)
         for i, layer in enumerate(self.decoder.layers):
             if cache is None and layer_dropped(self.settings.decoder_layerdrop, self.training):
                 continue

@@ -1,0 +1,37 @@
+"""Foreign model formats: transformers folders read into zoo's components."""
+
+from zoo import hookimpl
+
+
+@hookimpl
+def register_formats(register):
+    register(
+        "marian",
+        "zoo.plugins.formats.marian:MarianFormat",
+        description="transformers' MarianMTModel (the opus-mt and opus-mt-tc-big models)",
+        capabilities={"model_types": ("marian",), "exports": True},
+    )
+    register(
+        "bart",
+        "zoo.plugins.formats.bart:BartFormat",
+        description="transformers' BartForConditionalGeneration (Lewis et al. 2020)",
+        capabilities={"model_types": ("bart",)},
+    )
+    register(
+        "mbart",
+        "zoo.plugins.formats.bart:MBartFormat",
+        description="transformers' MBartForConditionalGeneration (Liu et al. 2020)",
+        capabilities={"model_types": ("mbart",)},
+    )
+    register(
+        "t5",
+        "zoo.plugins.formats.t5:T5Format",
+        description="transformers' T5ForConditionalGeneration: T5, T5 v1.1, Flan-T5",
+        capabilities={"model_types": ("t5",)},
+    )
+    register(
+        "vit",
+        "zoo.plugins.formats.vit:ViTFormat",
+        description="transformers' ViTForImageClassification (google/vit-*)",
+        capabilities={"model_types": ("vit",)},
+    )

@@ -1,0 +1,189 @@
+"""Folders in another library's format (a transformers ``config.json`` and its
+safetensors), read through the ``format`` family into a zoo recipe and zoo's
+weight names.
+
+A folder is foreign when its ``config.json`` names a ``model_type`` and is not a zoo
+config. The format plugin whose ``model_types`` list that type maps the config to a
+recipe (refusing by name any option zoo cannot express, before a weight is read),
+renames the weights, and reads the generation settings; this module reads the files
+(bounded JSON, safetensors only: a pickle is refused with the command that converts
+it, and never opened) and keeps the model's tokenizer folder. It builds nothing
+(``zoo.build`` does, one layer up).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ._text import quoted, short_repr
+from .artifact import CONFIG_NAME, INDEX_NAME, MAX_CONFIG_BYTES, PICKLE_SUFFIXES, WEIGHTS_NAME
+from .artifact import read_weights, weight_files
+from .errors import ArtifactError, FormatError
+from .generation import GenerationSettings
+from .recipe import Recipe
+from .registry import Component, registry
+
+GENERATION_NAME = "generation_config.json"
+EXTRA = "zoo-transformers[hub-formats]"
+"""The extra that brings what foreign tokenizers need (transformers, sentencepiece)."""
+
+
+@dataclass
+class Imported:
+    """What a model built from a foreign folder keeps of it (``model.imported``)."""
+
+    format: str
+    """The format component that read it (``marian``, ``t5``, ...)."""
+    source: str
+    """The name it was built from (``hf-hub:Helsinki-NLP/opus-mt-de-en``)."""
+    folder: Path
+    """The folder holding its files (the tokenizer's among them)."""
+    config: dict[str, Any] = field(repr=False)
+    """Its ``config.json``, as read."""
+    generation: GenerationSettings | None = None
+    """Its generation settings (None for models that do not generate)."""
+
+    def tokenizer(self):
+        """The model's own tokenizer (transformers' ``AutoTokenizer`` over its folder)."""
+        return load_tokenizer(self.folder, self.source)
+
+
+def read_json(path: Path, source: str) -> dict[str, Any]:
+    """A JSON object from a file of at most 1 MiB, or one ArtifactError naming the file."""
+    if not path.is_file():
+        raise ArtifactError(f"{source} has no {path.name}.")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ArtifactError(f"{source}: {path.name} is {size:,} bytes; a config is under "
+                            "1 MiB. Refusing to read it.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"{source}: {path.name} is not valid JSON "
+                            f"({short_repr(exc, 120)}).") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{source}: {path.name} holds {type(data).__name__}, not an "
+                            "object.")
+    return data
+
+
+def foreign_config(folder: Path, source: str) -> dict[str, Any] | None:
+    """The ``config.json`` of ``folder`` when it is in a foreign format (it names a
+    ``model_type`` and is no zoo config), else None."""
+    path = folder / CONFIG_NAME
+    if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
+        return None  # artifact.read_config says what is wrong
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    if isinstance(data, dict) and data.get("format") != "zoo" and "model_type" in data:
+        return data
+    return None
+
+
+def format_for(config: dict[str, Any], source: str) -> Component:
+    """The format component that reads ``config``'s ``model_type``."""
+    model_type = config.get("model_type")
+    known = {t: c for c in registry.list("format") for t in c.capabilities.model_types}
+    if not isinstance(model_type, str) or model_type not in known:
+        raise FormatError(
+            f"{source}: {CONFIG_NAME} is a transformers config of model_type "
+            f"{short_repr(model_type, 60)}, which no installed format plugin reads. zoo reads "
+            f"{quoted(sorted(known))}; a plugin can add more (family 'format', "
+            "docs/from-the-hub.md).")
+    return known[model_type]
+
+
+def _reader(config: dict[str, Any], source: str) -> tuple[Component, Any]:
+    component = format_for(config, source)
+    return component, component.load()(None)
+
+
+def foreign_recipe(config: dict[str, Any], source: str) -> Recipe:
+    """The zoo recipe of a foreign config (the format plugin's mapping, validated)."""
+    _, reader = _reader(config, source)
+    data = reader.recipe(config)
+    return Recipe.from_dict(data, f"{source} (mapped from its {CONFIG_NAME})")
+
+
+def file_patterns(config: dict[str, Any], source: str) -> list[str]:
+    """The files of a foreign repository that building it needs (weights, tokenizer,
+    generation settings), as patterns."""
+    _, reader = _reader(config, source)
+    return sorted({CONFIG_NAME, GENERATION_NAME, WEIGHTS_NAME, INDEX_NAME,
+                   "model-*.safetensors", *reader.files})
+
+
+def convert_command(folder: str) -> str:
+    """The command that rewrites a transformers folder's pickled weights as safetensors
+    (transformers loads them with torch's weights-only unpickler)."""
+    return ("python -c \"from transformers import AutoModel as M; "
+            f"M.from_pretrained('{folder}').save_pretrained('{folder}-safetensors')\"")
+
+
+def foreign_weight_files(folder: Path, source: str) -> list[Path]:
+    """The safetensors files of a foreign folder. Pickled weights are never opened: they
+    are refused with the command that converts them."""
+    if not (folder / WEIGHTS_NAME).is_file() and not (folder / INDEX_NAME).is_file():
+        pickles = sorted(p.name for p in folder.iterdir() if p.name.endswith(PICKLE_SUFFIXES))
+        if pickles:
+            raise FormatError(
+                f"{source} holds its weights only as pickle ({quoted(pickles)}); zoo never "
+                "unpickles, because unpickling can run any code. Convert a folder you trust "
+                f"to safetensors with: {convert_command(str(folder))}")
+    return weight_files(folder, source)
+
+
+def read_generation(folder: Path, config: dict[str, Any], source: str,
+                    reader: Any) -> GenerationSettings | None:
+    """The generation settings of a foreign folder: ``generation_config.json`` if there
+    is one, else the generation keys of ``config.json`` (older saves)."""
+    path = folder / GENERATION_NAME
+    generation = read_json(path, source) if path.is_file() else {}
+    data = reader.generation(config, generation)
+    if data is None:
+        return None
+    try:
+        return GenerationSettings.model_validate(data)
+    except ValueError as exc:
+        raise FormatError(f"{source}: its generation settings cannot be used: "
+                          f"{short_repr(exc, 400)}") from None
+
+
+def read_foreign(folder: Path, config: dict[str, Any], source: str, *,
+                 weights: bool = True) -> tuple[Recipe, dict[str, torch.Tensor] | None, Imported]:
+    """A foreign folder as a zoo recipe, its weights in zoo's names (None when not
+    asked) and what the model keeps of it. The recipe is mapped, and refused, before
+    any weight is read."""
+    component, reader = _reader(config, source)
+    recipe = Recipe.from_dict(reader.recipe(config),
+                              f"{source} (mapped from its {CONFIG_NAME})")
+    generation = read_generation(folder, config, source, reader)
+    state = None
+    if weights:
+        state = reader.weights(read_weights(foreign_weight_files(folder, source), source), config)
+    return recipe, state, Imported(component.name, source, folder, config, generation)
+
+
+def load_tokenizer(folder: Path, source: str):
+    """transformers' ``AutoTokenizer`` over a foreign folder: the model's own tokenizer
+    (SentencePiece for Marian and T5, byte-level BPE for BART)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise FormatError(f"{source}: its tokenizer is read by transformers, which is not "
+                          f"installed: pip install '{EXTRA}'.") from None
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    except ImportError as exc:
+        raise FormatError(f"{source}: its tokenizer needs a package that is not installed "
+                          f"({short_repr(exc, 200)}): pip install '{EXTRA}'.") from None
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{source}: its tokenizer could not be read ({short_repr(exc, 300)}); "
+                          "the folder needs the tokenizer's files beside config.json.") from None
