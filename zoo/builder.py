@@ -97,6 +97,18 @@ def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
     return read_config(folder, saved.name)[0]
 
 
+def imported_model(name: str | os.PathLike[str], **kwargs: Any) -> nn.Module | None:
+    """The model ``name`` names when it is a folder in a foreign format (a transformers
+    folder: built through its format plugin, ``model.imported`` set), else None (a
+    recipe, a zoo artifact, a run). ``kwargs`` go to :func:`build`."""
+    saved = saved_model(name) if not isinstance(name, Recipe) else None
+    if saved is None and isinstance(name, (str, os.PathLike)) and Path(name).is_dir():
+        saved = saved_model(f"{LOCAL_DIR_PREFIX}{os.fspath(name)}")
+    if saved is None or foreign_config(saved.config_folder(), saved.name) is None:
+        return None
+    return build(saved.name, **kwargs)
+
+
 def _instantiate(resolved: Resolved) -> nn.Module:
     model = resolved.architecture.load()(resolved.settings, resolved)
     model.recipe = resolved.recipe

@@ -344,12 +344,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 # -- zoo translate -------------------------------------------------------------------------------
 def add_translate(sub) -> None:
     """``zoo translate RUN TEXT ...``."""
-    p = sub.add_parser("translate", help="decode text with a trained run (translation, sort)")
-    p.add_argument("run", help="a run folder (runs/translate-de-en), or a run saved with "
-                   "zoo save / zoo push (local-dir:PATH, hf-hub:OWNER/NAME)")
+    p = sub.add_parser("translate", help="decode text with a trained run (translation, sort) "
+                       "or a translation model from the Hub (opus-mt, T5, BART)")
+    p.add_argument("run", help="a run folder (runs/translate-de-en), a run saved with "
+                   "zoo save / zoo push (local-dir:PATH, hf-hub:OWNER/NAME), or a "
+                   "transformers model folder (hf-hub:Helsinki-NLP/opus-mt-de-en)")
     p.add_argument("text", nargs="+", help="one or more inputs")
-    p.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--beam", type=int, help="beam size (1: greedy); default 4, or an "
+                   "imported model's own")
+    p.add_argument("--max-new-tokens", type=int, help="default 128, or an imported "
+                   "model's own maximum length")
     p.add_argument("--device")
     p.add_argument("--int8", action="store_true", help="decode with the model quantized to "
                    "int8 (zoo.quantize: int8 linear layers, CPU)")
@@ -357,9 +361,21 @@ def add_translate(sub) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    """Decode each input with a trained run's model."""
+    """Decode each input with a trained run's model, or an imported model with its own
+    tokenizer and generation settings."""
+    from .builder import imported_model
     from .training.runs import load_run
 
+    if args.int8 and args.device not in (None, "cpu"):
+        raise SystemExit("zoo translate: --int8 runs on the CPU; leave out --device")
+    model = imported_model(args.run, device=args.device, quantize="int8" if args.int8 else None)
+    if model is not None:
+        changes = {} if args.beam is None else {"num_beams": args.beam}
+        if args.max_new_tokens is not None:
+            changes["max_length"] = args.max_new_tokens + 1  # transformers counts the start
+        for line in model.imported.translate(model, args.text, **changes):
+            print(line)
+        return 0
     run = load_run(args.run, device=args.device)
     if not hasattr(run.task, "translate"):
         raise SystemExit(f"zoo: the task of {args.run} ({run.recipe.task.name}) does not "
@@ -371,8 +387,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         if next(model.parameters()).device.type != "cpu":
             raise SystemExit("zoo translate: --int8 runs on the CPU; leave out --device")
         model = quantize(model)
-    for line in run.task.translate(model, args.text, beam_size=args.beam,
-                                   max_new_tokens=args.max_new_tokens):
+    for line in run.task.translate(model, args.text, beam_size=args.beam or 4,
+                                   max_new_tokens=args.max_new_tokens or 128):
         print(line)
     return 0
 

@@ -52,6 +52,20 @@ class Imported:
         """The model's own tokenizer (transformers' ``AutoTokenizer`` over its folder)."""
         return load_tokenizer(self.folder, self.source)
 
+    def translate(self, model, texts: list[str], **changes: Any) -> list[str]:
+        """``texts`` decoded by ``model`` with its own tokenizer and generation settings
+        (``changes``: ``num_beams=1``, ``max_length=64``, ...)."""
+        from .generation import generate_with
+
+        if self.generation is None:
+            raise FormatError(f"{self.source} is not a model that generates text.")
+        tokenizer = self.tokenizer()
+        device = next(model.parameters()).device
+        batch = tokenizer(list(texts), return_tensors="pt", padding=True)["input_ids"]
+        with torch.no_grad():
+            out = generate_with(model.eval(), batch.to(device), self.generation, **changes)
+        return tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
+
 
 def read_json(path: Path, source: str) -> dict[str, Any]:
     """A JSON object from a file of at most 1 MiB, or one ArtifactError naming the file."""

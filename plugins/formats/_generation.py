@@ -59,7 +59,8 @@ def generation_settings(config: dict[str, Any], generation: dict[str, Any],
     early = get("early_stopping", False)
     return {
         "start_id": start, "eos_ids": eos, "pad_id": get("pad_token_id", eos[0]),
-        "max_length": get("max_length", 20), "min_length": get("min_length", 0),
+        # transformers' default: 20 new tokens after the start token
+        "max_length": get("max_length", 21), "min_length": get("min_length", 0),
         "num_beams": get("num_beams", 1), "length_penalty": get("length_penalty", 1.0),
         "early_stopping": early, "forbidden_ids": forbidden,
         "forced_bos_id": get("forced_bos_token_id"), "forced_eos_id": get("forced_eos_token_id"),

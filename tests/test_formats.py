@@ -1,0 +1,213 @@
+"""Models from the Hub's own formats: transformers folders of Marian, T5, BART, mBART and
+ViT, built by transformers' classes, load into zoo's components and give transformers'
+logits (fp32, 1e-5, padded batches) and transformers' ``generate`` tokens; options zoo
+cannot express are refused by name before any weight is read; pickles never run."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import zoo
+from zoo.generation import generate_with
+
+from .conftest import run_zoo
+from .formats import build_vit, marian_with_tokenizer, padded_batch, save_family
+from .test_hub import hub  # noqa: F401  (the Hub-API server fixture)
+
+SEQ2SEQ = ["opus-mt", "tc-big", "t5", "flan-t5", "bart", "mbart"]
+EOS = {"opus-mt": 0, "tc-big": 0, "t5": 1, "flan-t5": 1, "bart": 2, "mbart": 2}
+
+
+def _decoder_inputs(pad: int, start: int, vocab: int = 48):
+    g = torch.Generator().manual_seed(2)
+    tgt = torch.randint(3, vocab - 1, (4, 7), generator=g)
+    tgt[:, 0] = start
+    for row, length in enumerate((7, 4, 2, 5)):
+        tgt[row, length:] = pad
+    return tgt, (tgt != pad).long()
+
+
+@pytest.mark.parametrize("variant", SEQ2SEQ)
+def test_logits_equal_transformers_on_padded_batches(variant, tmp_path):
+    hf, pad = save_family(variant, tmp_path / variant)
+    model = zoo.build(f"local-dir:{tmp_path / variant}").eval()
+    src, src_mask = padded_batch(pad)
+    start = hf.generation_config.decoder_start_token_id
+    tgt, tgt_mask = _decoder_inputs(pad, start)
+    tgt_mask[:, 0] = 1  # the start token is real even where it is the pad token
+    with torch.no_grad():
+        ref = hf(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt,
+                 decoder_attention_mask=tgt_mask).logits
+        out = model(src, tgt)
+    keep = tgt_mask.bool()
+    assert ref[keep].std() > 0.1  # logits that differ from token to token
+    # 1e-5 on logits of size 1; Flan-T5's reach 40 here (no 1/sqrt(d_k)), where fp32 and
+    # two spellings of the tanh GELU differ in the seventh digit
+    scale = max(1.0, ref[keep].abs().max().item())
+    torch.testing.assert_close(out[keep], ref[keep], rtol=0, atol=1e-5 * scale)
+
+
+def _cut(seq: list[int], eos: int) -> list[int]:
+    return seq[: seq.index(eos) + 1] if eos in seq else seq
+
+
+@pytest.mark.parametrize("variant", SEQ2SEQ)
+@pytest.mark.parametrize("beams", [1, 4])
+def test_generate_gives_transformers_tokens_with_the_models_settings(variant, beams, tmp_path):
+    hf, pad = save_family(variant, tmp_path / variant, generate=True)
+    model = zoo.build(f"local-dir:{tmp_path / variant}").eval()
+    settings = model.imported.generation
+    assert settings.start_id == hf.generation_config.decoder_start_token_id
+    src, mask = padded_batch(pad)
+    with torch.no_grad():
+        ref = hf.generate(input_ids=src, attention_mask=mask, num_beams=beams)
+    out = generate_with(model, src, settings, num_beams=beams)
+    eos = EOS[variant]
+    expected = [_cut(row, eos) for row in ref[:, 1:].tolist()]
+    assert [_cut(row, eos) for row in out.tolist()] == expected
+    assert len({t for row in expected for t in row}) > 1  # not one token over and over
+
+
+def test_the_generation_settings_are_the_models_own(tmp_path):
+    save_family("bart", tmp_path / "bart")
+    settings = zoo.build(f"local-dir:{tmp_path / 'bart'}").imported.generation
+    assert (settings.start_id, settings.eos_ids, settings.pad_id) == (2, (2,), 1)
+    assert (settings.num_beams, settings.no_repeat_ngram_size, settings.forced_bos_id,
+            settings.forced_eos_id, settings.early_stopping, settings.max_length) == (
+        4, 3, 0, 2, True, 16)
+    save_family("opus-mt", tmp_path / "marian")
+    marian = zoo.build(f"local-dir:{tmp_path / 'marian'}").imported.generation
+    assert marian.forbidden_ids == (59,) and marian.start_id == marian.pad_id == 59
+
+
+def test_vit_logits_equal_transformers(tmp_path):
+    hf = build_vit(tmp_path / "vit")
+    model = zoo.build(f"local-dir:{tmp_path / 'vit'}").eval()
+    images = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        ref = hf(pixel_values=images).logits
+        torch.testing.assert_close(model(images), ref, rtol=0, atol=1e-5)
+    assert model.recipe.components["norm"].settings == {"eps": 1e-12}
+
+
+def test_the_mapped_recipe_uses_zoos_components(tmp_path):
+    save_family("opus-mt", tmp_path / "m")
+    recipe = zoo.get_recipe(f"local-dir:{tmp_path / 'm'}")
+    parts = {slot: ref.name for slot, ref in recipe.components.items()}
+    assert parts["ffn"] == "silu" and parts["positional"] == "sinusoidal"
+    assert recipe.components["positional"].settings == {"layout": "concatenated"}
+    assert recipe.architecture.settings["output_bias"] is True
+    save_family("flan-t5", tmp_path / "t")
+    t5 = zoo.get_recipe(f"local-dir:{tmp_path / 't'}")
+    assert t5.components["ffn"].name == "geglu" and t5.components["positional"].name == "t5-bias"
+    assert t5.architecture.settings["head_dim"] == 16  # 4 heads of 16 in a width of 32
+    assert t5.architecture.settings["tie_output"] is False
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("activation_function", "quick_gelu", "activation_function='quick_gelu'"),
+    ("decoder_attention_heads", 2, "decoder_attention_heads=2"),
+    ("some_new_option", True, "some_new_option"),
+])
+def test_an_option_zoo_cannot_express_is_refused_by_name_before_the_weights(
+        key, value, named, tmp_path):
+    save_family("opus-mt", tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config[key] = value
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"not read")
+    with pytest.raises(zoo.FormatError, match=named.replace("(", r"\(")) as info:
+        zoo.build(f"local-dir:{tmp_path / 'm'}")
+    assert "safetensors" not in str(info.value)
+
+
+def test_a_generation_setting_zoo_cannot_follow_is_refused_by_name(tmp_path):
+    save_family("opus-mt", tmp_path / "m")
+    path = tmp_path / "m" / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "repetition_penalty": 1.3}))
+    with pytest.raises(zoo.FormatError, match="repetition_penalty"):
+        zoo.build(f"local-dir:{tmp_path / 'm'}")
+
+
+def test_an_unknown_model_type_names_the_formats_zoo_reads(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "pegasus"}))
+    with pytest.raises(zoo.FormatError, match=r"pegasus.*'bart', 'marian', 'mbart', 't5', 'vit'"):
+        zoo.build(f"local-dir:{tmp_path / 'm'}")
+
+
+class _Payload:
+    """Unpickling this writes a file: the crafted pickle a hostile repository holds."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_crafted_pickle_is_refused_unopened_with_the_converting_command(tmp_path):
+    save_family("opus-mt", tmp_path / "m")
+    (tmp_path / "m" / "model.safetensors").unlink()
+    ran = tmp_path / "it-ran"
+    (tmp_path / "m" / "pytorch_model.bin").write_bytes(pickle.dumps(_Payload(str(ran))))
+    with pytest.raises(zoo.FormatError, match="pytorch_model.bin.*save_pretrained") as info:
+        zoo.build(f"local-dir:{tmp_path / 'm'}")
+    assert "never unpickles" in str(info.value)
+    assert not ran.exists()
+    pickle.loads((tmp_path / "m" / "pytorch_model.bin").read_bytes()).close()
+    assert ran.exists()  # the payload is real: unpickling it runs it
+
+
+def test_pulled_from_the_hub_end_to_end(hub, tmp_path):
+    hf, pad = save_family("opus-mt", tmp_path / "m")
+    for path in (tmp_path / "m").iterdir():
+        hub.state.add_file("Helsinki-NLP/opus-mt-tiny", path.name, path.read_bytes())
+    model = zoo.build("hf-hub:Helsinki-NLP/opus-mt-tiny").eval()
+    assert model.imported.source == "hf-hub:Helsinki-NLP/opus-mt-tiny"
+    src, mask = padded_batch(pad)
+    with torch.no_grad():
+        ref = hf.generate(input_ids=src, attention_mask=mask)
+    out = generate_with(model, src, model.imported.generation)
+    assert [_cut(r, 0) for r in out.tolist()] == [_cut(r, 0) for r in ref[:, 1:].tolist()]
+
+
+def _lines() -> list[str]:
+    from zoo.plugins.tasks.translate import DATA  # the task's own text (trans-de-en)
+
+    if not DATA.is_file():
+        pytest.skip("the trans-de-en package is not installed")
+    with open(DATA, encoding="utf-8", errors="ignore") as fh:
+        lines = [line.strip() for _, line in zip(range(6000), fh)
+                 if " :: " in line and not line.startswith("#")]
+    return [line.replace(" :: ", "\t") for line in lines]
+
+
+def test_zoo_translate_uses_the_models_own_tokenizer(tmp_path):
+    hf, tokenizer = marian_with_tokenizer(tmp_path / "m", _lines())
+    text = "Guten Morgen"
+    batch = tokenizer([text], return_tensors="pt")
+    expected = tokenizer.batch_decode(hf.generate(**batch), skip_special_tokens=True)[0]
+    result = run_zoo("translate", f"local-dir:{tmp_path / 'm'}", text)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == expected
+
+
+def test_int8_runs_on_an_imported_marian(tmp_path):
+    save_family("opus-mt", tmp_path / "m")
+    fp32 = zoo.build(f"local-dir:{tmp_path / 'm'}").eval()
+    int8 = zoo.build(f"local-dir:{tmp_path / 'm'}", quantize="int8")
+    src, _ = padded_batch(59)
+    tgt, _ = _decoder_inputs(59, 59)
+    with torch.no_grad():
+        a, b = fp32(src, tgt), int8(src, tgt)
+    assert (a.argmax(-1) == b.argmax(-1)).float().mean() > 0.9
