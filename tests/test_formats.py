@@ -211,3 +211,24 @@ def test_int8_runs_on_an_imported_marian(tmp_path):
     with torch.no_grad():
         a, b = fp32(src, tgt), int8(src, tgt)
     assert (a.argmax(-1) == b.argmax(-1)).float().mean() > 0.9
+
+
+def test_ctranslate2_export_of_an_imported_marian_decodes_as_ct2s_own_converter(tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from ctranslate2.converters import TransformersConverter
+
+    hf, tokenizer = marian_with_tokenizer(tmp_path / "m", _lines())
+    ours = tmp_path / "zoo-ct2"
+    result = run_zoo("export", f"local-dir:{tmp_path / 'm'}", "--format", "ctranslate2",
+                     "--out", str(ours))
+    assert result.returncode == 0, result.stderr
+    theirs = TransformersConverter(str(tmp_path / "m")).convert(str(tmp_path / "ct2-own"))
+    sources = [tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+               for text in ("Guten Morgen", "Das Haus ist klein", "Wo ist der Bahnhof?")]
+    outputs = []
+    for folder in (ours, theirs):
+        translator = ctranslate2.Translator(str(folder), device="cpu")
+        outputs.append([r.hypotheses[0] for r in translator.translate_batch(
+            sources, beam_size=4, max_decoding_length=20)])
+    assert outputs[0] == outputs[1]
+    assert any(outputs[0])

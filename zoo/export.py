@@ -50,7 +50,7 @@ CT2_COMPONENTS = {
     "cross_attention": ("vanilla",),
     "positional": ("sinusoidal", "learned"),
     "norm": ("layernorm", "rmsnorm"),
-    "ffn": ("relu", "gelu", "swiglu"),
+    "ffn": ("relu", "gelu", "silu", "swiglu"),
     "encoder_block": ("encoder",),
     "decoder_block": ("decoder",),
 }
@@ -89,6 +89,13 @@ def ctranslate2_problems(model: nn.Module) -> list[str]:
     if final is True and not pre:
         problems.append("final_norm with post-norm: CTranslate2 puts a final norm after a "
                         "pre-norm stack only")
+    for setting, why in (("head_dim", "heads of d_model / n_heads"),
+                         ("scale_output", "no rescaled output"),
+                         ("separate_positions", "one position table for both stacks"),
+                         ("embedding_norm", "no norm on the embeddings in zoo's export")):
+        if s.get(setting):
+            problems.append(f"{setting} {s[setting]!r}: CTranslate2's Transformer as zoo "
+                            f"writes it has {why}")
     return problems
 
 
@@ -125,10 +132,11 @@ def _ct2_positions(model: nn.Module) -> torch.Tensor:
 
 def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = None,
                      source_vocabulary: Sequence[str] | None = None, bos_id: int = 1,
-                     eos_id: int = 2, unk_id: int = 3):
+                     eos_id: int = 2, unk_id: int = 3, start_id: int | None = None):
     """The CTranslate2 ``TransformerSpec`` of a ``seq2seq`` model, weights set, not yet
     saved. ``vocabulary`` names each target id (default :func:`default_vocabulary`);
-    ``source_vocabulary`` the source ids when the model does not share them."""
+    ``source_vocabulary`` the source ids when the model does not share them;
+    ``start_id`` the decoder's first token when it is not ``bos_id`` (Marian's pad)."""
     import ctranslate2.specs as specs
 
     problems = ctranslate2_problems(model)
@@ -143,6 +151,7 @@ def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = Non
     ffn, norm = recipe.components["ffn"], recipe.components["norm"]
     glu = ffn.name == "swiglu"
     activation = {"relu": specs.Activation.RELU, "swiglu": specs.Activation.SWISH,
+                  "silu": specs.Activation.SWISH,
                   "gelu": (specs.Activation.GELUTanh if ffn.settings.get("approximate") == "tanh"
                            else specs.Activation.GELU)}[ffn.name]
     pre = s.norm_placement == "pre"
@@ -198,7 +207,7 @@ def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = Non
     spec.config.bos_token = target[bos_id]
     spec.config.eos_token = target[eos_id]
     spec.config.unk_token = target[unk_id]
-    spec.config.decoder_start_token = target[bos_id]
+    spec.config.decoder_start_token = target[bos_id if start_id is None else start_id]
     return spec
 
 
@@ -214,8 +223,17 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
     except ImportError as exc:
         raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
                           "pip install 'zoo-transformers[export]'") from None
+    start_id = None
+    imported = getattr(model, "imported", None)
+    if imported is not None and imported.generation is not None and vocabulary is None:
+        # a model from the Hub: its own tokenizer names the ids, its settings the tokens
+        tokenizer = imported.tokenizer()
+        vocabulary = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+        g = imported.generation
+        bos_id = start_id = g.start_id
+        eos_id, unk_id = g.eos_ids[0], tokenizer.unk_token_id
     spec = ctranslate2_spec(model, vocabulary=vocabulary, source_vocabulary=source_vocabulary,
-                            bos_id=bos_id, eos_id=eos_id, unk_id=unk_id)
+                            bos_id=bos_id, eos_id=eos_id, unk_id=unk_id, start_id=start_id)
     spec.validate()
     spec.optimize(quantization=quantization)
     with _written(folder, force) as tmp:

@@ -83,32 +83,3 @@ def to_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool, learned_
     if not tied and "lm_head.weight" not in out and "tgt_embed.weight" in out:
         out["lm_head.weight"] = out["tgt_embed.weight"].clone()  # as transformers ties it
     return out
-
-
-def from_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool) -> dict[str, torch.Tensor]:
-    """zoo's seq2seq state dict (sinusoidal positions, no embedding norm) in the BART
-    layout Marian's transformers class reads."""
-    back = {stack: {v: k for k, v in subs.items()} for stack, subs in SUBLAYERS.items()}
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        match = re.match(r"^(encoder|decoder)\.layers\.(\d+)\.(\w+(?:\.fc[12])?)\.(?:(\w+)\.)?"
-                         r"(weight|bias)$", key)
-        if match:
-            stack, i, name, proj, kind = match.groups()
-            base = f"model.{stack}.layers.{i}.{back[stack][name]}"
-            if proj == "kv_proj":
-                k, v = value.chunk(2, dim=0)
-                out[f"{base}.k_proj.{kind}"], out[f"{base}.v_proj.{kind}"] = k, v
-            else:
-                out[f"{base}.{proj + '.' if proj else ''}{kind}"] = value
-        elif key == "tgt_embed.weight":
-            out["model.shared.weight" if shared else "model.decoder.embed_tokens.weight"] = value
-        elif key == "src_embed.weight" and not shared:
-            out["model.encoder.embed_tokens.weight"] = value
-        elif key == "lm_head.weight" and not tied:
-            out["lm_head.weight"] = value
-        elif key == "lm_head.bias":
-            out["final_logits_bias"] = value[None]
-    if "final_logits_bias" not in out:
-        out["final_logits_bias"] = torch.zeros(1, state["tgt_embed.weight"].shape[0])
-    return {k: v.contiguous() for k, v in out.items()}

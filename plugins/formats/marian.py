@@ -114,13 +114,3 @@ class MarianFormat:
 
     def generation(self, config: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
         return generation_settings(config, generation, "marian")
-
-    # -- back out ------------------------------------------------------------------------------
-    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor]):
-        """A zoo seq2seq recipe and state as a Marian config and state dict; what Marian
-        cannot express is refused by name."""
-        from .marian_export import marian_config
-
-        config = marian_config(recipe)
-        return config, _bart.from_zoo(state, shared=config["share_encoder_decoder_embeddings"],
-                                      tied=config["tie_word_embeddings"])
