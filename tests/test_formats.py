@@ -17,6 +17,7 @@ import torch
 pytest.importorskip("transformers")
 
 import zoo
+from zoo.export import export
 from zoo.generation import generate_with
 
 from .conftest import run_zoo
@@ -232,3 +233,54 @@ def test_ctranslate2_export_of_an_imported_marian_decodes_as_ct2s_own_converter(
             sources, beam_size=4, max_decoding_length=20)])
     assert outputs[0] == outputs[1]
     assert any(outputs[0])
+
+
+def test_an_imported_marian_goes_back_out_with_the_same_logits(tmp_path):
+    from transformers import MarianMTModel
+
+    hf, pad = save_family("opus-mt", tmp_path / "m")
+    result = run_zoo("export", f"local-dir:{tmp_path / 'm'}", "--format", "transformers",
+                     "--out", str(tmp_path / "back"))
+    assert result.returncode == 0, result.stderr
+    again = MarianMTModel.from_pretrained(tmp_path / "back").eval()
+    src, mask = padded_batch(pad)
+    tgt, tgt_mask = _decoder_inputs(pad, pad)
+    with torch.no_grad():
+        ref = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        out = again(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+    assert again.generation_config.bad_words_ids == [[pad]]
+
+
+def test_the_papers_base_transformer_is_written_as_marian(tmp_path):
+    """zoo's interleaved sinusoids become Marian's [sin | cos] by permuting the model's
+    features in every weight: transformers' Marian then gives zoo's logits."""
+    from transformers import MarianMTModel
+
+    model = zoo.build("transformer-tiny", **{"norm.eps": 1e-5, "dropout": 0.0}).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.normal_(std=0.5)  # nothing zoo starts at zero or one stays there
+    export(model, tmp_path / "marian", "transformers")
+    marian = MarianMTModel.from_pretrained(tmp_path / "marian").eval()
+    src, mask = padded_batch(0, vocab=1000, low=4)
+    tgt, _ = _decoder_inputs(0, 1, vocab=1000)
+    with torch.no_grad():
+        ours = model(src, tgt)
+        theirs = marian(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("source, named", [
+    ("transformer-tiny", "norm layernorm {'eps': 1e-06}"),
+    ("t5", "norm_placement 'pre'"),
+])
+def test_what_marian_cannot_express_is_refused_by_name(source, named, tmp_path):
+    if source == "t5":
+        save_family("t5", tmp_path / "t5")
+        source = f"local-dir:{tmp_path / 't5'}"
+    model = zoo.build(source)
+    with pytest.raises(zoo.ZooError, match=named.replace("{", r"\{").replace("}", r"\}")):
+        export(model, tmp_path / "out", "transformers")
+    assert not (tmp_path / "out").exists()

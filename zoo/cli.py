@@ -395,12 +395,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 # -- zoo export ----------------------------------------------------------------------------------
 def add_export(sub) -> None:
-    """``zoo export SOURCE --format ctranslate2|onnx --out DIR``."""
-    p = sub.add_parser("export", help="export a model or run to CTranslate2 or ONNX "
-                       "(ONNX Runtime)")
+    """``zoo export SOURCE --format ctranslate2|onnx|transformers --out DIR``."""
+    p = sub.add_parser("export", help="export a model or run to CTranslate2, ONNX "
+                       "(ONNX Runtime) or a transformers folder")
     p.add_argument("source", help="a run folder (runs/translate-de-en), a recipe, "
                    "local-dir:PATH or hf-hub:OWNER/NAME")
-    p.add_argument("--format", required=True, choices=["ctranslate2", "onnx"])
+    p.add_argument("--format", required=True, choices=["ctranslate2", "onnx", "transformers"],
+                   help="transformers: a folder from_pretrained loads (Marian; "
+                   "docs/from-the-hub.md)")
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--quantization", help="ctranslate2: CTranslate2's weight type (int8, "
                    "int8_float32, float16, ...); default float32")
@@ -428,6 +430,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         model = build(args.source, pretrained=args.pretrained or None, **_parse_sets(args.set))
     kwargs = {"vocabulary": vocabulary, "quantization": args.quantization} \
         if args.format == "ctranslate2" else {}
+    if args.format == "transformers" and args.quantization:
+        raise SystemExit("zoo export: --quantization is CTranslate2's; a transformers folder "
+                         "holds fp32 weights")
     if args.format == "onnx" and args.quantization:
         raise SystemExit("zoo export: --quantization is CTranslate2's; quantize an ONNX "
                          "graph with onnxruntime.quantization")

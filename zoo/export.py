@@ -1,4 +1,5 @@
-"""Export a zoo model to the engines users deploy on: CTranslate2 and ONNX Runtime.
+"""Export a zoo model to the engines users deploy on: CTranslate2 and ONNX Runtime, and
+back to the transformers format.
 
 - ``ctranslate2``: an encoder-decoder (``seq2seq``) model becomes a CTranslate2
   ``TransformerSpec`` written with CTranslate2's own Python API (``model.bin``,
@@ -11,6 +12,11 @@
   ``encoder.onnx`` (source ids to memory) and ``decoder.onnx`` (target ids, memory,
   source ids to logits over the whole target, no cache), through ``torch.onnx.export``
   with the batch and lengths dynamic. ONNX Runtime runs them.
+- ``transformers``: a ``seq2seq`` model a transformers family expresses (through a
+  ``format`` plugin with ``exports``: Marian, the paper's base Transformer among
+  them) becomes a folder ``from_pretrained`` loads with the same logits:
+  ``config.json``, ``generation_config.json``, ``model.safetensors`` and, for a model
+  imported from such a folder, its tokenizer's files. Anything else is refused by name.
 
 Each format writes ``zoo-export.json`` beside its files: the format, the recipe, and
 how to call what was written. The folder is written beside its destination and
@@ -34,7 +40,7 @@ from .files import folder_beside
 from .ops import plain_linears
 from .quantization import is_quantized
 
-FORMATS = ("ctranslate2", "onnx")
+FORMATS = ("ctranslate2", "onnx", "transformers")
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 """The names of ids 0-3 (zoo's tasks: padding, start, end, unknown) in a default
 vocabulary."""
@@ -331,6 +337,77 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18
     return Path(folder)
 
 
+# -- transformers ------------------------------------------------------------------------------
+def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id: int = 1,
+                    eos_id: int = 2, force: bool = False) -> Path:
+    """Write ``model`` as a transformers folder through the first ``format`` plugin that
+    exports and can express it (an imported model's own format first). ``bos_id`` and
+    ``eos_id`` are the decoder's start and end tokens of a zoo-trained model (an
+    imported one keeps its own generation settings)."""
+    from safetensors.torch import save_file
+
+    from .registry import registry
+
+    if is_quantized(model):
+        raise ExportError("export the fp32 model: a transformers folder holds full weights")
+    imported = getattr(model, "imported", None)
+    generation = getattr(imported, "generation", None)
+    start = generation.start_id if generation is not None else bos_id
+    end = generation.eos_ids[0] if generation is not None else eos_id
+    writers = sorted((c for c in registry.list("format") if c.capabilities.exports),
+                     key=lambda c: c.name != getattr(imported, "format", None))
+    recipe = model.recipe.to_dict()
+    state = {k: v.detach().float() for k, v in model.state_dict().items()}
+    refusals = []
+    for component in writers:
+        try:
+            config, weights = component.load()(None).export(recipe, state, start_id=start,
+                                                            eos_id=end)
+            break
+        except ZooError as exc:
+            refusals.append(f"{component.name}: {exc}")
+    else:
+        raise ExportError("no transformers family expresses this model:\n"
+                          + ("\n".join(refusals) or "no format plugin exports"))
+    with _written(folder, force) as tmp:
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        settings = {"decoder_start_token_id": start, "eos_token_id": end,
+                    "pad_token_id": config.get("pad_token_id")}
+        if generation is not None:
+            settings.update(_generation_json(generation))
+        (tmp / "generation_config.json").write_text(json.dumps(settings, indent=2) + "\n")
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if imported is not None:
+            for path in imported.folder.iterdir():
+                if path.is_file() and path.suffix in (".spm", ".model", ".txt", ".json") \
+                        and path.name not in ("config.json", "generation_config.json"):
+                    (tmp / path.name).write_bytes(path.read_bytes())
+        _describe(tmp, model, "transformers", {"family": component.name,
+                                               "load": "AutoModelForSeq2SeqLM.from_pretrained"})
+    return Path(folder)
+
+
+def _generation_json(g) -> dict[str, Any]:
+    """zoo's generation settings in transformers' names."""
+    out = {"decoder_start_token_id": g.start_id, "eos_token_id": list(g.eos_ids),
+           "pad_token_id": g.pad_id, "max_length": g.max_length, "num_beams": g.num_beams}
+    if g.num_beams > 1:
+        out.update(length_penalty=g.length_penalty, early_stopping=g.early_stopping)
+    if g.min_length:
+        out["min_length"] = g.min_length
+    if g.forbidden_ids:
+        out["bad_words_ids"] = [[i] for i in g.forbidden_ids]
+    for key, value in (("forced_bos_token_id", g.forced_bos_id),
+                       ("forced_eos_token_id", g.forced_eos_id)):
+        if value is not None:
+            out[key] = value
+    if g.no_repeat_ngram_size:
+        out["no_repeat_ngram_size"] = g.no_repeat_ngram_size
+    if g.renormalize:
+        out["renormalize_logits"] = True
+    return out
+
+
 # -- both ----------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _written(folder: str | os.PathLike[str], force: bool):
@@ -354,9 +431,12 @@ def _describe(folder: Path, model: nn.Module, fmt: str, extra: dict) -> None:
 
 
 def export(model: nn.Module, folder: str | os.PathLike[str], format: str, **kwargs) -> Path:
-    """Export ``model`` to ``folder`` in ``format`` (``ctranslate2`` or ``onnx``); keyword
-    arguments go to :func:`to_ctranslate2` or :func:`to_onnx`."""
+    """Export ``model`` to ``folder`` in ``format`` (``ctranslate2``, ``onnx`` or
+    ``transformers``); keyword arguments go to :func:`to_ctranslate2`, :func:`to_onnx` or
+    :func:`to_transformers`."""
     if format not in FORMATS:
         raise ExportError(f"unknown export format {format!r}; zoo exports to "
                           f"{', '.join(FORMATS)}")
-    return (to_ctranslate2 if format == "ctranslate2" else to_onnx)(model, folder, **kwargs)
+    writer = {"ctranslate2": to_ctranslate2, "onnx": to_onnx,
+              "transformers": to_transformers}[format]
+    return writer(model, folder, **kwargs)

@@ -9,7 +9,7 @@ def register_formats(register):
         "marian",
         "zoo.plugins.formats.marian:MarianFormat",
         description="transformers' MarianMTModel (the opus-mt and opus-mt-tc-big models)",
-        capabilities={"model_types": ("marian",)},
+        capabilities={"model_types": ("marian",), "exports": True},
     )
     register(
         "bart",

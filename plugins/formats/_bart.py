@@ -33,6 +33,8 @@ SUBLAYERS = {
 }
 STACK = {"layernorm_embedding": "embed_norm", "layer_norm": "norm"}
 POSITIONS = {"encoder": "src_positional.weight", "decoder": "positional.weight"}
+ZOO_LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(\w+(?:\.fc[12])?)\.(?:(\w+)\.)?"
+                       r"(weight|bias)$")
 
 
 def to_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool, learned_positions: bool,
@@ -83,3 +85,29 @@ def to_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool, learned_
     if not tied and "lm_head.weight" not in out and "tgt_embed.weight" in out:
         out["lm_head.weight"] = out["tgt_embed.weight"].clone()  # as transformers ties it
     return out
+
+
+def from_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool) -> dict[str, torch.Tensor]:
+    """zoo's seq2seq state dict (computed positions, no embedding norm) in the BART
+    layout Marian's transformers class reads: :func:`to_zoo` backwards."""
+    back = {stack: {v: k for k, v in subs.items()} for stack, subs in SUBLAYERS.items()}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        match = ZOO_LAYER.match(key)
+        if match:
+            stack, i, name, proj, kind = match.groups()
+            base = f"model.{stack}.layers.{i}.{back[stack][name]}"
+            if proj == "kv_proj":
+                out[f"{base}.k_proj.{kind}"], out[f"{base}.v_proj.{kind}"] = value.chunk(2, 0)
+            else:
+                out[f"{base}.{proj + '.' if proj else ''}{kind}"] = value
+        elif key == "tgt_embed.weight":
+            out["model.shared.weight" if shared else "model.decoder.embed_tokens.weight"] = value
+        elif key == "src_embed.weight" and not shared:
+            out["model.encoder.embed_tokens.weight"] = value
+        elif key == "lm_head.weight" and not tied:
+            out["lm_head.weight"] = value
+        elif key == "lm_head.bias":
+            out["final_logits_bias"] = value[None]
+    out.setdefault("final_logits_bias", torch.zeros(1, state["tgt_embed.weight"].shape[0]))
+    return {k: v.detach().contiguous().clone() for k, v in out.items()}

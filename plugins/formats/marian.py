@@ -114,3 +114,19 @@ class MarianFormat:
 
     def generation(self, config: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
         return generation_settings(config, generation, "marian")
+
+    # -- back out ------------------------------------------------------------------------------
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor], *, start_id: int,
+               eos_id: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """A zoo seq2seq recipe and state dict as a Marian ``config.json`` and state dict;
+        what Marian cannot express is refused by name (``FormatError``)."""
+        from .marian_export import marian_config, to_concatenated
+
+        config = marian_config(recipe, start_id=start_id, eos_id=eos_id)
+        positional = recipe["components"].get("positional", "sinusoidal")
+        layout = "interleaved" if isinstance(positional, str) else positional.get(
+            "settings", {}).get("layout", "interleaved")
+        if layout == "interleaved":
+            state = to_concatenated(state, config["d_model"])
+        return config, _bart.from_zoo(state, shared=config["share_encoder_decoder_embeddings"],
+                                      tied=config["tie_word_embeddings"])
