@@ -284,3 +284,41 @@ def test_what_marian_cannot_express_is_refused_by_name(source, named, tmp_path):
     with pytest.raises(zoo.ZooError, match=named.replace("{", r"\{").replace("}", r"\}")):
         export(model, tmp_path / "out", "transformers")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_fine_tuning_starts_from_the_imported_model_and_its_tokenizer(tmp_path):
+    """zoo train translate-de-en --set model=local-dir:FOLDER: the run starts from the
+    imported weights (its first teacher-forced loss is the imported model's on the same
+    batch), encodes with the model's own tokenizer and ids, learns, and decodes from its
+    run folder afterwards."""
+    _, tokenizer = marian_with_tokenizer(tmp_path / "m", _lines())
+    name = f"local-dir:{tmp_path / 'm'}"
+    imported = zoo.build(name).eval()
+    result = zoo.train("translate-de-en", run_dir=tmp_path / "run", progress=False, overrides={
+        "model": name, "model.dropout": 0.0, "model.attention_dropout": 0.0,
+        "task.max_train": 400, "task.valid_size": 20, "task.test_size": 20,
+        "task.beam_size": 1, "train.steps": 60, "schedule.warmup_steps": 10,
+        "optimizer.lr": 3e-3, "train.log_every": 10, "train.eval_every": 60,
+        "train.eval_limit": 20, "train.batch_by_length": False, "train.time_limit_minutes": None,
+        "schedule.over": "steps"})
+    task = result.task
+    assert (task.pad_id, task.bos_id, task.eos_id) == (len(tokenizer) - 1, len(tokenizer) - 1, 0)
+    de, en = task.references("train")[0]
+    src, tgt = task.dataset("train")[0]
+    assert src == tokenizer(de)["input_ids"]  # the model's own tokenizer, its end token
+    assert tgt + [0] == tokenizer(text_target=en)["input_ids"]
+    batch = task.collate([task.dataset("train")[i] for i in range(8)])
+    fresh = task.collate([task.dataset("train")[i] for i in range(8)])
+    criterion = torch.nn.functional.cross_entropy
+    with torch.no_grad():
+        before = task.loss(imported, fresh, criterion)[0]
+        after = task.loss(result.model.eval(), batch, criterion)[0]
+    assert after < 0.8 * before  # it learned from where the imported model stood
+    first = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] <= 10
+    assert (result.run_dir / "tokenizer" / "zoo-ids.json").is_file()
+    out = run_zoo("translate", str(result.run_dir), "Das Haus ist klein.", "--beam", "1")
+    assert out.returncode == 0, out.stderr  # the run decodes with the saved tokenizer
+    assert out.stdout.splitlines() == task.translate(result.model.eval(),
+                                                     ["Das Haus ist klein."], beam_size=1)

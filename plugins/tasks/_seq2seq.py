@@ -70,9 +70,9 @@ class Seq2SeqTask:
         return [len(src) + len(tgt) for src, tgt in self.dataset(split)]
 
     def collate(self, items: list[tuple[list[int], list[int]]]) -> dict:
-        src = pad_batch([s for s, _ in items])
-        tgt_in = pad_batch([[self.bos_id, *t] for _, t in items])
-        tgt_out = pad_batch([[*t, self.eos_id] for _, t in items])
+        src = pad_batch([s for s, _ in items], self.pad_id)
+        tgt_in = pad_batch([[self.bos_id, *t] for _, t in items], self.pad_id)
+        tgt_out = pad_batch([[*t, self.eos_id] for _, t in items], self.pad_id)
         return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
 
     def loss(self, model, batch: dict, criterion):

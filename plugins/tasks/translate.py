@@ -10,7 +10,10 @@ three words, and none of the dictionary's markup (``{m}``, ``[Am.]``,
 alternatives they pair up in order. Duplicates are dropped; a seeded shuffle
 then splits off ``valid_size`` and ``test_size`` pairs. A byte-pair-encoding
 tokenizer (Hugging Face ``tokenizers``; one vocabulary for both languages) is
-trained on the training split only and saved in the run folder. The ``lexicon``
+trained on the training split only and saved in the run folder; a pretrained model
+being fine-tuned (``--set model=hf-hub:Helsinki-NLP/opus-mt-de-en``) brings its own
+tokenizer and token ids instead (``use_pretrained``), saved in the run folder's
+``tokenizer/``. The ``lexicon``
 setting adds the dictionary's own word and phrase pairs to the training split (never
 those of a line that holds a test or validation sentence). Translation
 quality is measured on detokenised text with sacreBLEU's BLEU and chrF.
@@ -27,9 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from zoo.plugin import missing_debian_package
 
-from ._seq2seq import BOS, EOS, PAD, Seq2SeqTask
+from ._seq2seq import PAD, Seq2SeqTask
 
 DATA = Path("/usr/share/trans/de-en")
+PRETRAINED_TOKENIZER = "tokenizer"
+"""The run folder's copy of a fine-tuned model's own tokenizer (transformers' files)."""
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0, 1, 2, 3 = PAD, BOS, EOS, UNK
 _SENTENCE = re.compile(r"^[A-ZÄÖÜ\"'„»‚].*[.!?]$")
 _MARKUP = re.compile(r"[{}\[\]<>/~]|\bjd[mnrs]?\.|\betw\.|\bsb\.|\bsth\.")
@@ -139,6 +144,8 @@ class TranslateDeEn(Seq2SeqTask):
         self.workdir = Path(workdir) if workdir is not None else None
         self.data_path = data
         self.tokenizer = None
+        self.pretrained = None
+        """A pretrained model's tokenizer (``use_pretrained``), or None for the task's BPE."""
         self._splits: dict[str, list[tuple[str, str]]] = {}
         self._encoded: dict[str, list] = {}
         self._word_starts: torch.Tensor | None = None
@@ -162,7 +169,7 @@ class TranslateDeEn(Seq2SeqTask):
         for split, items in self._splits.items():
             encoded = []
             for de, en in items:
-                src, tgt = self.encode(de), self.encode(en)
+                src, tgt = self.encode(de), self.encode_target(en)
                 if split == "train" and max(len(src), len(tgt)) + 1 > self.settings.max_tokens:
                     continue
                 encoded.append((src[: self.settings.max_tokens], tgt[: self.settings.max_tokens - 1]))
@@ -170,6 +177,9 @@ class TranslateDeEn(Seq2SeqTask):
 
     def _saved_tokenizer(self):
         """The tokenizer this run saved, or None."""
+        if self.workdir is not None and (self.workdir / PRETRAINED_TOKENIZER).is_dir():
+            self._adopt(_Pretrained.load(self.workdir / PRETRAINED_TOKENIZER))
+            return self.pretrained
         saved = self.workdir / "tokenizer.json" if self.workdir is not None else None
         if saved is None or not saved.exists():
             return None
@@ -180,6 +190,8 @@ class TranslateDeEn(Seq2SeqTask):
     def _tokenizer(self):
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+        if self.pretrained is not None:
+            return self.pretrained
         saved_tokenizer = self._saved_tokenizer()
         if saved_tokenizer is not None:
             return saved_tokenizer
@@ -197,13 +209,40 @@ class TranslateDeEn(Seq2SeqTask):
             tok.save(str(saved))
         return tok
 
+    # -- a pretrained model's tokenizer ------------------------------------------------------
+    def use_pretrained(self, model) -> None:
+        """Fine-tune ``model`` (imported from a transformers folder): its own tokenizer
+        and token ids (start, end, pad) replace the task's BPE, and are saved in the run
+        folder so the run decodes without the source."""
+        imported = getattr(model, "imported", None)
+        if imported is None or imported.generation is None:
+            raise ValueError("translate-de-en fine-tunes a model imported with its tokenizer "
+                             "and generation settings (a transformers folder)")
+        tokenizer = imported.tokenizer()
+        g = imported.generation
+        pretrained = _Pretrained(tokenizer, pad=g.pad_id, start=g.start_id, eos=g.eos_ids[0])
+        if self.workdir is not None:
+            pretrained.save(self.workdir / PRETRAINED_TOKENIZER)
+        self._adopt(pretrained)
+
+    def _adopt(self, pretrained: "_Pretrained") -> None:
+        self.pretrained = self.tokenizer = pretrained
+        self.pad_id, self.bos_id, self.eos_id = pretrained.pad, pretrained.start, pretrained.eos
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text).ids
 
+    def encode_target(self, text: str) -> list[int]:
+        """A target sentence's ids (the end token is added by ``collate``)."""
+        if self.pretrained is not None:
+            return self.pretrained.encode_target(text)
+        return self.encode(text)
+
     def decode(self, ids) -> str:
-        ids = [i for i in (ids.tolist() if torch.is_tensor(ids) else ids) if i not in (PAD, BOS)]
-        if EOS in ids:
-            ids = ids[: ids.index(EOS)]
+        ids = [i for i in (ids.tolist() if torch.is_tensor(ids) else ids)
+               if i not in (self.pad_id, self.bos_id)]
+        if self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
         return self.tokenizer.decode(ids)
 
     def _ensure_tokenizer(self) -> None:
@@ -259,10 +298,10 @@ class TranslateDeEn(Seq2SeqTask):
         starts = self.word_starts().to(src.device)[src]
         word = starts.long().cumsum(1)  # each token's word, counted from 1
         drawn = torch.rand(src.shape[0], src.shape[1] + 1, device=src.device) < p
-        drop = drawn.gather(1, word) & src.ne(PAD)
-        emptied = (src.ne(PAD) & ~drop).sum(1) == 0
+        drop = drawn.gather(1, word) & src.ne(self.pad_id)
+        emptied = (src.ne(self.pad_id) & ~drop).sum(1) == 0
         drop &= ~emptied[:, None]
-        return src.masked_fill(drop, PAD)
+        return src.masked_fill(drop, self.pad_id)
 
     def loss(self, model, batch: dict, criterion):
         p = self.settings.word_dropout
@@ -300,3 +339,50 @@ class TranslateDeEn(Seq2SeqTask):
         metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [refs]).score
         metrics["chrf"] = sacrebleu.corpus_chrf(hyps, [refs]).score
         return metrics
+
+
+class _Pretrained:
+    """A transformers tokenizer behind the ``tokenizers`` calls the task makes (``encode``
+    with ``.ids``, ``decode``, ``get_vocab_size``, ``id_to_token``), with the model's
+    start, end and pad ids. Sources are encoded as the model was trained (Marian's end
+    its source with the end token); targets without the end token, which ``collate``
+    adds."""
+
+    class _Ids:
+        def __init__(self, ids: list[int]) -> None:
+            self.ids = ids
+
+    def __init__(self, tokenizer, *, pad: int, start: int, eos: int) -> None:
+        self.tokenizer, self.pad, self.start, self.eos = tokenizer, pad, start, eos
+
+    def encode(self, text: str) -> "_Pretrained._Ids":
+        return self._Ids(self.tokenizer(text)["input_ids"])
+
+    def encode_target(self, text: str) -> list[int]:
+        ids = self.tokenizer(text_target=text)["input_ids"]
+        return ids[:-1] if ids and ids[-1] == self.eos else ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def get_vocab_size(self) -> int:
+        return len(self.tokenizer)
+
+    def id_to_token(self, i: int) -> str:
+        return self.tokenizer.convert_ids_to_tokens(int(i))
+
+    def save(self, folder: Path) -> None:
+        import json
+
+        self.tokenizer.save_pretrained(str(folder))
+        (folder / "zoo-ids.json").write_text(json.dumps(
+            {"pad": self.pad, "start": self.start, "eos": self.eos}))
+
+    @classmethod
+    def load(cls, folder: Path) -> "_Pretrained":
+        import json
+
+        from transformers import AutoTokenizer
+
+        ids = json.loads((folder / "zoo-ids.json").read_text())
+        return cls(AutoTokenizer.from_pretrained(str(folder)), **ids)

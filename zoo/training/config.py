@@ -33,7 +33,8 @@ class ModelSpec(_Strict):
     """The model a run trains: a recipe and overrides."""
 
     recipe: str
-    """A model recipe name (``zoo list``) or file."""
+    """A model recipe name (``zoo list``) or file; or a pretrained model in a foreign
+    format to fine-tune (``hf-hub:Helsinki-NLP/opus-mt-de-en``, ``local-dir:PATH``)."""
     overrides: dict[str, JsonValue] = Field(default_factory=dict)
     """Validated like ``zoo.build`` overrides: slots, settings, ``slot.setting``."""
 
@@ -197,12 +198,20 @@ SECTIONS = {"model", "task", "optimizer", "schedule", "decode", "train", "loss"}
 
 
 def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> TrainRecipe:
-    """``model.X`` (a model override), ``task.X`` (a task setting), ``optimizer.X``,
+    """``model`` (another model recipe, or a pretrained model to fine-tune:
+    ``hf-hub:Helsinki-NLP/opus-mt-de-en``), ``model.X`` (a model override), ``task.X`` (a
+    task setting), ``optimizer.X``,
     ``schedule.X``, ``decode.X``, ``train.X`` (a top-level field such as steps),
     ``loss.name`` (another loss: its settings start afresh) and ``loss.X`` (a setting)."""
     check_data(dict(overrides), "training overrides")
     data = recipe.model_dump(mode="json")
     for key, value in overrides.items():
+        if key == "model":  # another model: a recipe, or a pretrained one to fine-tune
+            if not isinstance(value, str):
+                raise RecipeError(f"model={value!r}: name a model recipe, a recipe file, "
+                                  "local-dir:PATH or hf-hub:OWNER/NAME.")
+            data["model"]["recipe"] = value
+            continue
         section, _, rest = key.partition(".")
         if section not in SECTIONS or not rest:
             raise RecipeError(

@@ -32,9 +32,8 @@ import numpy as np
 import torch
 
 from .. import hardware
-from ..builder import build
+from ..builder import build, get_recipe, imported_model
 from ..errors import CheckpointError, RecipeError, TrainingError
-from ..recipe import get_recipe
 from ..registry import registry
 from ..resolver import resolve
 from . import schedules
@@ -184,6 +183,23 @@ def check_precision(precision: str, device: torch.device, *, allow_slow_bf16: bo
             "recipe, or --set train.precision=fp32), or insist with --allow-slow-bf16 "
             "(zoo.train(..., allow_slow_bf16=True)).")
     warnings.warn(f"training in bf16 with {why}", RuntimeWarning, stacklevel=3)
+
+
+def pretrained_model(recipe: TrainRecipe, task, device) -> Any:
+    """The model to fine-tune when the recipe names one in a foreign format
+    (``--set model=hf-hub:Helsinki-NLP/opus-mt-de-en``): built with its weights and the
+    recipe's overrides, its tokenizer and token ids handed to the task
+    (``task.use_pretrained``) before the task reads its data. None for a zoo recipe."""
+    model = imported_model(recipe.model.recipe, device=device, **recipe.model.overrides)
+    if model is None:
+        return None
+    adopt = getattr(task, "use_pretrained", None)
+    if adopt is None:
+        raise RecipeError(f"task {recipe.task.name!r} cannot fine-tune {recipe.model.recipe}: "
+                          "it has no use_pretrained (a task that takes a pretrained model's "
+                          "tokenizer, as translate-de-en does).")
+    adopt(model)
+    return model
 
 
 def build_model(recipe: TrainRecipe, task, device) -> Any:
@@ -399,8 +415,10 @@ class Trainer:
         seed_everything(recipe.seed)
         task = build_task(recipe, path)
         criterion = build_loss(recipe, task)
+        model = pretrained_model(recipe, task, device)
         task.prepare()
-        model = build_model(recipe, task, device)
+        if model is None:
+            model = build_model(recipe, task, device)
         if recipe.activation_checkpointing:
             model.gradient_checkpointing = True
         trainer = cls(recipe, run, dist, device, task, model, criterion,
