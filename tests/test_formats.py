@@ -169,6 +169,19 @@ def test_a_crafted_pickle_is_refused_unopened_with_the_converting_command(tmp_pa
     assert ran.exists()  # the payload is real: unpickling it runs it
 
 
+def test_a_pickle_only_repository_on_the_hub_is_refused_unopened(hub, tmp_path):
+    save_family("opus-mt", tmp_path / "m")
+    ran = tmp_path / "it-ran"
+    hub.state.add_file("someone/opus-pickle", "config.json",
+                       (tmp_path / "m" / "config.json").read_bytes())
+    hub.state.add_file("someone/opus-pickle", "pytorch_model.bin",
+                       pickle.dumps(_Payload(str(ran))))
+    with pytest.raises(zoo.ArtifactError, match="pytorch_model.bin.*safetensors"):
+        zoo.build("hf-hub:someone/opus-pickle")
+    assert not ran.exists()
+    assert zoo.build("hf-hub:someone/opus-pickle", pretrained=False).imported.format == "marian"
+
+
 def test_pulled_from_the_hub_end_to_end(hub, tmp_path):
     hf, pad = save_family("opus-mt", tmp_path / "m")
     for path in (tmp_path / "m").iterdir():

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
+from zoo import hardware
 from zoo.errors import ArtifactError, RecipeError
 from zoo.export import ExportError, default_vocabulary, to_ctranslate2, to_onnx
 from zoo.quantization import QuantizedLinear, is_quantized, quantize
@@ -155,6 +156,10 @@ def test_ctranslate2_export_gives_zoos_tokens_and_log_probabilities(tmp_path, va
     torch.testing.assert_close(got, expected, atol=2e-4, rtol=1e-4)
 
 
+@pytest.mark.skipif(not hardware.detect().cpu.vnni, reason="CTranslate2 4.8.5's int8 on an AVX2 "
+                    "CPU without VNNI measured 14% mean log-prob error on this model (1% for "
+                    "zoo's int8 on the same CPU; 16-bit saturation of u8s8 products is the "
+                    "likely cause, issue 26); the 5% bound held on AVX-512 with VNNI")
 def test_ctranslate2_int8_export_keeps_most_tokens(tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     model = sharp(vocab_size=40)

@@ -22,7 +22,7 @@ from .conftest import run_zoo
 
 ROOT = Path(__file__).parents[1]
 BUILTIN = {"architectures", "attention", "blocks", "ffn", "kernels", "norm", "positional", "tasks",
-           "recipes", "losses"}
+           "recipes", "losses", "formats"}
 
 
 def test_builtin_plugins_come_from_entry_points():

@@ -207,7 +207,9 @@ def _build_saved(saved: SavedModel, *, weights: bool, device: Any, dtype: torch.
     config_folder = saved.config_folder()
     foreign = foreign_config(config_folder, saved.name)
     if foreign is not None:
-        folder = saved.files_folder(file_patterns(foreign, saved.name))
+        patterns = [p for p in file_patterns(foreign, saved.name)
+                    if weights or "safetensors" not in p]  # pretrained=False: no weights
+        folder = saved.files_folder(patterns)
         recipe, state, imported = read_foreign(folder, foreign, saved.name, weights=weights)
         model = _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
                           source=saved.name)

@@ -115,7 +115,8 @@ def greedy_with(model, src: torch.Tensor, settings: GenerationSettings) -> torch
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     while tokens.shape[1] < settings.max_length:
         logp = step(tokens)
-        _check_vocab(settings, logp.shape[-1])
+        if tokens.shape[1] == 1:
+            _check_vocab(settings, logp.shape[-1])
         nxt = apply_rules(settings, tokens, logp).argmax(-1).masked_fill(done, settings.pad_id)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         done |= torch.isin(nxt, eos)
@@ -146,7 +147,8 @@ def beam_with(model, src: torch.Tensor, settings: GenerationSettings) -> torch.T
         length = running.shape[2]
         logp = step(running.view(bsz * k, length))
         vocab = logp.shape[-1]
-        _check_vocab(settings, vocab)
+        if length == 1:
+            _check_vocab(settings, vocab)
         logp = apply_rules(settings, running.view(bsz * k, length), logp)
         total = (logp.view(bsz, k, vocab) + running_scores[:, :, None]).view(bsz, -1)
         top_scores, top_index = total.topk(keep, dim=1)

@@ -125,14 +125,16 @@ def download(repo_id: str, revision: str | None = None, *, token: str | None = N
         folder = Path(snapshot_download(
             repo_id, revision=revision, allow_patterns=patterns or FILES, endpoint=endpoint(),
             token=token, cache_dir=cache_dir))
-    if not (folder / WEIGHTS_NAME).is_file() and not (folder / INDEX_NAME).is_file():
+    wants_weights = patterns is None or any("safetensors" in p for p in patterns)
+    if wants_weights and not (folder / WEIGHTS_NAME).is_file() and not (
+            folder / INDEX_NAME).is_file():
         try:
             files = HfApi(endpoint=endpoint()).list_repo_files(repo_id, revision=revision,
                                                                token=token)
         except Exception:
             files = []
         pickles = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
-        if pickles:
+        if pickles and not any(f.endswith(".safetensors") for f in files):
             raise ArtifactError(pickle_refusal(what, pickles))
     return folder
 

@@ -116,6 +116,17 @@ def _onednn_linear_available() -> bool:
 
 
 _ONEDNN = None
+_ONEDNN_BF16 = None
+
+
+def _onednn_bf16() -> bool:
+    """True when oneDNN multiplies bf16 on this CPU (its packed bf16 path raises on an
+    AVX2 CPU without AVX-NE-CONVERT)."""
+    global _ONEDNN_BF16
+    if _ONEDNN_BF16 is None:
+        check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+        _ONEDNN_BF16 = bool(check()) if check is not None else False
+    return _ONEDNN_BF16
 
 
 class Linear(nn.Linear):
@@ -150,6 +161,8 @@ class Linear(nn.Linear):
         if torch.is_autocast_enabled("cpu"):
             dtype = torch.get_autocast_dtype("cpu")
             if dtype != torch.bfloat16 or x.dtype not in (torch.float32, torch.bfloat16):
+                return None
+            if not _onednn_bf16():  # oneDNN packs bf16 only on AVX-512 (bw, vl, dq) or AVX-NE
                 return None
         elif x.dtype == torch.float32:
             dtype = torch.float32

@@ -23,6 +23,8 @@ import torch
 
 from zoo.plugin import FormatError
 
+from ._kv import KeysValues
+
 LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.(\d+)\.(\w+)\.(?:(\w+)\.)?(weight|bias)$")
 SUBLAYERS = {
     "encoder": {"self_attn": "attn", "self_attn_layer_norm": "norm1",
@@ -41,7 +43,7 @@ def to_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool, learned_
            family: str) -> dict[str, torch.Tensor]:
     """A BART-layout state dict in zoo's names; a tensor with no place in zoo is refused."""
     out: dict[str, torch.Tensor] = {}
-    kv: dict[str, dict[str, torch.Tensor]] = {}
+    kv = KeysValues(family, ("k_proj", "v_proj"))
     unknown = []
     for key, value in state.items():
         match = LAYER.match(key)
@@ -51,7 +53,7 @@ def to_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool, learned_
             if name is None:
                 unknown.append(key)
             elif proj in ("k_proj", "v_proj"):
-                kv.setdefault(f"{stack}.layers.{i}.{name}.kv_proj.{kind}", {})[proj] = value
+                kv.add(f"{stack}.layers.{i}.{name}.kv_proj.{kind}", proj, value)
             else:
                 out[f"{stack}.layers.{i}.{name}.{proj + '.' if proj else ''}{kind}"] = value
             continue
@@ -74,11 +76,7 @@ def to_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool, learned_
             out["lm_head.bias"] = value.reshape(-1)
         else:
             unknown.append(key)
-    for name, pair in kv.items():
-        if set(pair) != {"k_proj", "v_proj"}:
-            raise FormatError(f"{family} weights: {name} lacks its "
-                              f"{({'k_proj', 'v_proj'} - set(pair)).pop()}.")
-        out[name] = torch.cat([pair["k_proj"], pair["v_proj"]], dim=0)
+    out.update(kv.stacked())
     if unknown:
         raise FormatError(f"{family} weights hold tensors zoo's seq2seq has no place for: "
                           f"{sorted(unknown)[:8]}. Nothing was loaded.")

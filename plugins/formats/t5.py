@@ -20,6 +20,7 @@ import torch
 from zoo.plugin import FormatError
 
 from ._generation import generation_settings
+from ._kv import KeysValues
 from ._options import Options
 
 FFN = {"relu": ("relu", {"bias": False}), "gelu": ("gelu", {"bias": False}),
@@ -89,7 +90,7 @@ class T5Format:
         untied = _untied(Options(config, "t5"))
         gated = config.get("feed_forward_proj", "relu").startswith("gated")
         out: dict[str, torch.Tensor] = {}
-        kv: dict[str, dict[str, torch.Tensor]] = {}
+        kv = KeysValues("t5", ("k", "v"))
         unknown = []
         for key, value in state.items():
             match, norm = LAYER.match(key), NORM.match(key)
@@ -103,7 +104,7 @@ class T5Format:
                 if attn and proj in ATTENTION:
                     out[f"{stack}.layers.{i}.{attn}.{ATTENTION[proj]}.weight"] = value
                 elif attn and proj in ("k", "v"):
-                    kv.setdefault(f"{stack}.layers.{i}.{attn}.kv_proj.weight", {})[proj] = value
+                    kv.add(f"{stack}.layers.{i}.{attn}.kv_proj.weight", proj, value)
                 elif attn and proj == "relative_attention_bias" and i == "0":
                     out[f"{stack}.layers.0.{attn}.positional.relative_attention_bias.weight"] = value
                 elif module == "DenseReluDense" and proj in ("wi", "wo", "wi_0", "wi_1"):
@@ -127,8 +128,7 @@ class T5Format:
                                       "but the config ties them (tie_word_embeddings).")
             else:
                 unknown.append(key)
-        for name, pair in kv.items():
-            out[name] = torch.cat([pair["k"], pair["v"]], dim=0)
+        out.update(kv.stacked())
         if unknown:
             raise FormatError(f"t5 weights hold tensors zoo's seq2seq has no place for: "
                               f"{sorted(unknown)[:8]}. Nothing was loaded.")

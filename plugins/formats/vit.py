@@ -15,6 +15,7 @@ import torch
 
 from zoo.plugin import FormatError
 
+from ._kv import KeysValues
 from ._options import Options
 
 ACTIVATIONS = {"gelu": {}, "gelu_new": {"approximate": "tanh"},
@@ -68,14 +69,14 @@ class ViTFormat:
 
     def weights(self, state: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
-        kv: dict[str, dict[str, torch.Tensor]] = {}
+        kv = KeysValues("vit", ("key", "value"))
         unknown = []
         for key, value in state.items():
             match = LAYER.match(key)
             if match:
                 i, sub, kind = match.groups()
                 if sub in ("attention.attention.key", "attention.attention.value"):
-                    kv.setdefault(f"blocks.{i}.attn.kv_proj.{kind}", {})[sub.rsplit(".", 1)[1]] = value
+                    kv.add(f"blocks.{i}.attn.kv_proj.{kind}", sub.rsplit(".", 1)[1], value)
                 elif sub in RENAMES:
                     out[f"blocks.{i}.{RENAMES[sub]}.{kind}"] = value
                 else:
@@ -86,8 +87,7 @@ class ViTFormat:
                 out["positional.weight"] = value[0]
             else:
                 unknown.append(key)
-        for name, pair in kv.items():
-            out[name] = torch.cat([pair["key"], pair["value"]])
+        out.update(kv.stacked())
         if unknown:
             raise FormatError(f"vit weights hold tensors zoo's vit has no place for: "
                               f"{sorted(unknown)[:8]} (zoo imports ViTForImageClassification "

@@ -1,0 +1,31 @@
+"""transformers keeps an attention's keys and values in two projections; zoo keeps them
+in one, ``kv_proj``: keys then values, stacked along the output dimension."""
+
+from __future__ import annotations
+
+import torch
+
+from zoo.plugin import FormatError
+
+
+class KeysValues:
+    """Collects each attention's key and value tensors under zoo's ``kv_proj`` name, then
+    stacks them."""
+
+    def __init__(self, family: str, parts: tuple[str, str]) -> None:
+        self.family, self.parts = family, parts
+        self.found: dict[str, dict[str, torch.Tensor]] = {}
+
+    def add(self, name: str, part: str, value: torch.Tensor) -> None:
+        """``value`` is the ``part`` (one of ``parts``: keys first) of ``name``'s kv_proj."""
+        self.found.setdefault(name, {})[part] = value
+
+    def stacked(self) -> dict[str, torch.Tensor]:
+        """Each kv_proj, keys then values; one that lacks either is refused by name."""
+        out = {}
+        for name, pair in self.found.items():
+            missing = [p for p in self.parts if p not in pair]
+            if missing:
+                raise FormatError(f"{self.family} weights: {name} lacks its {missing[0]} part.")
+            out[name] = torch.cat([pair[p] for p in self.parts], dim=0)
+        return out
