@@ -169,6 +169,14 @@ def test_a_crafted_pickle_is_refused_unopened_with_the_converting_command(tmp_pa
     assert ran.exists()  # the payload is real: unpickling it runs it
 
 
+def _serve(hub, folder, repo: str) -> str:
+    """Every file of ``folder`` committed to ``repo`` on the test Hub; the hf-hub: name."""
+    for path in folder.iterdir():
+        if path.is_file():
+            hub.state.add_file(repo, path.name, path.read_bytes())
+    return f"hf-hub:{repo}"
+
+
 def test_a_pickle_only_repository_on_the_hub_is_refused_unopened(hub, tmp_path):
     save_family("opus-mt", tmp_path / "m")
     ran = tmp_path / "it-ran"
@@ -184,9 +192,7 @@ def test_a_pickle_only_repository_on_the_hub_is_refused_unopened(hub, tmp_path):
 
 def test_pulled_from_the_hub_end_to_end(hub, tmp_path):
     hf, pad = save_family("opus-mt", tmp_path / "m")
-    for path in (tmp_path / "m").iterdir():
-        hub.state.add_file("Helsinki-NLP/opus-mt-tiny", path.name, path.read_bytes())
-    model = zoo.build("hf-hub:Helsinki-NLP/opus-mt-tiny").eval()
+    model = zoo.build(_serve(hub, tmp_path / "m", "Helsinki-NLP/opus-mt-tiny")).eval()
     assert model.imported.source == "hf-hub:Helsinki-NLP/opus-mt-tiny"
     src, mask = padded_batch(pad)
     with torch.no_grad():
@@ -206,20 +212,22 @@ def _lines() -> list[str]:
     return [line.replace(" :: ", "\t") for line in lines]
 
 
-def test_zoo_translate_uses_the_models_own_tokenizer(tmp_path):
+def test_zoo_translate_uses_the_models_own_tokenizer(hub, tmp_path):
     hf, tokenizer = marian_with_tokenizer(tmp_path / "m", _lines())
+    name = _serve(hub, tmp_path / "m", "Helsinki-NLP/opus-mt-tiny-de-en")
     text = "Guten Morgen"
     batch = tokenizer([text], return_tensors="pt")
     expected = tokenizer.batch_decode(hf.generate(**batch), skip_special_tokens=True)[0]
-    result = run_zoo("translate", f"local-dir:{tmp_path / 'm'}", text)
+    result = run_zoo("translate", name, text)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == expected
 
 
-def test_int8_runs_on_an_imported_marian(tmp_path):
+def test_int8_runs_on_an_imported_marian(hub, tmp_path):
     save_family("opus-mt", tmp_path / "m")
-    fp32 = zoo.build(f"local-dir:{tmp_path / 'm'}").eval()
-    int8 = zoo.build(f"local-dir:{tmp_path / 'm'}", quantize="int8")
+    name = _serve(hub, tmp_path / "m", "Helsinki-NLP/opus-mt-tiny")
+    fp32 = zoo.build(name).eval()
+    int8 = zoo.build(name, quantize="int8")
     src, _ = padded_batch(59)
     tgt, _ = _decoder_inputs(59, 59)
     with torch.no_grad():
@@ -227,14 +235,14 @@ def test_int8_runs_on_an_imported_marian(tmp_path):
     assert (a.argmax(-1) == b.argmax(-1)).float().mean() > 0.9
 
 
-def test_ctranslate2_export_of_an_imported_marian_decodes_as_ct2s_own_converter(tmp_path):
+def test_ctranslate2_export_of_an_imported_marian_decodes_as_ct2s_own_converter(hub, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from ctranslate2.converters import TransformersConverter
 
     hf, tokenizer = marian_with_tokenizer(tmp_path / "m", _lines())
+    name = _serve(hub, tmp_path / "m", "Helsinki-NLP/opus-mt-tiny-de-en")
     ours = tmp_path / "zoo-ct2"
-    result = run_zoo("export", f"local-dir:{tmp_path / 'm'}", "--format", "ctranslate2",
-                     "--out", str(ours))
+    result = run_zoo("export", name, "--format", "ctranslate2", "--out", str(ours))
     assert result.returncode == 0, result.stderr
     theirs = TransformersConverter(str(tmp_path / "m")).convert(str(tmp_path / "ct2-own"))
     sources = [tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
@@ -300,13 +308,13 @@ def test_what_marian_cannot_express_is_refused_by_name(source, named, tmp_path):
 
 
 @pytest.mark.slow
-def test_fine_tuning_starts_from_the_imported_model_and_its_tokenizer(tmp_path):
-    """zoo train translate-de-en --set model=local-dir:FOLDER: the run starts from the
+def test_fine_tuning_starts_from_the_imported_model_and_its_tokenizer(hub, tmp_path):
+    """zoo train translate-de-en --set model=hf-hub:...: the run starts from the
     imported weights (its first teacher-forced loss is the imported model's on the same
     batch), encodes with the model's own tokenizer and ids, learns, and decodes from its
     run folder afterwards."""
     _, tokenizer = marian_with_tokenizer(tmp_path / "m", _lines())
-    name = f"local-dir:{tmp_path / 'm'}"
+    name = _serve(hub, tmp_path / "m", "Helsinki-NLP/opus-mt-tiny-de-en")
     imported = zoo.build(name).eval()
     result = zoo.train("translate-de-en", run_dir=tmp_path / "run", progress=False, overrides={
         "model": name, "model.dropout": 0.0, "model.attention_dropout": 0.0,

@@ -175,9 +175,8 @@ def read_foreign(folder: Path, config: dict[str, Any], source: str, *,
     """A foreign folder as a zoo recipe, its weights in zoo's names (None when not
     asked) and what the model keeps of it. The recipe is mapped, and refused, before
     any weight is read."""
+    recipe = foreign_recipe(config, source)
     component, reader = _reader(config, source)
-    recipe = Recipe.from_dict(reader.recipe(config),
-                              f"{source} (mapped from its {CONFIG_NAME})")
     generation = read_generation(folder, config, source, reader)
     state = None
     if weights:

@@ -31,6 +31,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from .decoding import _start, _Stepper
+from .errors import RecipeError
 
 NEG = -1.0e9
 """transformers' stand-in for "never" in beam scores (a finite number, so that sums of
@@ -101,7 +102,8 @@ def _check_vocab(settings: GenerationSettings, vocab: int) -> None:
            *(i for i in (settings.forced_bos_id, settings.forced_eos_id) if i is not None)]
     bad = [i for i in ids if i >= vocab]
     if bad:
-        raise ValueError(f"generation settings name token ids {bad} of a vocabulary of {vocab}")
+        raise RecipeError(f"generation settings name token ids {bad}, past the model's "
+                          f"vocabulary of {vocab}: the settings belong to another model")
 
 
 @torch.no_grad()
@@ -123,6 +125,19 @@ def greedy_with(model, src: torch.Tensor, settings: GenerationSettings) -> torch
         if done.all():
             break
     return tokens[:, 1:]
+
+
+def _keep_best(kept, new, k: int, pad_id: int):
+    """The ``k`` best of the finished hypotheses ``kept`` and the candidates ``new``, each
+    a (sequences (B, n, T), scores (B, n), finished (B, n)) triple; shorter sequences
+    are padded to the longer width."""
+    rows = torch.arange(kept[0].shape[0], device=kept[0].device)[:, None]
+    width = new[0].shape[2]
+    seqs = torch.cat([torch.nn.functional.pad(kept[0], (0, width - kept[0].shape[2]),
+                                              value=pad_id), new[0]], dim=1)
+    scores, done = torch.cat([kept[1], new[1]], dim=1), torch.cat([kept[2], new[2]], dim=1)
+    best = scores.topk(k, dim=1).indices
+    return seqs[rows, best], scores.gather(1, best), done.gather(1, best)
 
 
 @torch.no_grad()
@@ -163,14 +178,9 @@ def beam_with(model, src: torch.Tensor, settings: GenerationSettings) -> torch.T
         ended = top_scores / (length ** lp)
         ended = ended + (is_finished.all(1, keepdim=True) & (stop_early is True)).float() * NEG
         ended = ended + (~may_improve).float() * NEG + (~(ends & in_top)).float() * NEG
-        width = top_seqs.shape[2]
-        finished = torch.cat([torch.nn.functional.pad(finished, (0, width - finished.shape[2]),
-                                                      value=settings.pad_id), top_seqs], dim=1)
-        merged_scores = torch.cat([finished_scores, ended], dim=1)
-        merged_done = torch.cat([is_finished, ends & in_top], dim=1)
-        best = merged_scores.topk(k, dim=1).indices
-        finished, finished_scores = finished[rows, best], merged_scores.gather(1, best)
-        is_finished = merged_done.gather(1, best)
+        finished, finished_scores, is_finished = _keep_best(
+            (finished, finished_scores, is_finished), (top_seqs, ended, ends & in_top),
+            k, settings.pad_id)
         step.reorder_beams((rows * k + beam.gather(1, order)).flatten())
         length += 1
         longest = settings.max_length - 1 if stop_early == "never" and lp > 0 else length - 1
