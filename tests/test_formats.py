@@ -343,3 +343,16 @@ def test_fine_tuning_starts_from_the_imported_model_and_its_tokenizer(hub, tmp_p
     assert out.returncode == 0, out.stderr  # the run decodes with the saved tokenizer
     assert out.stdout.splitlines() == task.translate(result.model.eval(),
                                                      ["Das Haus ist klein."], beam_size=1)
+
+
+def test_zoo_bench_decodes_an_imported_model_beside_its_peers(tmp_path):
+    save_family("opus-mt", tmp_path / "m")
+    out = tmp_path / "bench.json"
+    result = run_zoo("bench", "decode", "--model", f"local-dir:{tmp_path / 'm'}", "--batch", "2",
+                     "--length", "6", "--new-tokens", "3", "--impls", "zoo,marian",
+                     "--dtypes", "fp32,int8", "--repeats", "1", "--wait", "0", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())
+    assert {(r["impl"], r["dtype"]) for r in rows} == {("zoo", "fp32"), ("marian", "fp32"),
+                                                       ("zoo", "int8")}
+    assert all(r["throughput"] > 0 for r in rows)

@@ -133,6 +133,9 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--length", type=int, help="source (and target) length, default 64")
     parser.add_argument("--new-tokens", type=int, default=64, help="decode: tokens made")
     parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--model", help="decode: a saved or imported model instead of "
+                        "transformer-base (local-dir:PATH, hf-hub:Helsinki-NLP/opus-mt-de-en); "
+                        "its own vocabulary replaces --vocab")
     parser.add_argument("--vit-recipe", default="vit-small-patch16-224")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--kernel", help="zoo's attention kernel (sdpa, eager, xformers, auto)")

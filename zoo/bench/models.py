@@ -95,22 +95,30 @@ def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: i
 def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: int = 16,
                  src_len: int = 64, new_tokens: int = 64, modes=("greedy", "beam4"),
                  dtypes=("fp32",), impls=("zoo", "marian", "torch", "ct2"), device: str = "cpu",
-                 kernel: str | None = None, say=None) -> list[Case]:
+                 kernel: str | None = None, model: str | None = None, say=None) -> list[Case]:
     """Decoding cases (greedy, beam 4): zoo, Marian's generate, torch.nn.Transformer and
     CTranslate2, in each dtype asked for: ``fp32``; ``bf16`` (CPU autocast for zoo and
-    Marian); ``int8`` (zoo quantized by :func:`zoo.quantize`, CTranslate2's ``int8``)."""
+    Marian); ``int8`` (zoo quantized by :func:`zoo.quantize`, CTranslate2's ``int8``).
+    ``model`` names a saved or imported model to decode instead of ``recipe`` (its own
+    weights and vocabulary: ``hf-hub:Helsinki-NLP/opus-mt-de-en``); the peers get its
+    sizes."""
     import zoo
 
     torch.manual_seed(0)
     overrides = {"kernel": kernel} if kernel else {}
-    model = zoo.build(recipe, vocab_size=vocab, device=device, **overrides).eval()
+    if model is not None:
+        built = zoo.build(model, device=device, **overrides).eval()
+        vocab = built.settings.vocab_size
+    else:
+        built = zoo.build(recipe, vocab_size=vocab, device=device, **overrides).eval()
+    model = built
     impls = list(impls)
     wanted = [i for i in impls if i != "ct2"]
     if "ct2" in impls and "marian" not in wanted:
         wanted.append("marian")  # CTranslate2 runs the Marian peer's weights
     models = _peer_models(model, wanted, {"torch": peers.torch_transformer,
                                           "marian": peers.marian}, say)
-    src = torch.randint(3, vocab, (batch, src_len), device=device)
+    src = torch.randint(3, vocab - 1, (batch, src_len), device=device)  # Marian's pad is last
     translators = _ct2_translators(models, src, dtypes, device, say) if "ct2" in impls else {}
     if "marian" not in impls:
         models.pop("marian", None)

@@ -73,7 +73,7 @@ def cases_for(bench: str, args, say) -> list:
             vocab=args.vocab, modes=_list(args.modes, ("greedy", "beam4")),
             dtypes=dtypes_for(args) if args.dtypes else ("fp32",),
             impls=impls or ("zoo", "marian", "torch", "ct2"), device=args.device,
-            kernel=args.kernel, say=say)
+            kernel=args.kernel, model=args.model, say=say)
     if bench == "vit":
         return models.vit_cases(
             recipe=args.vit_recipe, batch=args.batch or 8,
