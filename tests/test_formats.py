@@ -356,3 +356,19 @@ def test_zoo_bench_decodes_an_imported_model_beside_its_peers(tmp_path):
     assert {(r["impl"], r["dtype"]) for r in rows} == {("zoo", "fp32"), ("marian", "fp32"),
                                                        ("zoo", "int8")}
     assert all(r["throughput"] > 0 for r in rows)
+
+
+def test_onnx_export_of_an_imported_marian_gives_transformers_logits(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    hf, pad = save_family("opus-mt", tmp_path / "m")
+    export(zoo.build(f"local-dir:{tmp_path / 'm'}"), tmp_path / "onnx", "onnx")
+    encoder = ort.InferenceSession(str(tmp_path / "onnx" / "encoder.onnx"))
+    decoder = ort.InferenceSession(str(tmp_path / "onnx" / "decoder.onnx"))
+    src, mask = padded_batch(pad)
+    tgt, _ = _decoder_inputs(pad, pad)
+    (memory,) = encoder.run(None, {"src": src.numpy()})
+    (logits,) = decoder.run(None, {"tgt": tgt.numpy(), "memory": memory, "src": src.numpy()})
+    with torch.no_grad():
+        ref = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(torch.from_numpy(logits), ref, atol=1e-4, rtol=1e-4)
