@@ -6,10 +6,7 @@ cannot express are refused by name before any weight is read; pickles never run.
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 import torch

@@ -21,9 +21,7 @@ import re
 
 import torch
 
-from zoo.plugin import FormatError
-
-from ._kv import KeysValues
+from ._kv import KeysValues, finish
 
 LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.(\d+)\.(\w+)\.(?:(\w+)\.)?(weight|bias)$")
 SUBLAYERS = {
@@ -76,13 +74,7 @@ def to_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool, learned_
             out["lm_head.bias"] = value.reshape(-1)
         else:
             unknown.append(key)
-    out.update(kv.stacked())
-    if unknown:
-        raise FormatError(f"{family} weights hold tensors zoo's seq2seq has no place for: "
-                          f"{sorted(unknown)[:8]}. Nothing was loaded.")
-    if not tied and "lm_head.weight" not in out and "tgt_embed.weight" in out:
-        out["lm_head.weight"] = out["tgt_embed.weight"].clone()  # as transformers ties it
-    return out
+    return finish(out, kv, unknown, untied=not tied)
 
 
 def from_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool) -> dict[str, torch.Tensor]:

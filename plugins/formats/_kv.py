@@ -1,5 +1,8 @@
-"""transformers keeps an attention's keys and values in two projections; zoo keeps them
-in one, ``kv_proj``: keys then values, stacked along the output dimension."""
+"""What every weight mapping of the format plugins does: transformers keeps an attention's
+keys and values in two projections, zoo in one, ``kv_proj`` (keys then values, stacked
+along the output dimension); a tensor with no place in zoo is refused by name; an
+untied output projection that a file leaves out is the embeddings, as transformers
+ties it then."""
 
 from __future__ import annotations
 
@@ -29,3 +32,16 @@ class KeysValues:
                 raise FormatError(f"{self.family} weights: {name} lacks its {missing[0]} part.")
             out[name] = torch.cat([pair[p] for p in self.parts], dim=0)
         return out
+
+
+def finish(out: dict[str, torch.Tensor], keys_values: KeysValues, unknown: list[str], *,
+           untied: bool = False, what: str = "zoo's seq2seq") -> dict[str, torch.Tensor]:
+    """``out`` with the stacked keys and values; refused when ``unknown`` names tensors;
+    with ``untied``, an absent ``lm_head.weight`` filled with the target embeddings."""
+    out.update(keys_values.stacked())
+    if unknown:
+        raise FormatError(f"{keys_values.family} weights hold tensors {what} has no place "
+                          f"for: {sorted(unknown)[:8]}. Nothing was loaded.")
+    if untied and "lm_head.weight" not in out and "tgt_embed.weight" in out:
+        out["lm_head.weight"] = out["tgt_embed.weight"].clone()
+    return out

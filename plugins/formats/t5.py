@@ -20,7 +20,7 @@ import torch
 from zoo.plugin import FormatError
 
 from ._generation import generation_settings
-from ._kv import KeysValues
+from ._kv import KeysValues, finish
 from ._options import Options
 
 FFN = {"relu": ("relu", {"bias": False}), "gelu": ("gelu", {"bias": False}),
@@ -128,13 +128,7 @@ class T5Format:
                                       "but the config ties them (tie_word_embeddings).")
             else:
                 unknown.append(key)
-        out.update(kv.stacked())
-        if unknown:
-            raise FormatError(f"t5 weights hold tensors zoo's seq2seq has no place for: "
-                              f"{sorted(unknown)[:8]}. Nothing was loaded.")
-        if untied and "lm_head.weight" not in out and "tgt_embed.weight" in out:
-            out["lm_head.weight"] = out["tgt_embed.weight"].clone()  # as transformers ties it
-        return out
+        return finish(out, kv, unknown, untied=untied)
 
     def generation(self, config: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
         return generation_settings(config, generation, "t5")

@@ -13,9 +13,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin import FormatError
-
-from ._kv import KeysValues
+from ._kv import KeysValues, finish
 from ._options import Options
 
 ACTIVATIONS = {"gelu": {}, "gelu_new": {"approximate": "tanh"},
@@ -87,12 +85,8 @@ class ViTFormat:
                 out["positional.weight"] = value[0]
             else:
                 unknown.append(key)
-        out.update(kv.stacked())
-        if unknown:
-            raise FormatError(f"vit weights hold tensors zoo's vit has no place for: "
-                              f"{sorted(unknown)[:8]} (zoo imports ViTForImageClassification "
-                              "without a pooler). Nothing was loaded.")
-        return out
+        return finish(out, kv, unknown, what="zoo's vit (ViTForImageClassification without "
+                      "a pooler)")
 
     def generation(self, config: dict[str, Any], generation: dict[str, Any]) -> None:
         return None
