@@ -138,11 +138,10 @@ def _ct2_positions(model: nn.Module) -> torch.Tensor:
 
 def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = None,
                      source_vocabulary: Sequence[str] | None = None, bos_id: int = 1,
-                     eos_id: int = 2, unk_id: int = 3, start_id: int | None = None):
+                     eos_id: int = 2, unk_id: int = 3):
     """The CTranslate2 ``TransformerSpec`` of a ``seq2seq`` model, weights set, not yet
     saved. ``vocabulary`` names each target id (default :func:`default_vocabulary`);
-    ``source_vocabulary`` the source ids when the model does not share them;
-    ``start_id`` the decoder's first token when it is not ``bos_id`` (Marian's pad)."""
+    ``source_vocabulary`` the source ids when the model does not share them."""
     import ctranslate2.specs as specs
 
     problems = ctranslate2_problems(model)
@@ -213,7 +212,7 @@ def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = Non
     spec.config.bos_token = target[bos_id]
     spec.config.eos_token = target[eos_id]
     spec.config.unk_token = target[unk_id]
-    spec.config.decoder_start_token = target[bos_id if start_id is None else start_id]
+    spec.config.decoder_start_token = target[bos_id]
     return spec
 
 
@@ -229,17 +228,16 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
     except ImportError as exc:
         raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
                           "pip install 'zoo-transformers[export]'") from None
-    start_id = None
     imported = getattr(model, "imported", None)
     if imported is not None and imported.generation is not None and vocabulary is None:
-        # a model from the Hub: its own tokenizer names the ids, its settings the tokens
+        # a model from the Hub: its own tokenizer names the ids, its settings the start
+        # (Marian's is the pad) and end tokens
         tokenizer = imported.tokenizer()
         vocabulary = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
         g = imported.generation
-        bos_id = start_id = g.start_id
-        eos_id, unk_id = g.eos_ids[0], tokenizer.unk_token_id
+        bos_id, eos_id, unk_id = g.start_id, g.eos_ids[0], tokenizer.unk_token_id
     spec = ctranslate2_spec(model, vocabulary=vocabulary, source_vocabulary=source_vocabulary,
-                            bos_id=bos_id, eos_id=eos_id, unk_id=unk_id, start_id=start_id)
+                            bos_id=bos_id, eos_id=eos_id, unk_id=unk_id)
     spec.validate()
     spec.optimize(quantization=quantization)
     with _written(folder, force) as tmp:
@@ -352,8 +350,8 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id:
         raise ExportError("export the fp32 model: a transformers folder holds full weights")
     imported = getattr(model, "imported", None)
     generation = getattr(imported, "generation", None)
-    start = generation.start_id if generation is not None else bos_id
-    end = generation.eos_ids[0] if generation is not None else eos_id
+    generation = generation.model_dump(mode="json") if generation is not None else {
+        "start_id": bos_id, "eos_ids": [eos_id], "pad_id": model.settings.pad_id}
     writers = sorted((c for c in registry.list("format") if c.capabilities.exports),
                      key=lambda c: c.name != getattr(imported, "format", None))
     recipe = model.recipe.to_dict()
@@ -361,8 +359,8 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id:
     refusals = []
     for component in writers:
         try:
-            config, weights = component.load()(None).export(recipe, state, start_id=start,
-                                                            eos_id=end)
+            config, settings, weights = component.load()(None).export(recipe, state,
+                                                                      generation)
             break
         except ZooError as exc:
             refusals.append(f"{component.name}: {exc}")
@@ -371,10 +369,6 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id:
                           + ("\n".join(refusals) or "no format plugin exports"))
     with _written(folder, force) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        settings = {"decoder_start_token_id": start, "eos_token_id": end,
-                    "pad_token_id": config.get("pad_token_id")}
-        if generation is not None:
-            settings.update(_generation_json(generation))
         (tmp / "generation_config.json").write_text(json.dumps(settings, indent=2) + "\n")
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if imported is not None:
@@ -385,27 +379,6 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id:
         _describe(tmp, model, "transformers", {"family": component.name,
                                                "load": "AutoModelForSeq2SeqLM.from_pretrained"})
     return Path(folder)
-
-
-def _generation_json(g) -> dict[str, Any]:
-    """zoo's generation settings in transformers' names."""
-    out = {"decoder_start_token_id": g.start_id, "eos_token_id": list(g.eos_ids),
-           "pad_token_id": g.pad_id, "max_length": g.max_length, "num_beams": g.num_beams}
-    if g.num_beams > 1:
-        out.update(length_penalty=g.length_penalty, early_stopping=g.early_stopping)
-    if g.min_length:
-        out["min_length"] = g.min_length
-    if g.forbidden_ids:
-        out["bad_words_ids"] = [[i] for i in g.forbidden_ids]
-    for key, value in (("forced_bos_token_id", g.forced_bos_id),
-                       ("forced_eos_token_id", g.forced_eos_id)):
-        if value is not None:
-            out[key] = value
-    if g.no_repeat_ngram_size:
-        out["no_repeat_ngram_size"] = g.no_repeat_ngram_size
-    if g.renormalize:
-        out["renormalize_logits"] = True
-    return out
 
 
 # -- both ----------------------------------------------------------------------------------------

@@ -223,7 +223,8 @@ FAMILIES: dict[str, Family] = {
             "cls(None) with files (the patterns to fetch), recipe(config, generation) -> "
             "a recipe as data, weights(state, config) -> the state dict in zoo's names, "
             "generation(config, generation) -> zoo's generation settings as data; and, "
-            "with exports, export(recipe, state) -> (config, state).",
+            "with exports, export(recipe, state, generation) -> (config, generation_config, "
+            "state).",
             FormatCapabilities,
             "register_formats",
         ),

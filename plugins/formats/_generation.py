@@ -1,5 +1,5 @@
 """transformers' generation settings (``generation_config.json``, or the generation keys
-of an older ``config.json``) as zoo's ``GenerationSettings`` data."""
+of an older ``config.json``) as zoo's ``GenerationSettings`` data, and back."""
 
 from __future__ import annotations
 
@@ -67,3 +67,23 @@ def generation_settings(config: dict[str, Any], generation: dict[str, Any],
         "no_repeat_ngram_size": get("no_repeat_ngram_size", 0),
         "renormalize": get("renormalize_logits", False),
     }
+
+
+def generation_json(settings: dict[str, Any]) -> dict[str, Any]:
+    """zoo's ``GenerationSettings`` data (at least ``start_id``, ``eos_ids``, ``pad_id``)
+    as ``generation_config.json``: :func:`generation_settings` backwards."""
+    get = settings.get
+    out = {"decoder_start_token_id": settings["start_id"],
+           "eos_token_id": list(settings["eos_ids"]), "pad_token_id": settings["pad_id"]}
+    if "max_length" in settings:
+        out.update(max_length=settings["max_length"], num_beams=get("num_beams", 1))
+    if get("num_beams", 1) > 1:
+        out.update(length_penalty=get("length_penalty", 1.0),
+                   early_stopping=get("early_stopping", False))
+    optional = {"min_length": get("min_length"), "no_repeat_ngram_size": get("no_repeat_ngram_size"),
+                "forced_bos_token_id": get("forced_bos_id"),
+                "forced_eos_token_id": get("forced_eos_id"),
+                "bad_words_ids": [[i] for i in get("forbidden_ids") or ()],
+                "renormalize_logits": get("renormalize")}
+    out.update({k: v for k, v in optional.items() if v or (v == 0 and "forced" in k)})
+    return out

@@ -16,16 +16,14 @@ from typing import Any
 import torch
 
 from . import _bart
-from ._generation import generation_settings
+from ._generation import generation_json, generation_settings
 from ._options import Options
 
 ACTIVATIONS = {"swish": ("silu", {}), "silu": ("silu", {}), "relu": ("relu", {}),
                "gelu": ("gelu", {}), "gelu_new": ("gelu", {"approximate": "tanh"}),
                "gelu_pytorch_tanh": ("gelu", {"approximate": "tanh"})}
 LEGACY = {"normalize_before", "normalize_embedding", "static_position_embeddings",
-          "add_bias_logits", "add_final_layer_norm", "extra_pos_embeddings", "scale_embedding",
-          "activation_dropout", "attention_dropout", "dropout", "encoder_layerdrop",
-          "decoder_layerdrop", "num_hidden_layers"}
+          "add_bias_logits", "add_final_layer_norm", "extra_pos_embeddings"}
 """BART-era keys that older Marian configs carry and transformers' Marian does not read
 (it is always post-norm with static positions and a logits bias)."""
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "target_vocab.json",
@@ -116,17 +114,20 @@ class MarianFormat:
         return generation_settings(config, generation, "marian")
 
     # -- back out ------------------------------------------------------------------------------
-    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor], *, start_id: int,
-               eos_id: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        """A zoo seq2seq recipe and state dict as a Marian ``config.json`` and state dict;
-        what Marian cannot express is refused by name (``FormatError``)."""
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any]):
+        """A zoo seq2seq recipe, state dict and generation settings (as data) as Marian's
+        ``config.json``, ``generation_config.json`` and state dict; what Marian cannot
+        express is refused by name (``FormatError``)."""
         from .marian_export import marian_config, to_concatenated
 
-        config = marian_config(recipe, start_id=start_id, eos_id=eos_id)
+        config = marian_config(recipe, start_id=generation["start_id"],
+                               eos_id=generation["eos_ids"][0])
         positional = recipe["components"].get("positional", "sinusoidal")
         layout = "interleaved" if isinstance(positional, str) else positional.get(
             "settings", {}).get("layout", "interleaved")
         if layout == "interleaved":
             state = to_concatenated(state, config["d_model"])
-        return config, _bart.from_zoo(state, shared=config["share_encoder_decoder_embeddings"],
-                                      tied=config["tie_word_embeddings"])
+        return config, generation_json(generation), _bart.from_zoo(
+            state, shared=config["share_encoder_decoder_embeddings"],
+            tied=config["tie_word_embeddings"])
