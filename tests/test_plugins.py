@@ -42,10 +42,31 @@ def test_core_never_imports_a_plugin_by_name():
 def test_every_hook_is_a_family_hook_or_recipes_and_documented():
     specs = {n for n, f in inspect.getmembers(hookspecs, inspect.isfunction)
              if hasattr(f, "zoo_spec")}
-    assert specs == {f.hook for f in FAMILIES.values()} | {"register_recipes"}
+    current = {f.hook for f in FAMILIES.values()} | {"register_recipes"}
+    assert specs == current | set(hookspecs.DEPRECATED)
+    assert set(hookspecs.DEPRECATED.values()) <= current
+    # one rule for every name: register_ and the plural of what it registers
+    assert all(h.endswith("s") for h in current), sorted(current)
     docs = (ROOT / "docs" / "plugins.md").read_text()
     for hook in specs:
         assert f"`{hook}`" in docs, f"{hook} undocumented in docs/plugins.md"
+
+
+def test_a_deprecated_hook_name_still_registers_and_warns_at_the_plugin(fresh_registry):
+    from zoo.plugin import MultiHeadAttention
+
+    class Old(MultiHeadAttention):
+        """An attention registered through the former hook name."""
+
+    def register_attention(register):
+        register("old-hook", Old)
+
+    plugin = types.SimpleNamespace(register_attention=zoo.hookimpl(register_attention))
+    with pytest.warns(DeprecationWarning, match="register_attentions") as caught:
+        zoo.register_plugin(plugin, name="old")
+    assert caught[0].filename == __file__
+    assert caught[0].lineno == register_attention.__code__.co_firstlineno
+    assert zoo.get_component("attention", "old-hook").load() is Old
 
 
 REQUIRED_CAPABILITIES = {"block": {"role": "encoder"}, "positional": {"kind": "absolute"},
@@ -101,10 +122,39 @@ def test_plugin_failing_in_registration_is_rolled_back_and_reported(fresh_regist
     assert zoo.build("transformer-tiny").__class__.__name__ == "Seq2Seq"
 
 
-def test_misspelled_hook_is_reported(fresh_registry):
-    plugin = types.SimpleNamespace(register_norm=zoo.hookimpl(lambda register: None))
-    with pytest.raises(zoo.PluginError, match="register_norm.*Did you mean 'register_norms'"):
+def test_misspelled_hook_is_reported_at_the_plugins_own_line(fresh_registry):
+    def register_norm(register):
+        pass
+
+    plugin = types.SimpleNamespace(register_norm=zoo.hookimpl(register_norm))
+    with pytest.raises(zoo.PluginError, match="register_norm.*Did you mean 'register_norms'"
+                       ) as raised:
         zoo.register_plugin(plugin, name="typo")
+    assert f"{__file__}:{register_norm.__code__.co_firstlineno}" in str(raised.value)
+    assert "pluggy" not in str(raised.value)
+
+
+def test_an_error_inside_zoo_called_by_a_plugin_points_at_the_plugins_line(fresh_registry):
+    def register_norms(register):
+        register("typo-caps", "a.b:C", capabilities={"centerd": True})
+
+    plugin = types.SimpleNamespace(register_norms=zoo.hookimpl(register_norms))
+    with pytest.raises(zoo.PluginError, match="Did you mean 'centered'") as raised:
+        zoo.register_plugin(plugin, name="caps")
+    assert f"{__file__}:{register_norms.__code__.co_firstlineno + 1}" in str(raised.value)
+
+
+def test_the_unknown_name_error_keeps_a_failed_plugins_whole_hint(fresh_registry):
+    def register_ffns(register):
+        register("wide-ffn", "a.b:C", capabilities={"gatd": True, "x" * 200: 1})
+
+    plugin = types.SimpleNamespace(register_ffns=zoo.hookimpl(register_ffns))
+    with pytest.raises(zoo.PluginError):
+        zoo.register_plugin(plugin, name="long")
+    with pytest.raises(zoo.UnknownNameError) as raised:
+        zoo.get_component("ffn", "wide-ffn")
+    message = str(raised.value)
+    assert "Did you mean 'gated'" in message and "\u2026" not in message and "..." not in message
 
 
 def test_a_plugin_ships_recipes_that_zoo_list_names(with_plugins, plugin_site):

@@ -59,15 +59,46 @@ class MultiHeadAttention(nn.Module):
 
     It takes the attention contract's arguments (``settings, *, d_model, n_heads,
     kernel, dropout, causal, cross, positional``, and ``head_dim`` when a recipe sets
-    one) and call (``x, context=None, *,
-    key_padding_mask=None, attn_mask=None, cache=None``), projects queries, keys and
-    values into heads, rotates them for rotary positions at the right offset, extends
-    them by the cache (or stores a cross-attention context in it once), and projects
-    the output. ``_attend`` receives (B, H, L, D) tensors and ``offset``, the position
-    of the first query, and returns (B, H, Lq, D). ``self._dense(q, k, v, mask,
-    offset=)`` is softmax attention through the kernel, with bias and relative
-    positions applied; ``boolean_mask`` builds its mask. ``record_weights = True``
-    keeps the weights of the softmax path in ``last_weights`` (attention maps)."""
+    one) and call (``x, context=None, *, key_padding_mask=None, attn_mask=None,
+    cache=None``), projects queries, keys and values into heads, rotates them for
+    rotary positions at the right offset, extends them by the cache (or stores a
+    cross-attention context in it once), and projects the output.
+
+    What a subclass writes:
+
+    - ``_attend(q, k, v, *, offset, key_padding_mask, attn_mask)`` (required): q is
+      (B, H, Lq, D), k and v (B, H, Lk, D); ``offset`` is the position of the first
+      query (the cache's length before this step). It returns (B, H, Lq, D). It
+      **builds the causal mask itself** when ``self.causal`` (``boolean_mask`` does,
+      bottom-right aligned), and honours ``key_padding_mask`` (B, Lk, True at padding)
+      and ``attn_mask`` ((Lq, Lk) or (B, Lq, Lk), True where allowed).
+    - ``Settings``: its pydantic settings, a subclass of :class:`AttentionSettings`.
+    - ``groups_queries = True`` when its queries are independent of one another (see
+      below); the default False is always correct.
+
+    What it may call: ``self._dense(q, k, v, mask, offset=, scale=)``, softmax attention
+    through the kernel with bias and relative positions applied and the weights
+    recorded when asked; ``boolean_mask`` for the mask.
+
+    Attributes (set by ``__init__``; read them, do not reassign them after building):
+    ``d_model``, ``n_heads``, ``head_dim`` (d_model // n_heads unless given),
+    ``inner_dim`` (n_heads * head_dim); ``causal`` and ``cross`` (bool); ``dropout``
+    (the attention weights' dropout probability; apply it only when ``self.training``);
+    ``kernel`` (the kernel slot's function); ``positional`` (None, or the position
+    module acting inside attention; always None in cross-attention) and
+    ``position_kind`` (its ``kind``: ``"rotary"``, ``"bias"``, ``"relative"`` or None);
+    ``scale`` (the factor of q·k, None for 1/sqrt(head_dim); a subclass may set it in
+    ``__init__``); ``record_weights`` and ``last_weights`` (below).
+
+    Projections: ``q_proj`` (d_model → inner_dim), ``kv_proj`` (d_model → 2 ·
+    inner_dim: keys, then values, ``[k | v]`` along the output features) and
+    ``out_proj`` (inner_dim → d_model), all :class:`zoo.plugin.Linear` with biases when
+    ``settings.bias``. Heads are contiguous slices of ``head_dim`` features.
+
+    ``record_weights = True`` (set on a built module, e.g. for attention maps) makes
+    the softmax path compute the weights explicitly and keep them, detached, in
+    ``last_weights`` (B, H, Lq, Lk). A mechanism that does not go through ``_dense``
+    and wants maps sets ``last_weights`` itself when ``record_weights`` is True."""
 
     Settings = AttentionSettings
 
@@ -200,11 +231,16 @@ class MultiHeadAttention(nn.Module):
     def _dense(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
         *, offset: int = 0, is_causal: bool = False, q_positions: torch.Tensor | None = None,
+        scale: float | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """softmax attention over all keys with a boolean ``mask`` and the positions.
 
         The queries sit at ``offset`` .. ``offset + Lq - 1``, or at ``q_positions`` (the
-        global rows of a sparse mechanism, whose weights are not recorded)."""
+        global rows of a sparse mechanism, whose weights are not recorded). ``scale`` is
+        the factor of the scores, for this call: a number, or a tensor broadcastable to
+        the scores (B, H, Lq, Lk) such as a learned per-head (H, 1, 1) temperature; None
+        takes ``self.scale`` (and when that is None, 1/sqrt(head_dim)). Bias and relative
+        positions are added after it, as to the paper's scale."""
         lq, lk = q.shape[-2], k.shape[-2]
         dropout = self.dropout if self.training else 0.0
         record = self.record_weights and q_positions is None
@@ -215,18 +251,22 @@ class MultiHeadAttention(nn.Module):
             rel = relative_positions(lq, lk, offset, q.device)
         else:
             rel = torch.arange(lk, device=q.device)[None, :] - q_positions[:, None]
+        scale = self.scale if scale is None else scale
         if self.position_kind == "relative" or record:
-            return self._explicit(q, k, v, mask, rel, dropout=dropout, record=record)
+            return self._explicit(q, k, v, mask, rel, dropout=dropout, record=record,
+                                  scale=scale)
         if self.position_kind == "bias":  # a float mask: the bias, -inf where not allowed
             bias = self.positional.bias(rel).to(q.dtype)[None]  # (1, H, Lq, Lk)
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        if isinstance(scale, torch.Tensor):  # kernels take a number: scale the queries
+            q, scale = q * scale.to(q.dtype), 1.0
         # the paper's scale is every kernel's default; another is passed only when set
-        scale = {} if self.scale is None else {"scale": self.scale}
+        given = {} if scale is None else {"scale": float(scale)}
         return self.kernel(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout,
-                           **scale)
+                           **given)
 
     def _explicit(self, q, k, v, mask, rel: torch.Tensor, *, dropout: float,
-                  record: bool) -> torch.Tensor:
+                  record: bool, scale: float | torch.Tensor | None = None) -> torch.Tensor:
         """Attention written out, weights and all: for Shaw's positions (no kernel
         computes their value term) and when the weights are recorded."""
         if self.position_kind == "relative":
@@ -234,7 +274,7 @@ class MultiHeadAttention(nn.Module):
             scores = content + self.positional.scores(q, rel)
         else:
             scores = q @ k.transpose(-2, -1)
-        scores = scores * (self.head_dim**-0.5 if self.scale is None else self.scale)
+        scores = scores * (self.head_dim**-0.5 if scale is None else scale)
         if self.position_kind == "bias":
             scores = scores + self.positional.bias(rel).to(scores.dtype)[None]
         if mask is not None:

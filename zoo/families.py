@@ -159,7 +159,7 @@ FAMILIES: dict[str, Family] = {
             "causal=, cross=); called as module(x, context=None, *, key_padding_mask=None, "
             "attn_mask=None, cache=None) -> (B, Lq, d_model).",
             AttentionCapabilities,
-            "register_attention",
+            "register_attentions",
         ),
         Family(
             "kernel",

@@ -9,6 +9,10 @@ on first use; pass strings to keep ``import`` of your plugin free of torch.
 ``register_recipes`` receives ``register(name, recipe, *, override=False)``, where
 ``recipe`` is a mapping, a ``zoo.Recipe`` or ``"package:path/file.yaml"`` (a file
 shipped inside a package, read when the recipe is first asked for).
+
+Every hook is ``register_`` and the plural of what it registers. An older name is
+still called, with a ``DeprecationWarning`` (pointing at the plugin's function) that
+names the new one: see :data:`DEPRECATED`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ hookimpl = pluggy.HookimplMarker("zoo")
 
 
 @hookspec
-def register_attention(register):
+def register_attentions(register):
     """Register attention mechanisms (family ``attention``)."""
 
 
@@ -72,3 +76,14 @@ def register_tasks(register):
 @hookspec
 def register_recipes(register):
     """Register named model recipes (``zoo.build(name)``, ``zoo list``)."""
+
+
+DEPRECATED: dict[str, str] = {"register_attention": "register_attentions"}
+"""Hook names of earlier releases, and the name each now has."""
+
+
+@hookspec(warn_on_impl=DeprecationWarning(
+    "the hook register_attention is now named register_attentions; rename the function "
+    "(the old name still works, and will be removed in a later release)"))
+def register_attention(register):
+    """Deprecated: the former name of :func:`register_attentions`."""

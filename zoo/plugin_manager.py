@@ -20,6 +20,7 @@ Environment:
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 import traceback
@@ -142,10 +143,13 @@ class PluginManager:
         except Exception as exc:
             if self.pm.is_registered(plugin):
                 self.pm.unregister(plugin)
-            info.error = _describe(exc, "registering its hooks") + _closest_hook(exc)
+            info.error = _describe_hook_error(exc, plugin)
             return
         hooks = [(family.hook, functools.partial(self._register, info, family.name))
                  for family in FAMILIES.values()]
+        family_of = {family.hook: family.name for family in FAMILIES.values()}
+        hooks += [(old, functools.partial(self._register, info, family_of[new]))
+                  for old, new in hookspecs.DEPRECATED.items()]
         hooks.append((RECIPE_HOOK, functools.partial(self._recipe, info)))
         for hook, register in hooks:
             for impl in getattr(self.pm.hook, hook).get_hookimpls():
@@ -182,23 +186,38 @@ class PluginManager:
         return [n for n, i in self.infos.items() if i.ok]
 
 
+_OURS = (os.path.dirname(__file__), os.path.dirname(pluggy.__file__),
+         os.path.dirname(functools.__file__))
+
+
 def _describe(exc: BaseException, during: str) -> str:
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    """The error with the plugin's own file and line: the last frame of the traceback
+    outside zoo, pluggy and the standard library (the last frame when there is none)."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    theirs = [f for f in frames if not f.filename.startswith(_OURS)]
+    frame = (theirs or frames or [None])[-1]
     where = f" at {frame.filename}:{frame.lineno}" if frame else ""
     return f"{type(exc).__name__} while {during}: {exc}{where}"
 
 
-HOOKS = sorted(name for name in vars(hookspecs) if name.startswith("register_"))
-"""The hooks a plugin may implement."""
+HOOKS = sorted(name for name in vars(hookspecs)
+               if name.startswith("register_") and name not in hookspecs.DEPRECATED)
+"""The hooks a plugin may implement (their current names)."""
 
 
-def _closest_hook(exc: BaseException) -> str:
-    """`` Did you mean 'register_norms'?`` for a hook implementation pluggy knows no spec of."""
+def _describe_hook_error(exc: BaseException, plugin: Any) -> str:
+    """pluggy's refusal of a hook implementation, pointing at the plugin's function (not
+    at pluggy), with the closest hook name for a misspelt one."""
     match = re.search(r"unknown hook '(\w+)'", str(exc))
     if match is None:
-        return ""
-    hint = did_you_mean(match.group(1), HOOKS)
-    return hint or f" The hooks are {quoted(HOOKS)}."
+        return _describe(exc, "registering its hooks")
+    name = match.group(1)
+    hint = did_you_mean(name, HOOKS) or f" The hooks are {quoted(HOOKS)}."
+    function = inspect.unwrap(getattr(plugin, name, None) or (lambda: None))
+    code = getattr(function, "__code__", None)
+    where = f" at {code.co_filename}:{code.co_firstlineno}" if code else ""
+    return (f"{type(exc).__name__} while registering its hooks: {name!r} is not a zoo "
+            f"hook{where}.{hint}")
 
 
 def _distribution_of(module: str) -> tuple[str | None, str | None]:

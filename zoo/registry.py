@@ -105,10 +105,6 @@ class Component:
         return self.load()(self.validate_settings(settings), **context)
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _caller_origin() -> str:
     """``file:line`` of the code that called ``register`` (for duplicate errors)."""
     for frame in inspect.stack()[2:]:
@@ -271,7 +267,7 @@ class Registry:
         failed = self.plugins.failed()
         if not failed:
             return ""
-        listed = "; ".join(f"{i.name!r} ({_cut(i.error or '', 160)})" for i in failed)
+        listed = "; ".join(f"{i.name!r} ({i.error})" for i in failed)
         return (f" {len(failed)} plugin{'s' if len(failed) > 1 else ''} failed to load, and "
                 f"it may come from {'one of them' if len(failed) > 1 else 'it'}: {listed} "
                 "(see zoo plugins).")

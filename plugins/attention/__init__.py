@@ -11,7 +11,7 @@ LINEAR = {"causal": True, "cross_attention": True, "padding_mask": True, "kv_cac
 
 
 @hookimpl
-def register_attention(register):
+def register_attentions(register):
     register(
         "vanilla",
         "zoo.plugins.attention.vanilla:VanillaAttention",
