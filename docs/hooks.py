@@ -8,8 +8,8 @@ A generated part sits in the page's source between ``<!-- zoo:KIND [ARG] -->`` a
 mkdocs hook rewrites them at every build; ``python docs/hooks.py`` rewrites the
 sources (run it after changing a component, a capability or a docstring), and
 ``python docs/hooks.py --check`` (a test runs it) fails when a source is stale.
-The API reference (``api``) is written at build time only: its signatures are
-rendered by the installed pydantic and pluggy, which a fresh install may update.
+The API reference (``api``) renders a pydantic model's fields itself (pydantic's
+own signatures change between releases), so it too is committed and checked.
 """
 
 from __future__ import annotations
@@ -89,28 +89,120 @@ def checks(family: str) -> str:
     return "\n".join(rows)
 
 
+PLUGIN_AUTHORS_MEET = ["Recipe", "ComponentRef", "Component", "build", "resolve", "get_recipe",
+                       "list_recipes", "register_component", "register_plugin", "get_component",
+                       "list_components", "list_families", "list_plugins"]
+"""The names of ``zoo`` itself that a plugin author meets (``api zoo``)."""
+HOOKS_OF = {"MultiHeadAttention": ["_attend", "_dense", "_attend_grouped", "forward"],
+            "InsideAttention": ["forward", "content_query"]}
+"""Underscored methods that are part of a class's contract: a subclass writes or calls them."""
+
+
+def _signature(obj, name: str) -> str:
+    try:
+        text = f"{name}{inspect.signature(obj)}"
+    except (TypeError, ValueError):
+        text = f"{name}(...)"
+    return text.replace("'\"", "").replace("\"'", "")
+
+
+def _fields(model) -> list[str]:
+    """A pydantic model's fields as a table: stable across pydantic releases (its own
+    ``__init__`` signature is not)."""
+    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for field_name, field in model.model_fields.items():
+        default = "required" if field.is_required() else (
+            f"`{field.default_factory()!r}`" if field.default_factory is not None
+            else f"`{field.default!r}`")
+        kind = getattr(field.annotation, "__name__", None) or str(field.annotation)
+        rows.append(f"| `{field_name}` | `{_cell(kind.replace('typing.', ''))}` | {default} | "
+                    f"{_cell(field.description or _attribute_doc(model, field_name))} |")
+    return rows
+
+
+def _attribute_doc(cls, attribute: str) -> str:
+    """The string literal under ``attribute: ...`` in the class body (its docstring)."""
+    import ast
+    import textwrap
+
+    for klass in cls.__mro__:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for first, second in zip(body, body[1:]):
+            target = (first.target if isinstance(first, ast.AnnAssign) else
+                      first.targets[0] if isinstance(first, ast.Assign) else None)
+            if (isinstance(target, ast.Name) and target.id == attribute
+                    and isinstance(second, ast.Expr) and isinstance(second.value, ast.Constant)
+                    and isinstance(second.value.value, str)):
+                return inspect.cleandoc(second.value.value)
+    return ""
+
+
+def _members(cls) -> list[str]:
+    """A class's public methods, properties and documented class attributes, and the
+    underscored methods that belong to its contract."""
+    out = []
+    names = [n for n in cls.__dict__ if not n.startswith("_")] + HOOKS_OF.get(cls.__name__, [])
+    for member in dict.fromkeys(names):
+        value = inspect.getattr_static(cls, member)
+        if isinstance(value, property):
+            out += [f"- **`{member}`** (property): {_cell(inspect.getdoc(value) or '')}"]
+        elif inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)):
+            func = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
+            doc = _cell(inspect.getdoc(func) or "")
+            signature = _signature(func, member).replace("(self, ", "(").replace("(self)", "()")
+            out += [f"- **`{signature}`**" + (f": {doc}" if doc else "")]
+        elif not callable(value) and not isinstance(value, type) and member != "model_config":
+            doc = _attribute_doc(cls, member)
+            if doc:
+                out += [f"- **`{member} = {value!r}`**: {_cell(doc)}"]
+    return out
+
+
+def _entry(name: str, obj, module_name: str) -> list[str]:
+    from pydantic import BaseModel
+
+    where = getattr(obj, "__module__", module_name)
+    doc = inspect.getdoc(obj) or ""
+    if not where.startswith("zoo"):  # another project's object: its signature is not ours
+        return [f"### `{name}`", "", f"*from `{where}`* ({type(obj).__name__}). "
+                f"{_cell(doc.splitlines()[0] if doc else '')}", ""]
+    if inspect.isclass(obj):
+        bases = ", ".join(b.__name__ for b in obj.__bases__ if b is not object)
+        head = f"class {name}({bases})" if bases else f"class {name}"
+        if issubclass(obj, BaseModel):
+            return [f"### `{name}`", "", "```python", head, "```", "", f"*from `{where}`*", "",
+                    doc, "", *_fields(obj), "", *_members(obj), ""]
+        if issubclass(obj, BaseException):
+            body = []
+        else:
+            init = _signature(obj.__init__, "__init__").replace("(self, ", "(").replace(
+                "(self)", "()")
+            head += "\n    " + init
+            body = _members(obj)
+        return [f"### `{name}`", "", "```python", head, "```", "", f"*from `{where}`*", "",
+                doc, "", *body, ""]
+    if callable(obj):
+        return [f"### `{name}`", "", "```python", _signature(obj, name), "```", "",
+                f"*from `{where}`*", "", doc, ""]
+    return []
+
+
 def api(module_name: str) -> str:
-    """A reference of a module's ``__all__``: each name's signature and docstring."""
+    """A reference of a module's public names: each one's signature and docstring, a
+    pydantic model's fields, a class's methods and the hooks of its contract. For
+    ``zoo``, the names a plugin author meets (:data:`PLUGIN_AUTHORS_MEET`)."""
     import importlib
 
     module = importlib.import_module(module_name)
+    names = PLUGIN_AUTHORS_MEET if module_name == "zoo" else module.__all__
     out = []
-    for name in module.__all__:
-        obj = getattr(module, name)
-        where = getattr(obj, "__module__", module_name)
-        doc = inspect.getdoc(obj) or ""
-        if inspect.isclass(obj):
-            try:
-                signature = f"class {name}{inspect.signature(obj)}"
-            except (TypeError, ValueError):
-                signature = f"class {name}"
-        elif callable(obj):
-            signature = f"{name}{inspect.signature(obj)}"
-        else:
-            continue
-        out += [f"### `{name}`", "", "```python", signature.replace("'", ""), "```", "",
-                f"*from `{where}`*", "", doc, ""]
-    return "\n".join(out).rstrip()
+    for name in names:
+        out += _entry(name, getattr(module, name), module_name)
+    return "\n".join(line.rstrip() for line in out).rstrip()
 
 
 def experiment(name: str) -> str:
@@ -125,19 +217,14 @@ def experiment(name: str) -> str:
 
 KINDS = {"components": components, "recipes": recipes, "capabilities": capabilities,
          "checks": checks, "api": api, "experiment": experiment}
-BUILD_ONLY = {"api"}
-"""Kinds written only into the built site; the source holds a note."""
 
 
 def refresh(markdown: str, *, build: bool = True) -> str:
-    """The page with every generated block written anew (``build``: for the site)."""
+    """The page with every generated block written anew (``build``: for the site; the
+    sources and the site get the same text)."""
     def fill(match: re.Match) -> str:
         kind, arg = match.group(2), match.group(3)
-        if kind in BUILD_ONLY and not build:
-            body = (f"*Generated from the docstrings of `{arg}` when the site is built "
-                    "(`mkdocs build`).*")
-        else:
-            body = KINDS[kind](arg)
+        body = KINDS[kind](arg)
         return f"{match.group(1)}{body}\n{match.group(5)}"
     return BLOCK.sub(fill, markdown)
 

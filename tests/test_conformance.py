@@ -101,6 +101,17 @@ class SequenceNorm(nn.Module):
         return self.weight * (x - x.mean(dim=(-2, -1), keepdim=True))
 
 
+class QueriesTalk(MultiHeadAttention):
+    """Claims groups_queries, yet each output row depends on the other queries."""
+
+    groups_queries = True
+
+    def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask):
+        mask = boolean_mask(q.shape[-2], k.shape[-2], causal=self.causal,
+                            key_padding_mask=key_padding_mask, attn_mask=None, device=q.device)
+        return self._dense(q + q.mean(-2, keepdim=True), k, v, mask, offset=offset)
+
+
 def unscaled_kernel(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=0.0, scale=None):
     """Ignores ``scale``."""
     return zoo.testing.reference_kernel(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
@@ -111,6 +122,9 @@ def unscaled_kernel(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=0.0, 
     ("attention", IgnoresPadding, {"padding_mask": True}, "padding_mask",
      "outputs of real tokens when padded keys change"),
     ("norm", SequenceNorm, {}, "norm", "at other positions when one position changes"),
+    ("attention", QueriesTalk, {"cross_attention": True, "kv_cache": True, "causal": True,
+                                "padding_mask": True},
+     "grouped_beams", "over a grouped cache"),
     ("kernel", unscaled_kernel, {}, "formula", "scale=0.1: differs by up to"),
 ])
 def test_a_broken_clause_is_named_with_the_difference(fresh_registry, family, target, caps,
@@ -119,3 +133,13 @@ def test_a_broken_clause_is_named_with_the_difference(fresh_registry, family, ta
     case = next(c for c in zoo.testing.cases(family, "broken-on-purpose") if c.check.name == check)
     with pytest.raises(zoo.testing.ConformanceError, match=f"fails check {check!r}.*{says}"):
         case()
+
+
+def test_a_misspelt_kit_setting_is_a_settings_error_before_any_check(fresh_registry):
+    with pytest.raises(zoo.RecipeError, match="settings= given for attention 'vanilla'.*"
+                                              "unknown key 'scal'.*Did you mean 'scale'"):
+        zoo.testing.check_component("attention", "vanilla", settings={"scal": 0.5})
+    with pytest.raises(zoo.RecipeError, match="settings= given for attention 'vanilla'"):
+        zoo.testing.parametrize("attention", "vanilla", settings={"scale": -1})
+    assert zoo.testing.check_component("attention", "vanilla",
+                                       settings={"scale": 0.5})["shapes"] == "passed"

@@ -451,3 +451,13 @@ def test_pull_through_the_olah_mirror(hub, tmp_path, monkeypatch):
     finally:
         mirror.terminate()
         mirror.wait(10)
+
+
+def test_a_model_of_a_recipe_with_a_base_round_trips_through_the_hub(hub):
+    recipe = zoo.Recipe.from_dict({"base": "transformer-tiny", "name": "tiny-gelu",
+                                   "components": {"ffn": "gelu"}})
+    model = zoo.build(recipe)
+    zoo.push_to_hub(model, "alice/tiny-gelu")
+    pulled = zoo.build("hf-hub:alice/tiny-gelu")
+    assert pulled.recipe == model.recipe and pulled.recipe.based_on == "transformer-tiny"
+    same_model(model, pulled, "transformer-tiny")

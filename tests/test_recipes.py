@@ -212,3 +212,91 @@ def test_too_big_for_memory_is_refused_with_the_estimate(monkeypatch):
 def test_bad_slot_override_values(value, expected):
     with pytest.raises(RecipeError, match=expected):
         zoo.build("transformer-tiny", ffn=value)
+
+
+# -- recipes that extend recipes ------------------------------------------------------------------
+EXTENDS = """\
+base: transformer-tiny
+name: tiny-swiglu
+architecture: {settings: {d_model: 128, encoder_layers: 3}}
+components:
+  ffn: swiglu
+  norm: {settings: {eps: 1.0e-5}}
+"""
+
+
+def _by_hand() -> dict:
+    """transformer-tiny with the changes of EXTENDS, written out in full."""
+    data = zoo.get_recipe("transformer-tiny").to_dict()
+    data["name"] = "tiny-swiglu"
+    data["architecture"]["settings"].update(d_model=128, encoder_layers=3)
+    data["components"]["ffn"] = {"name": "swiglu", "settings": {}}
+    data["components"]["norm"] = {"name": "layernorm", "settings": {"eps": 1e-5}}
+    return data
+
+
+def test_a_recipe_with_a_base_is_the_base_with_its_changes(tmp_path):
+    path = tmp_path / "tiny-swiglu.yaml"
+    path.write_text(EXTENDS)
+    recipe = zoo.load_recipe(path)
+    expected = _by_hand()
+    got = recipe.to_dict()
+    assert got.pop("based_on") == "transformer-tiny"
+    assert got.pop("description").startswith("transformer-tiny, changed: architecture.d_model")
+    del expected["description"]
+    assert got == expected
+    model = zoo.build(recipe)
+    assert type(model.encoder.layers[0].ffn).__name__ == "SwiGLUFFN"
+    assert len(model.encoder.layers) == 3 and model.encoder.layers[0].norm1.eps == 1e-5
+    # a file base, relative to the file that names it, and a base of a base
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "wider.yaml").write_text(
+        "base: ../tiny-swiglu.yaml\nname: wider\ndescription: wider still\n"
+        "architecture: {settings: {d_ff: 512}}\ncomponents: {positional: null}\n")
+    wider = zoo.load_recipe(tmp_path / "sub" / "wider.yaml")
+    assert wider.architecture.settings["d_ff"] == 512 and wider.description == "wider still"
+    assert wider.architecture.settings["d_model"] == 128 and "positional" not in wider.components
+    assert wider.components["ffn"].name == "swiglu"
+
+
+def test_a_saved_model_of_a_based_recipe_round_trips(tmp_path):
+    recipe = zoo.Recipe.from_dict({"base": "transformer-tiny", "name": "tiny-rms",
+                                   "components": {"norm": "rmsnorm"}})
+    assert recipe.components["norm"].settings == {}  # another component: its own settings
+    model = zoo.build(recipe)
+    loaded = zoo.build(f"local-dir:{zoo.save_pretrained(model, tmp_path / 'm')}")
+    assert loaded.recipe == model.recipe and loaded.recipe.based_on == "transformer-tiny"
+    assert zoo.load_recipe(zoo.save_recipe(recipe, tmp_path / "r.json")) == recipe
+
+
+def test_zoo_info_shows_a_based_recipe_resolved(tmp_path):
+    from .conftest import run_zoo
+
+    path = tmp_path / "tiny-swiglu.yaml"
+    path.write_text(EXTENDS)
+    done = run_zoo("info", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "written as base: transformer-tiny" in done.stdout
+    assert "encoder_layers: 3" in done.stdout and "vocab_size: 1000" in done.stdout
+
+
+@pytest.mark.parametrize("data,says", [
+    ({"base": "transformer-tny", "name": "x"}, "base 'transformer-tny' is neither.*Did you "
+                                               "mean 'transformer-tiny'"),
+    ({"base": "transformer-tiny"}, "still names itself"),
+    ({"base": 3, "name": "x"}, "base is the name of a recipe"),
+    ({"base": "transformer-tiny", "name": "x", "components": {"norm": {"setings": {}}}},
+     "components.norm: unknown key 'setings'"),
+    ({"base": "transformer-tiny", "name": "x", "architecture": {"settings": {"d_modl": 8}}},
+     "d_modl"),
+])
+def test_a_bad_base_or_change_is_named(data, says):
+    with pytest.raises(RecipeError, match=says):
+        zoo.resolve(zoo.Recipe.from_dict(data, "my recipe"))
+
+
+def test_bases_that_go_round_are_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nname: b\n")
+    with pytest.raises(RecipeError, match="go round or too deep"):
+        zoo.load_recipe(tmp_path / "a.yaml")

@@ -28,6 +28,7 @@ _LAZY = {
     "save_recipe": "zoo.recipe",
     "resolve": "zoo.resolver",
     "register_plugin": "zoo.registry",
+    "Component": "zoo.registry",
     "list_plugins": "zoo.registry",
     "list_components": "zoo.registry",
     "get_component": "zoo.registry",

@@ -225,6 +225,10 @@ class MultiHeadAttention(nn.Module):
         return out.view(b // groups, h, groups, lq, d).transpose(1, 2).reshape(b, h, lq, d)
 
     def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask) -> torch.Tensor:
+        """How queries meet keys (a subclass writes it): q (B, H, Lq, D), k and v
+        (B, H, Lk, D), projected, rotated and extended by the cache; ``offset`` the
+        position of the first query. Returns (B, H, Lq, D). Builds the causal mask itself
+        when ``self.causal``; honours ``key_padding_mask`` and ``attn_mask`` as claimed."""
         raise NotImplementedError
 
     # -- shared by the softmax mechanisms ---------------------------------------------------------
@@ -238,7 +242,7 @@ class MultiHeadAttention(nn.Module):
         The queries sit at ``offset`` .. ``offset + Lq - 1``, or at ``q_positions`` (the
         global rows of a sparse mechanism, whose weights are not recorded). ``scale`` is
         the factor of the scores, for this call: a number, or a tensor broadcastable to
-        the scores (B, H, Lq, Lk) such as a learned per-head (H, 1, 1) temperature; None
+        (B, H, Lq, 1), such as a learned per-head (H, 1, 1) temperature; None
         takes ``self.scale`` (and when that is None, 1/sqrt(head_dim)). Bias and relative
         positions are added after it, as to the paper's scale."""
         lq, lk = q.shape[-2], k.shape[-2]

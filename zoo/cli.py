@@ -230,6 +230,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     recipe = resolved.recipe
     fp = footprint(resolved)
     print(f"# {recipe.name}: {recipe.description}\n")
+    if recipe.based_on:
+        print(f"# written as base: {recipe.based_on} and its changes; resolved:\n")
     print(dump_recipe(recipe))
     rows = [["architecture", resolved.architecture.name, resolved.architecture.plugin,
              resolved.architecture.description]]

@@ -49,7 +49,10 @@ class ComponentRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
+    """The registered component's name (``zoo components FAMILY`` lists them)."""
     settings: dict[str, JsonValue] = Field(default_factory=dict)
+    """Its settings, validated against the component's ``Settings`` when the recipe is
+    resolved; a setting left out takes the component's default."""
 
     @model_validator(mode="before")
     @classmethod
@@ -112,13 +115,24 @@ class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
+    """The recipe's name (``zoo.build(name)``)."""
     description: str = ""
+    """One line or a paragraph: what the model is (``zoo list`` shows it)."""
     architecture: ComponentRef
+    """The architecture and its settings (sizes, layers, dropout: ``docs/recipes.md``
+    lists each architecture's settings with their defaults)."""
     components: dict[str, ComponentRef] = Field(default_factory=dict)
+    """A component per slot, keyed by the architecture's slot names (``attention``,
+    ``norm``, ...). A slot left out takes the slot's default. ``model.recipe`` of a built
+    model is the recipe it was built from, overrides applied (the slots a recipe left
+    out stay out: their defaults are listed with the architecture's slots)."""
     requires: list[str] = Field(default_factory=list)
     """Plugin distributions the recipe needs (``pip install`` names)."""
     weights: PretrainedWeights | None = None
     """Published weights, loaded by ``zoo.build(name, pretrained=True)``."""
+    based_on: str | None = None
+    """A record: the ``base:`` this recipe was written from (a named recipe or a file).
+    The other fields hold the whole recipe, so nothing is read from the base again."""
 
     @field_validator("requires")
     @classmethod
@@ -140,19 +154,29 @@ class Recipe(BaseModel):
         return name
 
     def to_dict(self) -> dict[str, Any]:
-        """The recipe as plain JSON-ready data."""
-        return self.model_dump(mode="json")
+        """The recipe as plain JSON-ready data (``based_on`` only when there is one)."""
+        data = self.model_dump(mode="json")
+        if data["based_on"] is None:
+            del data["based_on"]
+        return data
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "recipe") -> "Recipe":
+    def from_dict(cls, data: Any, source: str = "recipe", *,
+                  relative_to: Path | None = None) -> "Recipe":
         """A recipe from plain data; a problem raises one :class:`RecipeError` naming
-        ``source`` and the keys."""
+        ``source`` and the keys. Data with a ``base:`` (a named recipe, or a recipe file,
+        relative to ``relative_to``) is that recipe with these changes
+        (:func:`zoo.recipe_base.extend`)."""
         if not isinstance(data, dict):
             raise RecipeError(
-                f"{source}: a recipe is a mapping with keys {quoted(cls.model_fields)}, "
-                f"got {type(data).__name__}."
+                f"{source}: a recipe is a mapping with keys "
+                f"{quoted([*cls.model_fields, 'base'])}, got {type(data).__name__}."
             )
         check_data(data, source)
+        if "base" in data:
+            from .recipe_base import extend
+
+            data = extend(data, source, relative_to)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -160,9 +184,11 @@ class Recipe(BaseModel):
 
 
 # -- files -------------------------------------------------------------------------------------
-def parse_recipe_text(text: str, source: str, suffix: str = ".yaml") -> Recipe:
-    """A recipe from YAML or JSON text; YAML tags that would build objects are refused."""
-    return Recipe.from_dict(parse_data(text, source, suffix), source)
+def parse_recipe_text(text: str, source: str, suffix: str = ".yaml", *,
+                      relative_to: Path | None = None) -> Recipe:
+    """A recipe from YAML or JSON text; YAML tags that would build objects are refused.
+    A ``base:`` file is found relative to ``relative_to`` (the directory of the file)."""
+    return Recipe.from_dict(parse_data(text, source, suffix), source, relative_to=relative_to)
 
 
 MAX_TEXT = 1 << 20
@@ -251,7 +277,8 @@ def load_recipe(path: str | os.PathLike[str]) -> Recipe:
     path = Path(path)
     if path.suffix not in RECIPE_SUFFIXES:
         raise RecipeError(f"{path}: recipe files end in {quoted(RECIPE_SUFFIXES)}.")
-    return parse_recipe_text(read_text(path, "recipe"), str(path), path.suffix)
+    return parse_recipe_text(read_text(path, "recipe"), str(path), path.suffix,
+                             relative_to=path.parent)
 
 
 def dump_recipe(recipe: Recipe, suffix: str = ".yaml") -> str:

@@ -31,11 +31,12 @@ from functools import partial
 from typing import Any
 
 import torch
+from pydantic import BaseModel
 from torch import nn
 
 from .attention import InsideAttention, MultiHeadAttention, boolean_mask
-from .cache import KVCache
-from .errors import ZooError
+from .cache import DecoderCache, KVCache
+from .errors import RecipeError, ZooError
 from .registry import Component, registry
 
 D, H = 16, 2
@@ -329,6 +330,30 @@ def _kv_cache(component, settings):
             steps = [attn(x[:, t:t + 1], memory, cache=cache) for t in range(8)]
             _close(torch.cat(steps, 1), attn(x, memory),
                    "cross-attention decoded with a KVCache")
+
+
+@_check("attention", "kv_cache")
+def _grouped_beams(component, settings):
+    """Beam search's shared context: a cross-attention cache holding one row per source
+    with ``groups`` beams to a row (``KVCache.groups``, set by ``DecoderCache.spread``)
+    gives each beam what a cache of one row per beam gives (the grouped path when the
+    class sets ``groups_queries``, the base class's repeat otherwise)."""
+    if not component.capabilities.cross_attention:
+        raise Skip("does not claim cross_attention")
+    with _Seed(0):
+        attn = _attention(component, settings, cross=True)
+        memory, beams = torch.randn(2, 6, D), 3
+        pad = torch.zeros(2, 6, dtype=torch.bool)
+        pad[0, 4:] = True
+        x = torch.randn(2 * beams, 1, D)
+        layers = DecoderCache(1)
+        grouped = layers[0]["cross"]
+        attn(x[::beams], memory, key_padding_mask=pad, cache=grouped)  # one row per source
+        layers.spread(beams)  # as beam search's first step does
+        rows_pad = pad.repeat_interleave(beams, 0)
+        out = attn(x, key_padding_mask=rows_pad, cache=grouped)
+        expected = attn(x, memory.repeat_interleave(beams, 0), key_padding_mask=rows_pad)
+    _close(out, expected, "cross-attention over a grouped cache (3 beams per source)")
 
 
 @_check("attention", "positions")
@@ -653,13 +678,25 @@ class Case:
         return f"{self.component.family}:{self.component.name}:{self.check.name}"
 
 
-def cases(family: str, name: str, *, settings: Any = None) -> list[Case]:
-    """Every check of ``family`` on component ``name`` (those that do not apply skip)."""
+def cases(family: str, name: str, *, settings: dict[str, Any] | BaseModel | None = None
+          ) -> list[Case]:
+    """Every check of ``family`` on component ``name`` (those that do not apply skip).
+
+    ``settings`` (a mapping, or an instance of the component's ``Settings``) is
+    validated here, once: a misspelt or invalid setting raises :class:`zoo.RecipeError`
+    naming it, before any check runs (it is the call that is wrong, not the
+    component)."""
     component = registry.get(family, name)
-    return [Case(check, component, settings) for check in CHECKS.get(family, [])]
+    try:
+        validated = component.validate_settings(settings)
+    except RecipeError as exc:
+        raise RecipeError(f"zoo.testing: the settings= given for {family} {name!r} are not "
+                          f"valid, so no check ran: {exc}") from None
+    return [Case(check, component, validated) for check in CHECKS.get(family, [])]
 
 
-def check_component(family: str, name: str, *, settings: Any = None) -> dict[str, str]:
+def check_component(family: str, name: str, *,
+                    settings: dict[str, Any] | BaseModel | None = None) -> dict[str, str]:
     """Run every check of the family's contract on a registered component; returns each
     check's outcome (``passed`` or why it was skipped). A breach raises
     :class:`ConformanceError` naming the check, the capability and the difference."""
@@ -683,7 +720,8 @@ class _PytestCase:
         return str(self.case)
 
 
-def parametrize(family: str, name: str, *, settings: Any = None) -> Any:
+def parametrize(family: str, name: str, *,
+                settings: dict[str, Any] | BaseModel | None = None) -> Any:
     """``pytest.mark.parametrize("check", ...)``: one test per check of the component,
     each called as ``check()`` (a check that does not apply, or cannot run on this
     machine, is skipped)."""
