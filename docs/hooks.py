@@ -114,7 +114,8 @@ def _fields(model) -> list[str]:
         default = "required" if field.is_required() else (
             f"`{field.default_factory()!r}`" if field.default_factory is not None
             else f"`{field.default!r}`")
-        kind = getattr(field.annotation, "__name__", None) or str(field.annotation)
+        annotation = field.annotation
+        kind = annotation.__name__ if isinstance(annotation, type) else str(annotation)
         rows.append(f"| `{field_name}` | `{_cell(kind.replace('typing.', ''))}` | {default} | "
                     f"{_cell(field.description or _attribute_doc(model, field_name))} |")
     return rows
@@ -205,6 +206,24 @@ def api(module_name: str) -> str:
     return "\n".join(line.rstrip() for line in out).rstrip()
 
 
+def architecture(name: str) -> str:
+    """An architecture's slots (family, default, what it needs) and its settings (type,
+    default, meaning), from its class: what a recipe fills and may leave out."""
+    import zoo
+
+    component = zoo.get_component("architecture", name)
+    cls = component.load()
+    rows = ["| slot | family | default | needs |", "|---|---|---|---|"]
+    for slot, spec in getattr(cls, "slots", {}).items():
+        needs = ", ".join(f"{k}={v}" for k, v in spec.requires.items())
+        needs = f"{needs} ({spec.why})" if needs and spec.why else needs
+        default = f"`{spec.default}`" if spec.default else "required"
+        rows.append(f"| `{slot}` | {spec.family} | {default} | {_cell(needs) or '-'} |")
+    settings = component.settings_model
+    return "\n".join(["**Slots**", "", *rows, "", "**Settings** (`architecture.settings`)", "",
+                      *(_fields(settings) if settings else ["*none*"])])
+
+
 def experiment(name: str) -> str:
     """The report ``zoo experiment NAME --out docs/experiments`` wrote, and its figure."""
     report = DOCS / "experiments" / f"{name}.md"
@@ -216,7 +235,7 @@ def experiment(name: str) -> str:
 
 
 KINDS = {"components": components, "recipes": recipes, "capabilities": capabilities,
-         "checks": checks, "api": api, "experiment": experiment}
+         "checks": checks, "api": api, "architecture": architecture, "experiment": experiment}
 
 
 def refresh(markdown: str, *, build: bool = True) -> str:

@@ -91,3 +91,27 @@ def test_every_family_has_a_contract_page_with_an_example():
         page = next(text for text in pages.values()
                     if f"<!-- zoo:capabilities {family} -->" in text)
         assert re.search(r"```python\n# runs as a test", page), family
+
+
+def test_the_articles_are_cited_by_title_never_by_a_path_of_ours():
+    import re
+
+    cited = re.compile(r"shared/seeds|seeds/00\d|article 00\d")
+    where = [p for d in ("docs", "zoo", "plugins") for p in (ROOT / d).rglob("*")
+             if p.suffix in (".md", ".py", ".json", ".yaml")] + [ROOT / "README.md"]
+    found = [f"{p.relative_to(ROOT)}: {m.group()}" for p in where
+             for m in cited.finditer(p.read_text(encoding="utf-8"))]
+    assert not found, found
+
+
+def test_the_committed_api_reference_names_every_public_name():
+    import zoo.plugin
+    import zoo.testing
+
+    page = (ROOT / "docs" / "plugin-api.md").read_text(encoding="utf-8")
+    for module in (zoo.plugin, zoo.testing):
+        for name in module.__all__:
+            if callable(getattr(module, name)):
+                assert f"### `{name}`" in page, name
+    assert "Generated from the docstrings" not in page  # the text itself, not a placeholder
+    assert "`_attend(q, k, v, *, offset, key_padding_mask, attn_mask)" in page

@@ -34,7 +34,7 @@ def test_every_experiment_of_the_issue_is_there_and_an_unknown_name_is_refused()
 
 
 def test_a_report_writes_markdown_json_and_png(tmp_path):
-    report = Report("demo", "a demo", "article 000", "a claim", ["a", "b"],
+    report = Report("demo", "a demo", "“Attention Is All You Need 重读笔记”", "a claim", ["a", "b"],
                     [{"a": 1, "b": 0.5}, {"a": 2, "b": float("nan")}], ["we found it"],
                     {"seeds": 1, "steps": 5, "device": "cpu", "minutes": 0.1, "machine": "x"},
                     [Panel("p", "x", "y", {"s": [(1, 2.0), (2, 3.0)]})])

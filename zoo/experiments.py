@@ -35,6 +35,11 @@ from .training.config import apply_train_overrides, get_train_recipe
 from .training.loop import train
 from .training.runs import RunFolder, build_task
 
+REREAD = "“Attention Is All You Need 重读笔记”"
+"""The first article this project grew from, by its title."""
+IN_PRACTICE = "“PyTorch实现Transformer：从Self-Attention到实战调优”"
+"""The second article, by its title."""
+
 
 # -- what an experiment gives ---------------------------------------------------------------------
 @dataclass
@@ -295,7 +300,7 @@ def sqrt_dk(ctx: Context) -> Report:
            if acc["unscaled"] >= acc["scaled"] - 0.005 else " and ends lower."),
     ]
     return Report(
-        "sqrt-dk", "why attention divides by √d_k", "article 000, 'why √d_k'",
+        "sqrt-dk", "why attention divides by √d_k", f"{REREAD}, 'why √d_k'",
         "without the 1/√d_k scale the dot products grow with d_k and the softmax collapses "
         "onto one key: its entropy falls from 0.847 (d_k = 64) to 0.023 (d_k = 1024)",
         ["d_k", "entropy q·k", "entropy q·k/√d_k", "article (q·k)", "token accuracy",
@@ -339,7 +344,7 @@ def heads(ctx: Context) -> Report:
           "better). Differences smaller than the spread over seeds are not findings.",
     ]
     return Report(
-        "heads", "how many heads", "article 000, 'why 8 heads'",
+        "heads", "how many heads", f"{REREAD}, 'why 8 heads'",
         "1 head converges slower and ends a little worse; 4 heads about equal 8; 16 slightly "
         "better but costlier",
         ["heads", "head dim", "token accuracy", "± (seeds)", "sequence accuracy",
@@ -400,7 +405,7 @@ def norms(ctx: Context) -> Report:
            if abs(acc["rmsnorm"] - acc["layernorm"]) < 0.01 else "they differ by more than a point."),
     ]
     return Report(
-        "norms", "LayerNorm or RMSNorm", "article 000, 'LayerNorm vs RMSNorm'",
+        "norms", "LayerNorm or RMSNorm", f"{REREAD}, 'LayerNorm vs RMSNorm'",
         "RMSNorm is about 15% faster than LayerNorm, with almost the same quality",
         ["what", "LayerNorm", "RMSNorm", "RMSNorm / LayerNorm", "unit"], rows, findings, {},
         [Panel("norm layer alone", "width", "µs (fwd+bwd, 4096 rows)",
@@ -452,7 +457,7 @@ def pre_post(ctx: Context) -> Report:
            "instability the article warns of grows with depth and learning rate."),
     ]
     return Report(
-        "pre-post", "Pre-LN or Post-LN", "article 000, 'Pre-LN vs Post-LN'",
+        "pre-post", "Pre-LN or Post-LN", f"{REREAD}, 'Pre-LN vs Post-LN'",
         "Pre-LN trains more easily than Post-LN (the paper's); modern models use Pre-LN",
         ["norm", "peak lr", "warmup steps", "token accuracy", "sequence accuracy",
          "first step ≥ 99% (valid)", "final train loss", "diverged"], rows, findings, {},
@@ -567,7 +572,7 @@ def schedules(ctx: Context) -> Report:
           "schedules more reliably. `--steps` runs longer.",
     ]
     return Report(
-        "schedules", "learning-rate schedules", "article 003, §4.1",
+        "schedules", "learning-rate schedules", f"{IN_PRACTICE}, §4.1",
         "on IWSLT German-English: fixed rate BLEU 28.3 < step decay 30.1 < cosine annealing "
         "32.7",
         ["schedule", "BLEU", "chrF", "test loss", "token accuracy", "article BLEU"], rows,
@@ -616,7 +621,7 @@ def scaling(ctx: Context) -> Report:
            ": the gains do not shrink here."),
     ]
     return Report(
-        "scaling", "model size on a simple task", "article 000, 'performance by configuration'",
+        "scaling", "model size on a simple task", f"{REREAD}, 'performance by configuration'",
         "gains from more parameters diminish: for a simple task a small model is enough",
         ["model", "parameters", "token accuracy", "± (seeds)", "sequence accuracy", "ms/step"],
         rows, findings, {},

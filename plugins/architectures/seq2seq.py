@@ -53,7 +53,7 @@ class Seq2SeqSettings(BaseModel):
     (sec. 5.4: residual dropout and dropout on the embedding sums only); fairseq and
     Marian call it activation_dropout, torch.nn.Transformer ties it to dropout."""
     encoder_layerdrop: float = Field(0.0, ge=0.0, lt=1.0)
-    """LayerDrop (Fan et al. 2019; article 003 sec. 5.2): in training, each encoder layer
+    """LayerDrop (Fan et al. 2019; “PyTorch实现Transformer：从Self-Attention到实战调优” sec. 5.2): in training, each encoder layer
     is skipped for a batch with this probability (fairseq's ``encoder_layerdrop``)."""
     decoder_layerdrop: float = Field(0.0, ge=0.0, lt=1.0)
     """LayerDrop for the decoder's layers. Evaluation and decoding use every layer."""

@@ -15,7 +15,7 @@ def register_losses(register):
     register(
         "focal",
         "zoo.plugins.losses.focal:FocalLoss",
-        description="Focal loss alpha * (1 - p_t)^gamma * CE (Lin et al. 2017; article 003 "
+        description="Focal loss alpha * (1 - p_t)^gamma * CE (Lin et al. 2017; “PyTorch实现Transformer：从Self-Attention到实战调优” "
                     "sec. 4.2): down-weights the targets already predicted well",
         capabilities={"ignore_index": True},
     )

@@ -1,5 +1,5 @@
 """Focal loss (Lin et al. 2017, "Focal Loss for Dense Object Detection"), in the
-multi-class form article 003 (sec. 4.2) gives:
+multi-class form “PyTorch实现Transformer：从Self-Attention到实战调优” (sec. 4.2) gives:
 
     FL = alpha * (1 - p_t)^gamma * CE,     CE = -log p_t,
 

@@ -1,7 +1,7 @@
 """Algorithmic sequence tasks: sort, copy, reverse.
 
-The sorting task of the article this project grew from
-(``../shared/seeds/000_*``): random sequences of ``seq_len`` digits drawn from
+The sorting task of the article this project grew from, “Attention Is All You
+Need 重读笔记”: random sequences of ``seq_len`` digits drawn from
 1..``num_values`` map to the same digits in order. The decoder reads BOS and the
 target; it predicts the target and EOS. ``copy`` and ``reverse`` change only the
 target. Every split is drawn from its own seeded generator, so the data is the

@@ -64,7 +64,7 @@ def one_cycle(total: int, pct_start: float = 0.3, min_ratio: float = 0.0) -> Cal
 
 def step_decay(warmup: int, step_size: int, gamma: float) -> Callable[[int], float]:
     """Linear warmup, then the rate times ``gamma`` every ``step_size`` steps (step decay,
-    article 003 sec. 4.1; without warmup the rates of ``torch.optim.lr_scheduler.StepLR``:
+    “PyTorch实现Transformer：从Self-Attention到实战调优” sec. 4.1; without warmup the rates of ``torch.optim.lr_scheduler.StepLR``:
     updates 1 .. step_size at the peak, the next step_size at gamma times it, ...)."""
 
     def factor(step: int) -> float:
