@@ -35,8 +35,9 @@ from ._text import (
     quoted,
     short_repr,
 )
-from .errors import RecipeError
+from .errors import RecipeError, UnknownNameError
 from .files import atomic_write_text
+from .recipe_base import extend
 from .registry import RecipeEntry, registry
 
 RECIPE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -166,7 +167,7 @@ class Recipe(BaseModel):
         """A recipe from plain data; a problem raises one :class:`RecipeError` naming
         ``source`` and the keys. Data with a ``base:`` (a named recipe, or a recipe file,
         relative to ``relative_to``) is that recipe with these changes
-        (:func:`zoo.recipe_base.extend`)."""
+        (``zoo/recipe_base.py`` has the rules)."""
         if not isinstance(data, dict):
             raise RecipeError(
                 f"{source}: a recipe is a mapping with keys "
@@ -174,9 +175,8 @@ class Recipe(BaseModel):
             )
         check_data(data, source)
         if "base" in data:
-            from .recipe_base import extend
-
-            data = extend(data, source, relative_to)
+            data = extend(data, source, lambda name: _base_recipe(name, source,
+                                                                  relative_to).to_dict())
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -359,3 +359,18 @@ def missing_requirements(recipe: Recipe) -> list[str]:
         except metadata.PackageNotFoundError:
             missing.append(dist)
     return missing
+
+
+def _base_recipe(name: str, source: str, relative_to: Path | None) -> Recipe:
+    """The recipe a ``base:`` names: a recipe file (relative to ``relative_to``) or a
+    named recipe."""
+    if name.endswith(RECIPE_SUFFIXES) or "/" in name:
+        path = Path(name)
+        if not path.is_absolute() and relative_to is not None:
+            path = relative_to / path
+        return load_recipe(path)
+    try:
+        return _read_source(registry.recipe(name))
+    except UnknownNameError as exc:
+        raise RecipeError(f"{source}: base {name!r} is neither a named recipe nor a recipe "
+                          f"file. {exc}") from None

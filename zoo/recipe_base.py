@@ -22,11 +22,11 @@ saved model.
 from __future__ import annotations
 
 import contextvars
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from ._text import quoted, short_repr
-from .errors import RecipeError, UnknownNameError
+from .errors import RecipeError
 
 MAX_DEPTH = 8
 """How many bases a chain may have (a base of a base of ...)."""
@@ -35,8 +35,10 @@ _CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("recipe
 RECIPE_KEYS = ("name", "description", "architecture", "components", "requires", "weights")
 
 
-def extend(data: dict[str, Any], source: str, relative_to: Path | None) -> dict[str, Any]:
-    """The data of the recipe ``data["base"]`` with ``data``'s changes, as plain data."""
+def extend(data: dict[str, Any], source: str,
+           read_base: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """The data of the recipe ``data["base"]`` with ``data``'s changes, as plain data;
+    ``read_base(name)`` gives a base's data (whole, its own base already applied)."""
     base_name = data["base"]
     if not isinstance(base_name, str) or not base_name:
         raise RecipeError(f"{source}: base is the name of a recipe or a recipe file (e.g. "
@@ -51,7 +53,7 @@ def extend(data: dict[str, Any], source: str, relative_to: Path | None) -> dict[
                           f"base chain ends at a recipe without base:, within {MAX_DEPTH}.")
     token = _CHAIN.set((*chain, base_name))
     try:
-        base = _base_recipe(base_name, source, relative_to).to_dict()
+        base = read_base(base_name)
     finally:
         _CHAIN.reset(token)
     merged = {key: value for key, value in base.items() if key != "weights"}
@@ -69,21 +71,6 @@ def extend(data: dict[str, Any], source: str, relative_to: Path | None) -> dict[
         else:
             merged[key] = value  # an unknown key is left for validation to name
     return merged
-
-
-def _base_recipe(name: str, source: str, relative_to: Path | None):
-    from .recipe import RECIPE_SUFFIXES, get_recipe, load_recipe
-
-    if name.endswith(RECIPE_SUFFIXES) or "/" in name:
-        path = Path(name)
-        if not path.is_absolute() and relative_to is not None:
-            path = relative_to / path
-        return load_recipe(path)
-    try:
-        return get_recipe(name)
-    except UnknownNameError as exc:
-        raise RecipeError(f"{source}: base {name!r} is neither a named recipe nor a recipe "
-                          f"file. {exc}") from None
 
 
 def _merge_ref(base: dict[str, Any] | None, change: Any, where: str) -> Any:
