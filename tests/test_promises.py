@@ -302,6 +302,71 @@ def test_files_that_are_not_utf8_are_named(tmp_path):
         zoo.train(resume=run, progress=False)
 
 
+@pytest.mark.parametrize("command", [["info"], ["train"]])
+def test_recipe_paths_that_are_not_regular_files_are_refused_at_once(tmp_path, command):
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.yaml"
+    zero.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "named pipe"), (zero, "character device"),):
+        done = subprocess.run([sys.executable, "-m", "zoo", *command, str(path)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and kind in done.stderr and "regular file" in done.stderr
+        assert "Traceback" not in done.stderr
+    with pytest.raises(zoo.RecipeError, match="named pipe"):
+        zoo.build(fifo)
+    with pytest.raises(zoo.RecipeError, match="character device"):
+        zoo.get_recipe(zero)
+
+
+def test_a_recipe_file_past_the_bound_is_refused_before_it_is_parsed(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (1 << 20) + "\nname: x\n")
+    with pytest.raises(zoo.RecipeError, match="larger than 1,048,576 bytes"):
+        zoo.build(big)
+
+
+@pytest.mark.parametrize("setting,value,says", [
+    ("n_heads", True, "a bool is never a number"),
+    ("d_model", "512", "a number in quotes is text"),
+    ("d_model", 512.0, "an integer is written without a decimal point"),
+    ("share_embeddings", 1, "valid boolean"),
+])
+def test_a_value_of_another_type_is_never_silently_converted(setting, value, says):
+    with pytest.raises(zoo.RecipeError, match=f"{setting}: .*{says}"):
+        zoo.build("transformer-tiny", **{setting: value})
+    data = zoo.get_recipe("transformer-tiny").to_dict()
+    data["architecture"]["settings"][setting] = value
+    with pytest.raises(zoo.RecipeError, match=says):
+        zoo.build(zoo.Recipe.from_dict(data))
+
+def test_a_training_setting_of_another_type_is_refused():
+    from zoo.training.config import apply_train_overrides
+
+    with pytest.raises(zoo.RecipeError, match="steps: .*a bool is never a number"):
+        apply_train_overrides(zoo.get_train_recipe("sort"), {"train.steps": True})
+    with pytest.raises(zoo.RecipeError, match="a number in quotes is text"):
+        apply_train_overrides(zoo.get_train_recipe("sort"), {"optimizer.lr": "0.001"})
+
+
+def test_a_key_given_twice_is_refused_with_its_lines(tmp_path):
+    recipe = tmp_path / "twice.yaml"
+    recipe.write_text("name: twice\narchitecture: seq2seq\nname: again\n")
+    with pytest.raises(zoo.RecipeError, match="'name' is given twice.*lines 1 and 3"):
+        zoo.build(recipe)
+    as_json = tmp_path / "twice.json"
+    as_json.write_text('{"name": "a", "name": "b"}')
+    with pytest.raises(zoo.RecipeError, match="'name' is given twice"):
+        zoo.build(as_json)
+    done = run_zoo("info", "transformer-tiny", "--set", "norm={name: rmsnorm, name: layernorm}")
+    assert done.returncode == 2 and "given twice" in done.stderr
+    # YAML's merge key still merges, and 1e-6 is the number it writes
+    from zoo.recipe import parse_data
+
+    assert parse_data("b: &x {a: 1}\nc: {<<: *x, a: 2}\neps: 1e-6", "t") == {
+        "b": {"a": 1}, "c": {"a": 2}, "eps": 1e-6}
+
+
 def test_deep_nesting_and_set_syntax_errors_are_recipe_errors(tmp_path):
     deep = tmp_path / "deep.yaml"
     deep.write_text("[" * 5000 + "]" * 5000)

@@ -82,5 +82,41 @@ def describe_validation_error(exc: ValidationError, where: str, model: type[Base
         elif err["type"] == "missing":
             lines.append(f"missing required key {loc!r}")
         else:
-            lines.append(f"{loc or 'value'}: {err['msg']} (got {short_repr(err.get('input'))})")
+            got = err.get("input")
+            note = (" (a bool is never a number: write the number)"
+                    if isinstance(got, bool) and err["type"] in ("int_type", "float_type")
+                    else " (a number in quotes is text: write it without quotes)"
+                    if isinstance(got, str) and err["type"] in ("int_type", "float_type")
+                    else " (an integer is written without a decimal point)"
+                    if isinstance(got, float) and err["type"] == "int_type"
+                    else "")
+            lines.append(f"{loc or 'value'}: {err['msg']} (got {short_repr(got)}){note}")
     return f"Invalid {where}: " + "; ".join(lines)
+
+
+_REFUSED_COERCIONS = ("int_type", "float_type", "bool_type")
+"""What strict validation refuses and zoo refuses too: a bool as a number, a number as a
+bool, a quoted number as a number, a float as an integer."""
+
+
+def validate_plain(model: type[BaseModel], data: Any) -> BaseModel:
+    """``model`` from plain data (a recipe's, a config's), with pydantic's defaults less
+    four coercions: a bool is never a number and a number never a bool, a quoted number
+    is text (``"512"`` is no size), and an integer is written as one (``512``, not
+    ``512.0``). A list still fills a tuple. Data that is not plain JSON (a Python
+    caller's objects) is validated as pydantic does by default."""
+    import json
+
+    try:
+        text = json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError):
+        return model.model_validate(data)
+    try:
+        return model.model_validate_json(text, strict=True)
+    except ValidationError as strict:
+        result = model.model_validate(data)  # wrong data is wrong here too, and says so
+        refused = [{"type": e["type"], "loc": e["loc"], "input": e["input"]}
+                   for e in strict.errors() if e["type"] in _REFUSED_COERCIONS]
+        if refused:
+            raise ValidationError.from_exception_data(model.__name__, refused) from None
+        return result  # strict refused only what JSON cannot say (a tuple, say)

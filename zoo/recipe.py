@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import stat
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +28,7 @@ from pydantic import (
 )
 
 from ._text import (
+    validate_plain,
     DISTRIBUTION_RE,
     NAME_RE,
     RECIPE_NAME_RE,
@@ -178,7 +180,7 @@ class Recipe(BaseModel):
             data = extend(data, source, lambda name: _base_recipe(name, source,
                                                                   relative_to).to_dict())
         try:
-            return cls.model_validate(data)
+            return validate_plain(cls, data)
         except ValidationError as exc:
             raise RecipeError(describe_validation_error(exc, source, cls)) from None
 
@@ -234,6 +236,46 @@ def check_data(data: Any, source: str) -> Any:
     return data
 
 
+class _Loader(yaml.SafeLoader):
+    """yaml's safe loader, with two changes: a key given twice in one mapping is refused
+    with its line (PyYAML keeps the last one silently), and ``1e-6`` is read as the
+    number it is (YAML 1.2; PyYAML, following YAML 1.1, reads it as text)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<: *base" merges; a key given beside it overrides (YAML's rule)
+            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _DuplicateKey(key, seen[key], line)
+                seen[key] = line
+            except TypeError:  # an unhashable key: the base class says what is wrong
+                continue
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, first: int, again: int) -> None:
+        super().__init__(key, first, again)
+        self.key, self.first, self.again = key, first, again
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise _DuplicateKey(twice[0], 0, 0)
+    return dict(pairs)
+
+
 def parse_data(text: str, source: str, suffix: str = ".yaml") -> Any:
     """Plain data from YAML or JSON text; YAML tags that would build objects are refused,
     and so is data past :func:`check_data`'s limits."""
@@ -241,7 +283,13 @@ def parse_data(text: str, source: str, suffix: str = ".yaml") -> Any:
         raise RecipeError(f"{source}: {len(text):,} characters; a recipe is a few hundred. "
                           "Refusing it.")
     try:
-        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+        data = (json.loads(text, object_pairs_hook=_json_pairs) if suffix == ".json"
+                else yaml.load(text, Loader=_Loader))  # noqa: S506 (a safe loader)
+    except _DuplicateKey as dup:
+        where = (f" (line {dup.first})" if dup.first == dup.again else
+                 f" (lines {dup.first} and {dup.again})" if dup.again else "")
+        raise RecipeError(f"{source}: the key {short_repr(dup.key, 60)} is given twice in one "
+                          f"mapping{where}; give each key once.") from None
     except RecursionError:
         raise RecipeError(f"{source}: nested too deeply to read; a recipe is a few levels "
                           "deep.") from None
@@ -261,15 +309,47 @@ def parse_value(text: str, source: str) -> Any:
     return parse_data(text, source, ".yaml")
 
 
+MAX_FILE_BYTES = MAX_TEXT
+"""Bytes read from a recipe or training recipe file, at most (1 MiB)."""
+
+
+def _kind_of(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "named pipe (FIFO)"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
 def read_text(path: Path, what: str) -> str:
-    """A file's text, read as UTF-8; an unreadable or non-UTF-8 file is one RecipeError."""
+    """A regular file's text, read as UTF-8, at most 1 MiB of it; anything else (a FIFO,
+    a device such as ``/dev/zero``, a folder, a file past the bound, bytes that are not
+    UTF-8) is one RecipeError, raised before the file is read or parsed. The file is
+    opened without blocking, so a FIFO never hangs."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise RecipeError(f"Cannot read {what} {path}: {exc.strerror}.") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise RecipeError(f"{what} {path} is a {_kind_of(mode)}, not a regular file; zoo "
+                              f"reads a {what} only from a regular file. Save it as one.")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise RecipeError(f"Cannot read {what} {path}: {exc.strerror}.") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise RecipeError(f"{what} {path} is larger than {MAX_FILE_BYTES:,} bytes; a {what} "
+                          "is a few hundred. Refusing it.")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RecipeError(f"{what} {path} is not UTF-8 text (byte {exc.start}: "
                           f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8.") from None
-    except OSError as exc:
-        raise RecipeError(f"Cannot read {what} {path}: {exc.strerror}.") from None
 
 
 def load_recipe(path: str | os.PathLike[str]) -> Recipe:

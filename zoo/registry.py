@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ._text import (
+    validate_plain,
     NAME_RE,
     RECIPE_NAME_RE,
     closest,
@@ -94,7 +95,7 @@ class Component:
                 )
             return None
         try:
-            return model.model_validate(settings)
+            return validate_plain(model, settings)
         except ValidationError as exc:
             raise RecipeError(
                 describe_validation_error(exc, f"settings of {self.family} {self.name!r}", model)

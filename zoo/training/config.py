@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from .._text import describe_validation_error, did_you_mean, quoted
+from .._text import describe_validation_error, did_you_mean, quoted, validate_plain
 from ..errors import RecipeError
 from ..files import atomic_write_text
 from ..recipe import ComponentRef, check_data, parse_data, read_text
@@ -242,7 +242,7 @@ def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> Tra
         else:
             data[section][rest] = value
     try:
-        return TrainRecipe.model_validate(data)
+        return validate_plain(TrainRecipe, data)
     except ValidationError as exc:
         raise RecipeError(describe_validation_error(exc, f"training recipe {recipe.name!r}",
                                                     TrainRecipe)) from None
@@ -251,14 +251,14 @@ def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> Tra
 def load_train_recipe(path: str | Path) -> TrainRecipe:
     """A training recipe from a YAML file (its name defaults to the file's stem)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise RecipeError(f"No training recipe file {str(path)!r}.")
     data = parse_data(read_text(path, "training recipe"), str(path), path.suffix)
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a training recipe is a mapping (name, model, task, ...).")
     data.setdefault("name", path.stem)
     try:
-        return TrainRecipe.model_validate(data)
+        return validate_plain(TrainRecipe, data)
     except ValidationError as exc:
         raise RecipeError(describe_validation_error(exc, f"training recipe {str(path)!r}",
                                                     TrainRecipe)) from None
@@ -284,7 +284,7 @@ def get_train_recipe(name: str | Path | TrainRecipe) -> TrainRecipe:
         text = builtin[str(name)].read_text(encoding="utf-8")
         data = parse_data(text, str(name))
         try:
-            return TrainRecipe.model_validate(data)
+            return validate_plain(TrainRecipe, data)
         except ValidationError as exc:
             raise RecipeError(describe_validation_error(exc, f"training recipe {name!r}",
                                                         TrainRecipe)) from None
