@@ -589,3 +589,25 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, monkey
     assert all(torch.isfinite(t).all() for t in weights.values())
     monkeypatch.setattr(Seq2SeqTask, "loss", real)
     assert zoo.train(resume=tmp_path / "run", progress=False).step == 6
+
+
+def test_task_data_past_the_machines_memory_is_refused_before_it_is_made():
+    done = run_zoo("train", "sort", "--set", "task.num_samples=1000000000000")
+    assert done.returncode == 2 and "Nothing was allocated" in done.stderr
+    assert "task.num_samples" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_sequence_tasks_data_estimate_is_what_prepare_holds():
+    import tracemalloc
+
+    from zoo.registry import registry
+
+    task = registry.get("task", "sort").build({"num_samples": 20000}, seed=0, workdir=None)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        task.prepare()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0.5 < held / task.data_bytes() < 1.5, (held, task.data_bytes())

@@ -48,6 +48,10 @@ class Task(Protocol):
         """Metrics on ``split`` (at most ``limit`` examples), including ``metric``."""
 
 
+# Optional: ``data_bytes() -> int | None``, about how much memory ``prepare`` will hold.
+# The training loop calls it before ``prepare`` and refuses, with MemoryBudgetError,
+# data larger than the machine's memory (a typo of num_samples, say).
+
 TASK_MEMBERS = (*Task.__annotations__, *(name for name, value in vars(Task).items()
                                          if callable(value) and not name.startswith("_")))
 """What :class:`Task` asks of a task object."""

@@ -50,6 +50,15 @@ class SequenceTask(Seq2SeqTask):
             values = torch.randint(1, s.num_values + 1, (n, s.seq_len), generator=g)
             self._data[split] = [self._pair(row) for row in values.tolist()]
 
+    def data_bytes(self) -> int:
+        """About the memory ``prepare`` holds: for each example the drawn int64 row, then
+        two Python lists of ints (56 bytes a list, 8 a pointer, 28 an int past Python's
+        cached small ones) and their tuple."""
+        s = self.settings
+        examples = s.num_samples + s.valid_samples + s.test_samples
+        per_int = 8 + (28 if s.num_values + OFFSET > 256 else 0)
+        return examples * (8 * s.seq_len + 2 * (56 + per_int * s.seq_len) + 56)
+
     def _pair(self, row: list[int]) -> tuple[list[int], list[int]]:
         if self.transform == "sort":
             target = sorted(row)

@@ -17,8 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import artifact
-from ..builder import SavedModel, build, load_artifact, saved_model
-from ..errors import RecipeError
+from ..builder import (
+    SavedModel,
+    build,
+    format_bytes,
+    load_artifact,
+    memory_available,
+    saved_model,
+)
+from ..errors import MemoryBudgetError, RecipeError
 from ..files import atomic_write, atomic_write_text
 from ..recipe import Recipe, dump_recipe, load_recipe
 from ..registry import registry
@@ -160,7 +167,22 @@ def build_task(recipe: TrainRecipe, run_dir: Path | None) -> Task:
     settings = component.validate_settings(recipe.task.settings)
     task = component.load()(settings, seed=recipe.seed, workdir=run_dir)
     check_task(task, recipe.task.name, component.plugin)
+    _check_data_memory(task, recipe.task.name)
     return task
+
+
+def _check_data_memory(task: Any, name: str) -> None:
+    """Refuse, before ``prepare`` allocates anything, a task whose data would need more
+    memory than the machine has (the task says how much through ``data_bytes()``)."""
+    estimate = getattr(task, "data_bytes", None)
+    if not callable(estimate):
+        return
+    need, have = estimate(), memory_available("cpu")
+    if need is not None and need > have:
+        raise MemoryBudgetError(
+            f"task {name!r} would hold about {format_bytes(need)} of data in memory with "
+            f"these settings, more than the {format_bytes(have)} this machine has. Nothing "
+            "was allocated. Ask for fewer examples (task.num_samples, say).")
 
 
 def build_loss(recipe: TrainRecipe, task: Any) -> Any:
