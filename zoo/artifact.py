@@ -27,7 +27,7 @@ from torch import nn
 
 from ._text import DISTRIBUTION_RE, quoted, short_repr
 from .errors import ArtifactError, MissingPluginError
-from .files import describe_os_error, folder_beside
+from .files import describe_os_error, folder_beside, is_write_failure
 from .recipe import Recipe, missing_requirements
 from .registry import registry
 from .version import __version__
@@ -370,7 +370,9 @@ def write_artifact(
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ArtifactError("The model is on the meta device and has no weights to save; build "
                             "it on a real device (or load weights into it) first.")
-    with _replacing(folder) as tmp:
+    need = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    need += sum(Path(p).stat().st_size for p in (extra_files or {}).values())
+    with _replacing(folder, need) as tmp:
         save_weights(model, tmp, max_shard_size)
         config = {**config, "weights": {"digests": weight_digests(tmp)}}
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -383,7 +385,8 @@ def write_artifact(
 def copy_artifact(source: Path, folder: str | os.PathLike[str]) -> Path:
     """Copy a saved model's files (following the Hub cache's links) to ``folder``, written
     beside it and swapped into place like :func:`write_artifact`'s."""
-    with _replacing(folder) as tmp:
+    need = sum(p.stat().st_size for p in source.iterdir() if p.is_file())
+    with _replacing(folder, need) as tmp:
         for path in source.iterdir():
             if path.is_file():
                 shutil.copyfile(path, tmp / path.name)
@@ -391,7 +394,7 @@ def copy_artifact(source: Path, folder: str | os.PathLike[str]) -> Path:
 
 
 @contextlib.contextmanager
-def _replacing(folder: str | os.PathLike[str]):
+def _replacing(folder: str | os.PathLike[str], need: int | None = None):
     """A folder to write a saved model into, which then replaces ``folder`` whole (keeping
     files the format does not own). The file system's refusals (a full disk, no
     permission, a lock held too long) become one ArtifactError naming the folder; nothing
@@ -402,6 +405,10 @@ def _replacing(folder: str | os.PathLike[str]):
     try:
         with folder_beside(folder, keep=_user_file) as tmp:
             yield tmp
-    except (OSError, TimeoutError) as exc:
-        raise ArtifactError(f"Could not save to {folder}: {describe_os_error(exc, folder)}. "
-                            "Nothing was changed there.") from None
+    except Exception as exc:  # safetensors and torch say "disk full" in their own types
+        if not (isinstance(exc, TimeoutError) or is_write_failure(exc)):
+            raise
+        kept = (" The model saved there before is kept." if (folder / CONFIG_NAME).is_file()
+                else " Nothing was changed there.")
+        raise ArtifactError(f"Could not save to {folder}: "
+                            f"{describe_os_error(exc, folder, need)}.{kept}") from None

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from .errors import ZooError
-from .files import folder_beside
+from .files import describe_os_error, folder_beside, is_write_failure
 from .ops import plain_linears
 from .quantization import is_quantized
 
@@ -240,7 +240,7 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
                             bos_id=bos_id, eos_id=eos_id, unk_id=unk_id)
     spec.validate()
     spec.optimize(quantization=quantization)
-    with _written(folder, force) as tmp:
+    with _written(folder, force, model) as tmp:
         spec.save(str(tmp))
         _describe(tmp, model, "ctranslate2", {
             "quantization": quantization or "float32",
@@ -307,7 +307,7 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18
                           "itself (onnxruntime.quantization.quantize_dynamic)")
     model = model.eval()
     device = next(model.parameters()).device
-    with _written(folder, force) as tmp:
+    with _written(folder, force, model) as tmp:
         if arch == "vit":
             s = recipe.architecture.settings
             x = torch.randn(2, s.get("in_chans", 3), s["image_size"], s["image_size"],
@@ -367,7 +367,7 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id:
     else:
         raise ExportError("no transformers family expresses this model:\n"
                           + ("\n".join(refusals) or "no format plugin exports"))
-    with _written(folder, force) as tmp:
+    with _written(folder, force, model) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(settings, indent=2) + "\n")
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -383,15 +383,27 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id:
 
 # -- both ----------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _written(folder: str | os.PathLike[str], force: bool):
+def _written(folder: str | os.PathLike[str], force: bool, model: nn.Module | None = None):
     """A temporary folder beside ``folder`` that takes its place when the block succeeds
-    (:func:`zoo.files.folder_beside`); an existing non-empty folder only with ``force``."""
+    (:func:`zoo.files.folder_beside`); an existing non-empty folder only with ``force``.
+    A write the file system refuses (a full disk, in whatever words the writer uses) is
+    one ExportError naming the disk, the space free and about the space needed (the
+    model's weights)."""
     folder = Path(folder)
     if folder.exists() and any(folder.iterdir()) and not force:
         raise ExportError(f"{folder} exists and is not empty; choose another folder or "
                           "pass force=True (zoo export --force) to replace it")
-    with folder_beside(folder) as tmp:
-        yield tmp
+    try:
+        with folder_beside(folder) as tmp:
+            yield tmp
+    except Exception as exc:
+        if not is_write_failure(exc):
+            raise
+        need = None if model is None else sum(
+            t.numel() * t.element_size() for t in model.state_dict().values())
+        kept = " What was there before is kept." if folder.exists() else ""
+        raise ExportError(f"Could not export to {folder}: "
+                          f"{describe_os_error(exc, folder, need)}.{kept}") from None
 
 
 def _describe(folder: Path, model: nn.Module, fmt: str, extra: dict) -> None:

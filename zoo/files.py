@@ -62,18 +62,31 @@ def disk_free(path: str | os.PathLike[str]) -> int | None:
 
 
 _FULL = ("No space left", "StorageFull", "os error 28", "Disk quota exceeded")
+_SHORT_WRITE = ("write failed", "unexpected pos", "failed writing file")
+"""How torch's zip writer (``torch.save``) says a write came up short, with no errno: on
+a full disk it reports the position it expected (``inline_container.cc: unexpected pos
+70528 vs 70420``)."""
 
 
-def describe_os_error(exc: BaseException, path: str | os.PathLike[str]) -> str:
-    """What went wrong writing ``path``, in words: a full disk says so (with the space
-    left), whichever library noticed it (Python, safetensors, torch's zip writer)."""
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 10 * 2**20 else f"{n / 2**20:.0f} MiB"
+
+
+def describe_os_error(exc: BaseException, path: str | os.PathLike[str],
+                      need: int | None = None) -> str:
+    """What went wrong writing ``path``, in words: a full disk says so, with the space
+    left and, when the caller knows it, the space needed, whichever library noticed it
+    (Python, safetensors, torch's zip writer)."""
     text = str(exc)
     free = disk_free(path)
     full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
         marker in text for marker in _FULL)
-    if full or ("write failed" in text and free is not None and free < 64 * 2**20):
-        left = f"; {free / 2**20:.0f} MiB free" if free is not None else ""
-        return f"the disk that holds {path} is full{left}"
+    short = any(marker in text for marker in _SHORT_WRITE) and free is not None and (
+        free < 64 * 2**20 or (need is not None and free < need))
+    if full or short:
+        left = f": {_mib(free)} free" if free is not None else ""
+        needed = f", about {_mib(need)} needed" if need else ""
+        return f"the disk that holds {path} is full{left}{needed}"
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
     return f"{type(exc).__name__}: {text}"
@@ -83,8 +96,8 @@ def is_write_failure(exc: BaseException) -> bool:
     """True for an error that says the file system refused a write (an ``OSError``, or the
     words safetensors and torch's zip writer use for one)."""
     text = str(exc)
-    return isinstance(exc, OSError) or "write failed" in text or "IoError" in text or any(
-        marker in text for marker in _FULL)
+    return isinstance(exc, OSError) or "IoError" in text or "I/O error" in text or any(
+        marker in text for marker in (*_FULL, *_SHORT_WRITE))
 
 
 def umask() -> int:

@@ -95,7 +95,7 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, extra
         previous = latest_checkpoint(run_dir)
         raise CheckpointError(
             f"Could not save the checkpoint of step {step} in {folder}: "
-            f"{describe_os_error(exc, folder)}. "
+            f"{describe_os_error(exc, folder, _checkpoint_bytes(model, optimizer))}. "
             + (f"The checkpoint of step {step_of(previous)} is kept; free some space and "
                f"resume with: zoo train --resume {run_dir}" if previous is not None else
                "No earlier checkpoint exists.")) from None
@@ -103,6 +103,14 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, extra
     for old in older[: max(0, len(older) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _checkpoint_bytes(model, optimizer) -> int:
+    """About the bytes a checkpoint takes: the model's tensors and the optimizer's."""
+    tensors = list(model.state_dict().values())
+    for state in optimizer.state_dict().get("state", {}).values():
+        tensors += [t for t in state.values() if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def step_of(path: Path) -> int:
