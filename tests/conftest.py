@@ -84,3 +84,29 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk("300k")``: a real file system of that size (a tmpfs) mounted for this
+    test, unmounted after it; the test is skipped where mounting needs a root it lacks."""
+    import shutil
+    import subprocess
+
+    mounted = []
+
+    def mount(size: str) -> Path:
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("mounting a small tmpfs needs root")
+        path = tmp_path / f"disk-{len(mounted)}"
+        path.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                               str(path)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)

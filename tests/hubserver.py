@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -63,8 +64,23 @@ class Repo:
         return self.commits.get(oid) if oid else None
 
 
+@dataclass
+class Fault:
+    """A failure the server injects into the next ``times`` downloads (GET) of ``filename``:
+    ``status`` (answer with that HTTP status), ``cut`` (send the headers and half the body,
+    then close the connection), ``slow`` (wait ``seconds`` before answering) or ``flip``
+    (the right length, 64 bytes inverted)."""
+
+    filename: str
+    kind: str
+    times: int = 1
+    status: int = 500
+    seconds: float = 0.0
+
+
 class HubState:
-    """Repositories, blobs (regular content by git blob id) and LFS objects (by sha256)."""
+    """Repositories, blobs (regular content by git blob id) and LFS objects (by sha256),
+    and the faults to inject into downloads."""
 
     def __init__(self, token: str) -> None:
         self.token = token
@@ -73,6 +89,16 @@ class HubState:
         self.lfs: dict[str, bytes] = {}
         self.lock = threading.Lock()
         self.log: list[str] = []
+        self.faults: list[Fault] = []
+        self.ranges: list[str] = []
+
+    def fault(self, filename: str) -> Fault | None:
+        """The next fault for a download of ``filename`` (its count taken down by one)."""
+        for fault in self.faults:
+            if fault.filename == filename and fault.times > 0:
+                fault.times -= 1
+                return fault
+        return None
 
     def new_commit(self, repo: Repo, files: dict[str, Entry], message: str) -> Commit:
         oid = hashlib.sha1(f"{repo.repo_id}{time.time_ns()}{len(repo.commits)}".encode()).hexdigest()
@@ -319,7 +345,43 @@ class Handler(BaseHTTPRequestHandler):
         headers = {"X-Repo-Commit": commit.oid, "ETag": f'"{entry.blob}"'}
         if entry.lfs:
             headers.update({"X-Linked-Etag": f'"{entry.lfs}"', "X-Linked-Size": str(entry.size)})
-        self._send(200, data, headers, content_type="application/octet-stream")
+        fault = state.fault(filename) if self.command == "GET" else None
+        if fault is not None:
+            return self._faulty(fault, data, headers)
+        status, start = 200, 0
+        if self.command == "GET" and (m := re.fullmatch(r"bytes=(\d+)-", self.headers.get(
+                "Range", ""))):
+            start, status = int(m.group(1)), 206
+            state.ranges.append(f"{filename} from {start}")
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        self._send(status, data[start:], headers, content_type="application/octet-stream")
+
+    def _faulty(self, fault: Fault, data: bytes, headers: dict[str, str]) -> None:
+        if fault.kind == "status":
+            return self._error(fault.status, None, "injected fault")
+        if fault.kind == "slow":
+            self.server.state.lock.release()  # let other requests through while waiting
+            try:
+                time.sleep(fault.seconds)
+            finally:
+                self.server.state.lock.acquire()
+            return self._send(200, data, headers, content_type="application/octet-stream")
+        if fault.kind == "flip":
+            middle = len(data) // 2
+            flipped = data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 64])
+            return self._send(200, flipped + data[middle + 64:], headers,
+                              content_type="application/octet-stream")
+        assert fault.kind == "cut", fault
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     def _preupload(self, repo_id: str, revision: str, payload: dict) -> None:
         if not self._authorised():
@@ -433,6 +495,10 @@ class HubServer(ThreadingHTTPServer):
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()
         return self
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hangs up (a timeout the test provoked) is no failure of ours."""
+        self.state.log.append(f"client {client_address} hung up")
 
     def stop(self) -> None:
         self.shutdown()

@@ -461,3 +461,132 @@ def test_a_model_of_a_recipe_with_a_base_round_trips_through_the_hub(hub):
     pulled = zoo.build("hf-hub:alice/tiny-gelu")
     assert pulled.recipe == model.recipe and pulled.recipe.based_on == "transformer-tiny"
     same_model(model, pulled, "transformer-tiny")
+
+
+# -- a Hub that fails ------------------------------------------------------------------------------
+@pytest.fixture
+def pushed(hub, monkeypatch):
+    """alice/tiny on the test Hub; retries wait 10 ms."""
+    from .hubserver import Fault  # noqa: F401  (the tests below inject them)
+
+    monkeypatch.setenv("ZOO_HUB_RETRY_WAIT", "0.01")
+    model = zoo.build("transformer-tiny")
+    zoo.push_to_hub(model, "alice/tiny")
+    return model
+
+
+def _cached(name: str) -> list[Path]:
+    from huggingface_hub import constants
+
+    return list(Path(constants.HF_HUB_CACHE).rglob(name))
+
+
+@pytest.mark.parametrize("filename", ["model.safetensors", "config.json"])
+def test_a_flaky_download_is_retried_and_said(hub, pushed, filename):
+    from zoo.hub import HubWarning
+
+    from .hubserver import Fault
+
+    hub.state.faults.append(Fault(filename, "status", times=2, status=503))
+    with pytest.warns(HubWarning, match=f"alice/tiny: the Hub answered 503.*file {filename}.*"
+                                        "retrying") as said:
+        pulled = zoo.build("hf-hub:alice/tiny")
+    assert len([w for w in said if issubclass(w.category, HubWarning)]) == 2
+    same_model(pushed, pulled, "transformer-tiny")
+
+
+def test_a_download_that_keeps_failing_is_one_zoo_error_naming_repo_file_and_status(
+        hub, pushed, monkeypatch):
+    from .hubserver import Fault
+
+    monkeypatch.setenv("ZOO_HUB_RETRIES", "1")
+    hub.state.faults.append(Fault("model.safetensors", "status", times=2))
+    with pytest.warns(UserWarning), pytest.raises(zoo.ArtifactError) as raised:
+        zoo.build("hf-hub:alice/tiny")
+    message = str(raised.value)
+    for part in ("hf-hub:alice/tiny", "answered 500", "file model.safetensors", "tried 2 times",
+                 "Try again later"):
+        assert part in message, message
+    same_model(pushed, zoo.build("hf-hub:alice/tiny"), "transformer-tiny")  # fault gone
+
+
+def test_a_download_cut_halfway_is_resumed(hub, pushed):
+    from .hubserver import Fault
+
+    hub.state.faults.append(Fault("model.safetensors", "cut"))
+    same_model(pushed, zoo.build("hf-hub:alice/tiny"), "transformer-tiny")
+    gets = [line for line in hub.state.log if line.startswith("GET") and
+            line.endswith("/model.safetensors")]
+    assert len(gets) == 2 and hub.state.faults[0].times == 0
+
+
+@pytest.mark.slow
+def test_a_download_that_times_out_names_the_setting(hub, pushed, monkeypatch):
+    from huggingface_hub import constants
+
+    from .hubserver import Fault
+
+    monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 1)
+    monkeypatch.setenv("ZOO_HUB_RETRIES", "0")
+    hub.state.faults.append(Fault("model.safetensors", "slow", times=50, seconds=3))
+    with pytest.raises(zoo.ArtifactError, match="no answer within HF_HUB_DOWNLOAD_TIMEOUT=1 s "
+                                                "\\(file model.safetensors\\)"):
+        zoo.build("hf-hub:alice/tiny")
+
+
+@pytest.mark.parametrize("filename", ["model.safetensors", "config.json"])
+def test_a_bad_file_never_stays_in_the_cache(hub, pushed, filename):
+    from zoo.errors import CorruptFileError
+    from zoo.hub import HubWarning
+
+    from .hubserver import Fault
+
+    hub.state.faults.append(Fault(filename, "flip"))  # once: the second download is good
+    with pytest.warns(HubWarning, match=f"'{filename}' in the Hub cache was not what the "
+                                        "repository holds.*removed, downloading again"):
+        same_model(pushed, zoo.build("hf-hub:alice/tiny"), "transformer-tiny")
+    hub.state.faults.append(Fault(filename, "flip", times=2))  # both downloads bad
+    shutil.rmtree(Path(_cached(filename)[0]).parents[3])  # a fresh cache
+    with pytest.warns(HubWarning), pytest.raises(CorruptFileError,
+                                                 match="wrong both times.*was removed"):
+        zoo.build("hf-hub:alice/tiny")
+    assert not [p for p in _cached(filename) if p.exists()]  # the bad copy is gone
+    same_model(pushed, zoo.build("hf-hub:alice/tiny"), "transformer-tiny")
+
+
+def test_zoo_pull_force_downloads_every_file_again(hub, pushed):
+    done = run_zoo("pull", "alice/tiny")
+    assert done.returncode == 0, done.stderr
+    gets = len([line for line in hub.state.log if line.startswith("GET")])
+    done = run_zoo("pull", "alice/tiny", "--force")
+    assert done.returncode == 0, done.stderr
+    again = [line for line in hub.state.log if line.startswith("GET")][gets:]
+    assert any(line.endswith("/model.safetensors") for line in again)
+    assert any(line.endswith("/config.json") for line in again)
+
+
+def test_two_pulls_of_one_repo_into_one_cache_both_end_with_the_right_weights(hub, pushed):
+    from .hubserver import Fault
+
+    hub.state.faults.append(Fault("model.safetensors", "slow", times=2, seconds=1.0))
+    script = ("import sys, torch, zoo; m = zoo.build('hf-hub:alice/tiny'); "
+              "torch.save(m.state_dict(), sys.argv[1])")
+    outs = [Path(os.environ["HF_HUB_CACHE"]).parent / f"state-{i}.pt" for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(out)],
+                              stderr=subprocess.PIPE, text=True) for out in outs]
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()[-2000:]
+    expected = pushed.state_dict()
+    for out in outs:
+        got = torch.load(out)
+        assert all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+def test_a_pull_into_a_full_cache_says_so_and_changes_nothing(hub, pushed, small_disk,
+                                                               monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(small_disk("300k") / "cache"))
+    with pytest.raises(zoo.ArtifactError, match="could not write it into the Hub cache: the "
+                                                "disk that holds .* is full"):
+        zoo.build("hf-hub:alice/tiny")

@@ -611,3 +611,58 @@ def test_the_sequence_tasks_data_estimate_is_what_prepare_holds():
     finally:
         tracemalloc.stop()
     assert 0.5 < held / task.data_bytes() < 1.5, (held, task.data_bytes())
+
+
+# -- a disk that is really full (a small tmpfs, where the tests run as root) ------------------------
+def _folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("room", [0.5, 1.5, 2.5])
+def test_a_really_full_disk_while_checkpointing_says_so_and_keeps_the_last(tmp_path, small_disk,
+                                                                          room):
+    import shutil as sh
+
+    overrides = {**TINY, "train.steps": 8, "train.checkpoint_every": 2, "train.eval_every": 100}
+    probe = zoo.train("sort", overrides={**overrides, "train.steps": 2},
+                      run_dir=tmp_path / "probe", progress=False).run_dir
+    checkpoint = _folder_bytes(probe / "checkpoints")
+    rest = _folder_bytes(probe) - checkpoint
+    disk = small_disk(f"{int(rest + room * checkpoint) // 1024 + 24}k")
+    with pytest.raises(zoo.ZooError) as err:
+        zoo.train("sort", overrides=overrides, run_dir=disk / "run", progress=False)
+    message = str(err.value)
+    assert f"the disk that holds {disk}" in message and "is full" in message, message
+    assert "MiB free" in message and "MiB needed" in message, message
+    last = latest_checkpoint(disk / "run")
+    if room < 1:
+        assert last is None and "No earlier checkpoint exists" in message
+    else:
+        assert f"The checkpoint of step {last.name.removeprefix('step-').lstrip('0')} is kept" \
+            in message and f"zoo train --resume {disk / 'run'}" in message
+        moved = sh.copytree(disk / "run", tmp_path / "moved")  # space freed: resume elsewhere
+        done = zoo.train(resume=moved, progress=False)
+        assert done.step == 8
+
+
+def test_save_pretrained_over_a_saved_model_on_a_full_disk_keeps_the_old_one(small_disk):
+    disk = small_disk("1400k")  # room for transformer-tiny (0.9 MiB), not for a wider one
+    old = tiny(1)
+    folder = zoo.save_pretrained(old, disk / "m")
+    with pytest.raises(zoo.ArtifactError, match="the disk that holds .* is full: .* MiB free, "
+                                                "about .* MiB needed. The model saved there "
+                                                "before is kept"):
+        zoo.save_pretrained(zoo.build("transformer-tiny", d_model=128), folder)
+    loaded = zoo.build(f"local-dir:{folder}")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(),
+                                                 old.state_dict().values()))
+
+
+@pytest.mark.parametrize("fmt", ["ctranslate2", "onnx", "transformers"])
+def test_zoo_export_onto_a_full_disk_is_one_error(small_disk, fmt):
+    disk = small_disk("200k")
+    done = run_zoo("export", "transformer-small", "--format", fmt, "--out", str(disk / fmt),
+                   "--set", "norm.eps=1e-5")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"the disk that holds {disk / fmt} is full" in done.stderr
+    assert "MiB needed" in done.stderr

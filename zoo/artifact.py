@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ._text import DISTRIBUTION_RE, quoted, short_repr
-from .errors import ArtifactError, MissingPluginError
+from .errors import ArtifactError, CorruptFileError, MissingPluginError
 from .files import describe_os_error, folder_beside, is_write_failure
 from .recipe import Recipe, missing_requirements
 from .registry import registry
@@ -76,7 +76,8 @@ def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{source}: {CONFIG_NAME} is not valid JSON ({exc}).") from None
+        raise CorruptFileError(f"{source}: {CONFIG_NAME} is not valid JSON ({exc}).",
+                               [path]) from None
     except RecursionError:
         raise ArtifactError(f"{source}: {CONFIG_NAME} is nested too deeply to be a zoo "
                             "config.") from None
@@ -224,9 +225,9 @@ def read_weights(files: list[Path], source: str) -> dict[str, torch.Tensor]:
         try:
             part = load_file(str(path))
         except (SafetensorError, OSError, ValueError) as exc:
-            raise ArtifactError(
+            raise CorruptFileError(
                 f"{source}: {path.name} is not a readable safetensors file ({exc}). It may be "
-                "truncated or corrupt; download or save it again."
+                "truncated or corrupt; download or save it again.", [path]
             ) from None
         clash = state.keys() & part.keys()
         if clash:
@@ -344,10 +345,11 @@ def check_digests(folder: Path, config: dict[str, Any], source: str) -> None:
     found = {name: file_digest(folder / name) for name in expected if (folder / name).is_file()}
     changed = sorted(n for n in expected if found.get(n) != expected[n])
     if changed:
-        raise ArtifactError(
+        raise CorruptFileError(
             f"{source}: {quoted(changed)} {'is' if len(changed) == 1 else 'are'} not the "
             f"weights its {CONFIG_NAME} was saved with (their sha256 differs): the folder "
-            "mixes two saves, or a file was changed since. Save the model again.")
+            "mixes two saves, or a file was changed since. Save the model again.",
+            [folder / name for name in changed])
 
 
 def write_artifact(

@@ -12,6 +12,8 @@ builds a model.
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from .foreign import file_patterns, foreign_config, foreign_recipe, read_foreign
 from ._text import quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .convert import CONVERTERS
-from .errors import ArtifactError, MemoryBudgetError, RecipeError
+from .errors import ArtifactError, CorruptFileError, MemoryBudgetError, RecipeError
 from .files import recover
 from .quantization import MODES as QUANTIZE_MODES
 from .quantization import quantize as quantize_model
@@ -48,18 +50,21 @@ class SavedModel:
     """``hf-hub:``: the repository, and its revision."""
     revision: str | None = None
 
-    def config_folder(self) -> Path:
-        """A folder holding the saved model's ``config.json`` (from the Hub: only that file)."""
+    def config_folder(self, force: bool = False) -> Path:
+        """A folder holding the saved model's ``config.json`` (from the Hub: only that file;
+        ``force``: downloaded again even when cached)."""
         if self.folder is not None:
             return self._local()
-        return hub.download_config(self.repo_id, self.revision, what=self.name)
+        return hub.download_config(self.repo_id, self.revision, what=self.name, force=force)
 
-    def files_folder(self, patterns: list[str] | None = None) -> Path:
+    def files_folder(self, patterns: list[str] | None = None, force: bool = False) -> Path:
         """A folder holding all the saved model's files (from the Hub: downloaded or cached;
-        ``patterns``: a foreign format's files instead of a zoo artifact's)."""
+        ``patterns``: a foreign format's files instead of a zoo artifact's; ``force``:
+        downloaded again even when cached)."""
         if self.folder is not None:
             return self._local()
-        return hub.download(self.repo_id, self.revision, what=self.name, patterns=patterns)
+        return hub.download(self.repo_id, self.revision, what=self.name, patterns=patterns,
+                            force=force)
 
     def _local(self) -> Path:
         recover(self.folder)  # a save killed halfway through its swap: the old one is back
@@ -90,11 +95,14 @@ def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
     saved = saved_model(name)
     if saved is None:
         return _catalogue_recipe(name)
-    folder = saved.config_folder()
-    config = foreign_config(folder, saved.name)
-    if config is not None:  # a transformers folder, mapped by its format plugin
-        return foreign_recipe(config, saved.name)
-    return read_config(folder, saved.name)[0]
+    def read() -> Recipe:
+        folder = saved.config_folder()
+        config = foreign_config(folder, saved.name)
+        if config is not None:  # a transformers folder, mapped by its format plugin
+            return foreign_recipe(config, saved.name)
+        return read_config(folder, saved.name)[0]
+
+    return _evicting_bad_files(saved, read)
 
 
 def imported_model(name: str | os.PathLike[str], **kwargs: Any) -> nn.Module | None:
@@ -203,7 +211,40 @@ def _build_saved(saved: SavedModel, *, weights: bool, device: Any, dtype: torch.
                  overrides: dict[str, Any]) -> nn.Module:
     """A saved model: its config, then its weights (read before anything is built). A
     folder in a foreign format is read through its format plugin; the model keeps what
-    it came with (tokenizer, generation settings) as ``model.imported``."""
+    it came with (tokenizer, generation settings) as ``model.imported``.
+
+    From the Hub, a cached file found wrong (a digest that differs, JSON that does not
+    parse) never stays in the cache: it is removed, said, and downloaded once more; if
+    the new copy is wrong too, it is removed again and the error says so."""
+    return _evicting_bad_files(saved, lambda: _build_saved_once(
+        saved, weights=weights, device=device, dtype=dtype, overrides=overrides))
+
+
+def _evicting_bad_files(saved: SavedModel, read: Callable[[], Any]) -> Any:
+    """``read()``; from the Hub, a cached file it finds wrong is removed, said, and read
+    once more from a new download (see :func:`_build_saved`)."""
+    try:
+        return read()
+    except CorruptFileError as exc:
+        if saved.repo_id is None:
+            raise
+        removed = hub.evict(exc.paths)
+        warnings.warn(f"{saved.name}: {quoted(removed)} in the Hub cache "
+                      f"{'was' if len(removed) == 1 else 'were'} not what the repository "
+                      "holds (a download went wrong); removed, downloading again.",
+                      hub.HubWarning, stacklevel=4)
+    try:
+        return read()
+    except CorruptFileError as again:
+        removed = hub.evict(again.paths)
+        raise CorruptFileError(
+            f"{again} Downloaded twice, wrong both times: the repository itself may hold a "
+            f"bad file. The bad cached copy ({quoted(removed)}) was removed, so nothing "
+            "wrong stays in the cache.", again.paths) from None
+
+
+def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
+                      dtype: torch.dtype | None, overrides: dict[str, Any]) -> nn.Module:
     config_folder = saved.config_folder()
     foreign = foreign_config(config_folder, saved.name)
     if foreign is not None:

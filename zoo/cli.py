@@ -165,11 +165,13 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 # -- zoo pull ------------------------------------------------------------------------------------
 def add_pull(sub) -> None:
-    """``zoo pull OWNER/NAME [--out FOLDER]``."""
+    """``zoo pull OWNER/NAME [--out FOLDER] [--force]``."""
     p = sub.add_parser("pull", help="download a model from the Hub into the cache (or --out) "
                        "and check that it loads")
     p.add_argument("name", help="owner/name or hf-hub:owner/name[@revision]")
     p.add_argument("--out", help="also save a copy in this folder")
+    p.add_argument("--force", action="store_true", help="download every file again, even "
+                   "when the cache holds it")
     p.set_defaults(func=cmd_pull)
 
 
@@ -179,7 +181,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from .builder import HF_HUB_PREFIX, load_artifact, saved_model
 
     name = args.name if args.name.startswith(HF_HUB_PREFIX) else HF_HUB_PREFIX + args.name
-    folder = saved_model(name).files_folder()
+    saved = saved_model(name)
+    if args.force:  # the config first: a foreign format's config names the files to fetch
+        saved.config_folder(force=True)
+    folder = saved.files_folder(force=args.force)
     load_artifact(folder, source=name)  # the checks zoo.build makes: it loads, or an error now
     if args.out:
         folder = copy_artifact(folder, args.out)

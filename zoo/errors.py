@@ -43,6 +43,15 @@ class ArtifactError(ZooError, ValueError):
     """A saved model (a folder or a Hub repository) that cannot be loaded as it is."""
 
 
+class CorruptFileError(ArtifactError):
+    """A file of a saved model that is not what it should be: its sha256 differs from the
+    one its config.json was saved with, or it does not parse. ``paths`` names the files."""
+
+    def __init__(self, message: str, paths: list | None = None) -> None:
+        super().__init__(message)
+        self.paths = list(paths or [])
+
+
 class MissingPluginError(ArtifactError):
     """A saved model naming a component whose plugin is not installed."""
 

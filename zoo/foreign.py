@@ -23,7 +23,7 @@ import torch
 from ._text import quoted, short_repr
 from .artifact import CONFIG_NAME, INDEX_NAME, MAX_CONFIG_BYTES, PICKLE_SUFFIXES, WEIGHTS_NAME
 from .artifact import read_weights, weight_files
-from .errors import ArtifactError, FormatError
+from .errors import ArtifactError, CorruptFileError, FormatError
 from .generation import GenerationSettings
 from .recipe import Recipe
 from .registry import Component, registry
@@ -78,8 +78,8 @@ def read_json(path: Path, source: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ArtifactError(f"{source}: {path.name} is not valid JSON "
-                            f"({short_repr(exc, 120)}).") from None
+        raise CorruptFileError(f"{source}: {path.name} is not valid JSON "
+                               f"({short_repr(exc, 120)}).", [path]) from None
     if not isinstance(data, dict):
         raise ArtifactError(f"{source}: {path.name} holds {type(data).__name__}, not an "
                             "object.")

@@ -11,14 +11,17 @@ each call, so a mirror set after import is honoured too.
 
 from __future__ import annotations
 
-import contextlib
 import os
+import re
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from .artifact import CONFIG_NAME, FILES, INDEX_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME, pickle_refusal
 from ._text import is_git_ref, short_repr
 from .errors import ArtifactError
+from .files import describe_os_error
 
 
 def endpoint() -> str | None:
@@ -65,20 +68,83 @@ def _what(repo_id: str, revision: str | None) -> str:
     return repo_id + (f"@{revision}" if revision else "")
 
 
-@contextlib.contextmanager
-def _hub_errors(what: str):
-    """huggingface_hub's not-found, gated and offline errors as one ArtifactError naming
-    ``what``; any other error as it is."""
+RETRIES = 3
+"""Times a transient failure (a 5xx answer, a connection cut or refused, a timeout) is
+retried before it is reported: ``ZOO_HUB_RETRIES`` changes it (0: never)."""
+RETRY_WAIT = 1.0
+"""Seconds before the first retry, doubling after each (``ZOO_HUB_RETRY_WAIT``)."""
+
+
+class HubWarning(UserWarning):
+    """A transient failure zoo retries, or a bad cached file it removed: said, not raised."""
+
+
+def _setting(name: str, default: float) -> float:
     try:
-        yield
-    except Exception as exc:
-        error = _describe_hub_error(exc, what)
-        if error is None:
-            raise
-        raise error from None
+        return max(0.0, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
 
 
-def _describe_hub_error(exc: Exception, what: str) -> ArtifactError | None:
+def _with_retries(what: str, call):
+    """``call()``, retried on transient failures (huggingface_hub itself resumes a cut
+    download, from where it stopped when the server allows ranges); each retry is said
+    (a :class:`HubWarning`). Errors as :func:`_describe_hub_error` words them."""
+    retries, wait = int(_setting("ZOO_HUB_RETRIES", RETRIES)), _setting("ZOO_HUB_RETRY_WAIT",
+                                                                     RETRY_WAIT)
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except Exception as exc:
+            transient = _transient(exc)
+            if transient is None or attempt == retries:
+                error = _describe_hub_error(exc, what, attempts=attempt + 1)
+                if error is None:
+                    raise
+                raise error from None
+            warnings.warn(f"{what}: {transient}; retrying in {wait:g} s ({attempt + 1} of "
+                          f"{retries}; ZOO_HUB_RETRIES sets how many)", HubWarning,
+                          stacklevel=3)
+            time.sleep(wait)
+            wait *= 2
+
+
+def _failed_file(exc: BaseException) -> str:
+    """`` (file model.safetensors)``: the file a failed request was for, when it says."""
+    for source in (getattr(exc, "response", None), exc):
+        try:
+            url = str(source.request.url)
+        except (AttributeError, RuntimeError):
+            continue
+        match = re.search(r"/resolve/[^/]+/(.+?)(?:\?|$)", url)
+        if match:
+            return f" (file {match.group(1)})"
+    return ""
+
+
+def _transient(exc: BaseException) -> str | None:
+    """What went wrong, in words, when it may go right on a retry; else None."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(exc, HfHubHTTPError) and status is not None and (status >= 500 or
+                                                                   status in (408, 429)):
+        reason = getattr(exc.response, "reason_phrase", "") or ""
+        return f"the Hub answered {status} {reason}".rstrip() + _failed_file(exc)
+    if isinstance(exc, httpx2.TimeoutException):
+        from huggingface_hub import constants
+
+        return (f"no answer within HF_HUB_DOWNLOAD_TIMEOUT={constants.HF_HUB_DOWNLOAD_TIMEOUT:g} s"
+                f"{_failed_file(exc)} (set HF_HUB_DOWNLOAD_TIMEOUT to wait longer)")
+    if isinstance(exc, httpx2.RemoteProtocolError):
+        return f"the connection closed before the whole file came{_failed_file(exc)}"
+    if isinstance(exc, (httpx2.ConnectError, httpx2.ReadError, httpx2.NetworkError)):
+        return f"the connection failed ({exc}){_failed_file(exc)}"
+    return None
+
+
+def _describe_hub_error(exc: Exception, what: str, attempts: int = 1) -> ArtifactError | None:
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
@@ -102,6 +168,27 @@ def _describe_hub_error(exc: Exception, what: str) -> ArtifactError | None:
             f"{' (HF_HUB_OFFLINE is set)' if _offline() else ''}. Pull it once while online.")
     if isinstance(exc, EntryNotFoundError):
         return ArtifactError(f"{what}: the repository has no such file.")
+    transient = _transient(exc)
+    if transient is not None:
+        tried = f" (tried {attempts} times)" if attempts > 1 else ""
+        return ArtifactError(
+            f"{what}: could not download it from {where}: {transient}{tried}. Try again "
+            "later: what was downloaded stays in the cache and the next pull goes on from "
+            "there (ZOO_HUB_RETRIES sets how often zoo retries).")
+    if isinstance(exc, OSError) and exc.errno is not None:
+        from huggingface_hub import constants
+
+        cache = constants.HF_HUB_CACHE
+        return ArtifactError(f"{what}: could not write it into the Hub cache: "
+                             f"{describe_os_error(exc, cache)}. Nothing already cached was "
+                             "changed; free some space (or set HF_HUB_CACHE to another disk) "
+                             "and pull again.")
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(exc, HfHubHTTPError):
+        status = getattr(exc.response, "status_code", "?")
+        return ArtifactError(f"{what}: the Hub at {where} answered {status}"
+                             f"{_failed_file(exc)}: {str(exc).splitlines()[0]}")
     return None
 
 
@@ -113,18 +200,18 @@ def _offline() -> bool:
 
 def download(repo_id: str, revision: str | None = None, *, token: str | None = None,
              cache_dir: str | os.PathLike[str] | None = None, what: str | None = None,
-             patterns: list[str] | None = None) -> Path:
-    """The folder, in the local cache, of a saved model's files (downloaded when not there);
-    ``patterns``: which files (a zoo artifact's by default; a foreign format names its
-    own). A repository holding weights only as pickle is refused."""
+             patterns: list[str] | None = None, force: bool = False) -> Path:
+    """The folder, in the local cache, of a saved model's files (downloaded when not there,
+    or every time with ``force``); ``patterns``: which files (a zoo artifact's by default;
+    a foreign format names its own). A repository holding weights only as pickle is
+    refused. Transient failures are retried (:data:`RETRIES`)."""
     from huggingface_hub import HfApi, snapshot_download
 
     what = what or _what(repo_id, revision)
     check_revision(revision, what)
-    with _hub_errors(what):
-        folder = Path(snapshot_download(
-            repo_id, revision=revision, allow_patterns=patterns or FILES, endpoint=endpoint(),
-            token=token, cache_dir=cache_dir))
+    folder = Path(_with_retries(what, lambda: snapshot_download(
+        repo_id, revision=revision, allow_patterns=patterns or FILES, endpoint=endpoint(),
+        token=token, cache_dir=cache_dir, force_download=force)))
     wants_weights = patterns is None or any("safetensors" in p for p in patterns)
     if wants_weights and not (folder / WEIGHTS_NAME).is_file() and not (
             folder / INDEX_NAME).is_file():
@@ -140,22 +227,42 @@ def download(repo_id: str, revision: str | None = None, *, token: str | None = N
 
 
 def download_file(repo_id: str, filename: str, revision: str | None = None, *,
-                  token: str | None = None, what: str | None = None) -> Path:
-    """One file of a repository, in the local cache (downloaded when not there)."""
+                  token: str | None = None, what: str | None = None,
+                  force: bool = False) -> Path:
+    """One file of a repository, in the local cache (downloaded when not there, or every
+    time with ``force``). Transient failures are retried (:data:`RETRIES`)."""
     from huggingface_hub import hf_hub_download
 
     what = what or f"{_what(repo_id, revision)}/{filename}"
     check_revision(revision, what)
-    with _hub_errors(what):
-        return Path(hf_hub_download(repo_id, filename, revision=revision, endpoint=endpoint(),
-                                    token=token))
+    return Path(_with_retries(what, lambda: hf_hub_download(
+        repo_id, filename, revision=revision, endpoint=endpoint(), token=token,
+        force_download=force)))
 
 
 def download_config(repo_id: str, revision: str | None = None, *, token: str | None = None,
-                    what: str | None = None) -> Path:
+                    what: str | None = None, force: bool = False) -> Path:
     """The cache folder holding a saved model's ``config.json``, fetching that file alone."""
     return download_file(repo_id, CONFIG_NAME, revision, token=token,
-                         what=what or _what(repo_id, revision)).parent
+                         what=what or _what(repo_id, revision), force=force).parent
+
+
+def evict(paths: list[Path]) -> list[str]:
+    """Remove files of the Hub cache that zoo found wrong (a digest that differs, JSON
+    that does not parse): the snapshot's link and the blob it points to, so that the
+    next download fetches them again. Returns the names removed."""
+    removed = []
+    for path in paths:
+        path = Path(path)
+        try:
+            blob = path.resolve() if path.is_symlink() else None
+            path.unlink(missing_ok=True)
+            if blob is not None:
+                blob.unlink(missing_ok=True)
+        except OSError:
+            continue
+        removed.append(path.name)
+    return removed
 
 
 def upload(
