@@ -666,3 +666,102 @@ def test_zoo_export_onto_a_full_disk_is_one_error(small_disk, fmt):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"the disk that holds {disk / fmt} is full" in done.stderr
     assert "MiB needed" in done.stderr
+
+
+# -- a worker that dies under torchrun ----------------------------------------------------------------
+TORCHRUN_SETS = {**TINY, "train.steps": 24, "train.checkpoint_every": 2, "train.eval_every": 1000,
+                 "task.num_samples": 2048, "model.dropout": 0.0}
+
+
+def _worker(job: str, rank: int) -> int | None:
+    """The pid of the worker of rank ``rank`` of the torchrun job marked ``job``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"ZOO_TEST_JOB={job}".encode() in env and f"RANK={rank}".encode() in env and \
+                b"TORCHELASTIC_RESTART_COUNT=0" in env:
+            return int(entry.name)
+    return None
+
+
+def _torchrun(out: Path, *extra: str, signal_at: int | None = None, sig: int = 9,
+              env: dict | None = None, port: int = 29581) -> tuple[subprocess.CompletedProcess,
+                                                                   float]:
+    """torchrun with 2 workers training TORCHRUN_SETS into ``out``; with ``signal_at``, the
+    worker of rank 1 gets ``sig`` once checkpoint ``signal_at`` is on disk. Returns the
+    finished job and the seconds from the signal to its end."""
+    import signal as signals
+    import threading
+    import uuid
+
+    job = uuid.uuid4().hex
+    args = [x for k, v in TORCHRUN_SETS.items()
+            for x in ("--set", f"{k}={'null' if v is None else v}")]
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", ZOO_TEST_JOB=job, **(env or {}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_port", str(port), *extra, "-m", "zoo", "train", "sort", "--out", str(out),
+         "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=full_env)
+    signalled: list[float] = []
+
+    def signal_worker() -> None:
+        target = out / "checkpoints" / f"step-{signal_at:08d}"
+        deadline = time.time() + 240
+        while not target.is_dir() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        pid = _worker(job, 1)
+        if pid is not None:
+            os.kill(pid, sig)
+            signalled.append(time.time())
+            if sig == signals.SIGSTOP:  # a hung worker: let it go once the job has given up
+                time.sleep(20)
+                with __import__("contextlib").suppress(OSError):
+                    os.kill(pid, signals.SIGKILL)
+
+    watcher = threading.Thread(target=signal_worker, daemon=True)
+    if signal_at is not None:
+        watcher.start()
+    stdout, stderr = proc.communicate(timeout=400)
+    ended = time.time()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert signal_at is None or signalled, "the worker was never signalled"
+    return done, (ended - signalled[0]) if signalled else 0.0
+
+
+@pytest.mark.slow
+def test_a_worker_killed_under_torchrun_with_restarts_resumes_by_itself(tmp_path):
+    whole, _ = _torchrun(tmp_path / "whole", port=29582)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    done, _ = _torchrun(tmp_path / "killed", "--max-restarts", "1", signal_at=6, port=29583)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [r["step"] for r in rows(tmp_path / "killed")]
+    assert steps == sorted(set(steps))  # no row twice
+    test, expected = rows(tmp_path / "killed", "test"), rows(tmp_path / "whole", "test")
+    assert test == expected and len(test) == 1  # the same metrics as the run nobody killed
+
+
+@pytest.mark.slow
+def test_a_worker_killed_under_torchrun_without_restarts_is_one_clear_error(tmp_path):
+    done, seconds = _torchrun(tmp_path / "run", signal_at=6, port=29584)
+    assert done.returncode != 0
+    line = [x for x in done.stderr.splitlines() if x.startswith("zoo: error:")][0]
+    assert "rank 0 of 2: rank 1 stopped" in line and "The last checkpoint is" in line
+    assert f"zoo train --resume {tmp_path / 'run'}" in line
+    assert seconds < 60
+    assert latest_checkpoint(tmp_path / "run") is not None
+
+
+@pytest.mark.slow
+def test_a_hung_worker_under_torchrun_stops_the_others_within_the_timeout(tmp_path):
+    import signal as signals
+
+    done, _ = _torchrun(tmp_path / "run", signal_at=6, sig=signals.SIGSTOP,
+                        env={"ZOO_DIST_TIMEOUT": "5"}, port=29585)
+    assert done.returncode != 0
+    line = [x for x in done.stderr.splitlines() if x.startswith("zoo: error:")][0]
+    assert "rank 1 stopped" in line and "Timed out" in line, line

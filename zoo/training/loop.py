@@ -49,6 +49,7 @@ from .checkpoint import (
     step_of,
 )
 from .config import TrainRecipe, apply_train_overrides, get_train_recipe
+from .dist import Dist, is_distributed_failure, restart_count
 from .runs import TENSORBOARD, RunFolder, build_loss, build_task, is_run, new_run_dir
 
 
@@ -110,7 +111,16 @@ def train(
             f"{resume}: {getattr(exc, 'reason', exc)} A resumed run keeps its model; nothing "
             "was written. Resume without them, or start a new run with them.") from None
     trainer.wrap_model()
-    return trainer.run(progress=progress, stop_after_steps=stop_after_steps)
+    trainer.dist.stop_on_sigterm(trainer.folder.path, latest_checkpoint)
+    try:
+        return trainer.run(progress=progress, stop_after_steps=stop_after_steps)
+    except Exception as exc:
+        if trainer.dist.world == 1 or not is_distributed_failure(exc):
+            raise
+        path = trainer.folder.path
+        raise trainer.dist.failure(exc, path, latest_checkpoint(path)) from None
+    finally:
+        trainer.dist.close()
 
 
 def recipe_to_run(recipe: str | Path | TrainRecipe | None, overrides: dict[str, Any] | None,
@@ -222,42 +232,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class _Dist:
-    """torchrun's environment, or a single process."""
-
-    def __init__(self, device: torch.device) -> None:
-        import torch.distributed as dist
-
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.dist = dist
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def mean(self, value: float) -> float:
-        if self.world == 1:
-            return value
-        t = torch.tensor([value], dtype=torch.float64)
-        self.dist.all_reduce(t)
-        return float(t) / self.world
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            self.dist.barrier()
-
-    def same_folder(self, path: Path) -> Path:
-        """The main process's choice of ``path``, on every process."""
-        if self.world == 1:
-            return path
-        names = [str(path)]
-        self.dist.broadcast_object_list(names, src=0)
-        return Path(names[0])
-
-
 def _optimizer(spec, model) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
@@ -354,7 +328,7 @@ class Trainer:
     """One training run's state: its folder, task, model, optimizer, schedule and where it
     is (step, epoch, position in the epoch, seconds already spent before a resume)."""
 
-    def __init__(self, recipe: TrainRecipe, run: RunFolder, dist: _Dist, device: torch.device,
+    def __init__(self, recipe: TrainRecipe, run: RunFolder, dist: Dist, device: torch.device,
                  task: Any, model: Any, criterion: Any, resumed: bool) -> None:
         self.recipe, self.folder, self.dist, self.device = recipe, run, dist, device
         self.task, self.model, self.forward_model = task, model, model
@@ -398,7 +372,7 @@ class Trainer:
              device: torch.device) -> "Trainer":
         """Create the run folder (or open the one to resume), write its recipes, build the
         task and the model; a resumed run continues from its latest checkpoint."""
-        dist = _Dist(device)
+        dist = Dist(device)
         if resume is not None:
             path = Path(resume)
         elif run_dir is not None:
@@ -409,7 +383,9 @@ class Trainer:
         if path.exists() and not path.is_dir():
             raise RecipeError(f"{path} is a file; a run folder is a folder. Choose another "
                               "--out (run_dir=).")
-        if resume is None and is_run(path):
+        if resume is None and is_run(path) and dist.world > 1 and restart_count() > 0:
+            resume = path  # torchrun restarted the job: it goes on from its last checkpoint
+        elif resume is None and is_run(path):
             raise RecipeError(f"{path} already holds a run; continue it with --resume {path} "
                               "(resume=...), or choose another folder.")
         seed_everything(recipe.seed)
