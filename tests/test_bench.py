@@ -92,12 +92,23 @@ def test_bench_train_runs_zoo_and_both_peers_side_by_side(tmp_path):
 
 
 def test_bench_decode_and_vit(tmp_path):
-    _, rows = _bench(tmp_path, "decode", "--batch", "2", "--length", "6", "--new-tokens", "3",
-                     "--vocab", "64", "--dtypes", "fp32,int8")
-    assert {(r["impl"], r["mode"], r["dtype"]) for r in rows} == {
+    stdout, rows = _bench(tmp_path, "decode", "--batch", "2", "--length", "6", "--new-tokens",
+                          "3", "--vocab", "64", "--dtypes", "fp32,int8", "--latency", "5,4")
+    expected = {
         *((i, m, "fp32") for i in ("zoo", "marian", "ct2") for m in ("greedy", "beam4")),
         ("torch", "greedy", "fp32"),
         *((i, m, "int8") for i in ("zoo", "ct2") for m in ("greedy", "beam4"))}
+    for bench in ("decode", "latency"):
+        assert {(r["impl"], r["mode"], r["dtype"]) for r in rows if r["bench"] == bench} \
+            == expected
+    latency = [r for r in rows if r["bench"] == "latency"]
+    assert all(r["unit"] == "sentences/s" for r in latency)
+    zoo_ms = next(r for r in latency if (r["impl"], r["mode"], r["dtype"]) ==
+                  ("zoo", "greedy", "fp32"))["seconds"] * 1e3
+    assert f"latency greedy fp32 zoo: {zoo_ms:.1f} ms a sentence" in stdout
+    assert "latency beam4 fp32 ct2:" in stdout and "zoo's time / its:" in stdout
+    assert "best vs best, decode greedy: zoo " in stdout and " vs ct2 " in stdout
+    rows = [r for r in rows if r["bench"] == "decode"]
     ct2 = [r for r in rows if r["impl"] == "ct2"]
     assert all(r["peak_mib"] is None for r in ct2)  # another process: not measured here
     zoo_int8 = next(r for r in rows if (r["impl"], r["mode"], r["dtype"]) ==
@@ -110,6 +121,28 @@ def test_bench_decode_and_vit(tmp_path):
         *((i, m, "fp32") for i in ("zoo", "timm") for m in ("inference", "train")),
         ("zoo", "inference", "int8")}
     assert all(r["unit"] == "images/s" for r in rows)
+
+
+def test_bench_runs_under_a_forced_isa_in_a_process_of_its_own(tmp_path):
+    stdout, rows = _bench(tmp_path, "decode", "--batch", "1", "--length", "4", "--new-tokens",
+                          "2", "--vocab", "64", "--impls", "zoo", "--modes", "greedy",
+                          "--no-latency", "--isa", "avx2")
+    assert "dispatching as on an AVX2 CPU: ATEN_CPU_CAPABILITY=avx2" in stdout
+    assert "ISA: torch dispatches AVX2 (forced: --isa avx2)" in stdout
+    assert rows[0]["context"]["isa"].startswith("ISA: torch dispatches AVX2")
+
+
+def test_the_timm_peer_is_built_from_the_recipes_sizes():
+    import zoo
+    from zoo.bench import peers
+
+    model = zoo.build("vit-tiny-patch4-28").eval()  # no timm model has this name
+    peer = peers.timm_vit(model).eval()
+    assert sum(p.numel() for p in peer.parameters()) == sum(p.numel() for p in model.parameters())
+    model.load_state_dict(zoo.convert_timm_vit(peer.state_dict()))
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.allclose(model(x), peer(x), atol=1e-5)
 
 
 def test_bench_startup_says_whether_help_imports_torch(tmp_path):

@@ -111,8 +111,28 @@ def cmd_bench_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+ISA_ENVIRONMENT = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+               "MKL_ENABLE_INSTRUCTIONS": "AVX512", "CT2_FORCE_CPU_ISA": "AVX512"},
+}
+"""What each library reads to dispatch as on a CPU with at most that instruction set."""
+
+
 def cmd_bench_models(args: argparse.Namespace) -> int:
-    """zoo side by side with its peers (train, decode, vit, startup, all)."""
+    """zoo side by side with its peers (train, decode, vit, startup, all); with ``--isa``,
+    the same command again in a process whose libraries dispatch at most that ISA
+    (CTranslate2's own process inherits it)."""
+    import os
+    import subprocess
+
+    wanted = ISA_ENVIRONMENT.get(args.isa)
+    if wanted and os.environ.get("ZOO_BENCH_ISA") != args.isa:
+        env = {**os.environ, **wanted, "ZOO_BENCH_ISA": args.isa}
+        print(f"zoo bench: dispatching as on an {args.isa.upper()} CPU: "
+              + " ".join(f"{k}={v}" for k, v in wanted.items()), flush=True)
+        return subprocess.call([sys.executable, "-m", "zoo", *sys.argv[1:]], env=env)
     from .run import main
 
     return main(args)
@@ -132,6 +152,15 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--batch", type=int, help="default 16 (train, decode), 8 (vit)")
     parser.add_argument("--length", type=int, help="source (and target) length, default 64")
     parser.add_argument("--new-tokens", type=int, default=64, help="decode: tokens made")
+    parser.add_argument("--latency", type=_int_list, default=[20, 20], metavar="SRC,NEW",
+                        help="decode: also time one sentence at a time, a SRC-token source "
+                        "and NEW tokens made (default 20,20)")
+    parser.add_argument("--no-latency", action="store_true",
+                        help="decode: leave out the one-sentence (latency) rows")
+    parser.add_argument("--isa", choices=["native", "avx2", "avx512"], default="native",
+                        help="run as on a CPU with this instruction set at most: every "
+                        "library is told to dispatch no further (torch, oneDNN, MKL, "
+                        "CTranslate2), in a process of its own")
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--model", help="decode: a saved or imported model instead of "
                         "transformer-base (local-dir:PATH, hf-hub:Helsinki-NLP/opus-mt-de-en); "

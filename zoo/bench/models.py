@@ -95,13 +95,15 @@ def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: i
 def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: int = 16,
                  src_len: int = 64, new_tokens: int = 64, modes=("greedy", "beam4"),
                  dtypes=("fp32",), impls=("zoo", "marian", "torch", "ct2"), device: str = "cpu",
-                 kernel: str | None = None, model: str | None = None, say=None) -> list[Case]:
+                 kernel: str | None = None, model: str | None = None,
+                 latency: tuple[int, int] | None = (20, 20), say=None) -> list[Case]:
     """Decoding cases (greedy, beam 4): zoo, Marian's generate, torch.nn.Transformer and
     CTranslate2, in each dtype asked for: ``fp32``; ``bf16`` (CPU autocast for zoo and
     Marian); ``int8`` (zoo quantized by :func:`zoo.quantize`, CTranslate2's ``int8``).
     ``model`` names a saved or imported model to decode instead of ``recipe`` (its own
     weights and vocabulary: ``hf-hub:Helsinki-NLP/opus-mt-de-en``); the peers get its
-    sizes."""
+    sizes. ``latency`` = (source length, new tokens) adds the bench ``latency``: one
+    sentence at a time, as ``zoo translate`` and a translation service see it."""
     import zoo
 
     torch.manual_seed(0)
@@ -118,8 +120,13 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
         wanted.append("marian")  # CTranslate2 runs the Marian peer's weights
     models = _peer_models(model, wanted, {"torch": peers.torch_transformer,
                                           "marian": peers.marian}, say)
-    src = torch.randint(3, vocab - 1, (batch, src_len), device=device)  # Marian's pad is last
-    translators = _ct2_translators(models, src, dtypes, device, say) if "ct2" in impls else {}
+    groups = [("decode", torch.randint(3, vocab - 1, (batch, src_len), device=device),
+               new_tokens)]  # Marian's pad is the last id
+    if latency is not None:
+        groups.append(("latency", torch.randint(3, vocab - 1, (1, latency[0]), device=device),
+                       latency[1]))
+    translators = {name: _ct2_translators(models, src, dtypes, device, say)
+                   if "ct2" in impls else {} for name, src, _ in groups}
     if "marian" not in impls:
         models.pop("marian", None)
     if "int8" in dtypes and torch.device(device).type != "cpu":
@@ -129,9 +136,21 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     variants = {("zoo", "int8"): zoo.quantize(copy.deepcopy(model))} if "int8" in dtypes \
         else {}
     cases = []
+    for bench, src, tokens in groups:
+        cases += _decode_group(bench, src, tokens, models, variants, translators[bench],
+                               modes, dtypes, device)
+    return cases
+
+
+def _decode_group(bench: str, src: torch.Tensor, new_tokens: int, models: dict, variants: dict,
+                  translators: dict, modes, dtypes, device: str) -> list[Case]:
+    """The cases of one source batch: every implementation, mode and dtype."""
+    cases = []
+    unit, per_call = ("sentences/s", src.shape[0]) if bench == "latency" else (
+        "tokens/s", src.shape[0] * new_tokens)
     for mode in modes:
         beams = 1 if mode == "greedy" else int(mode.removeprefix("beam"))
-        flops = count_flops(_decoder("zoo", model, src, beams, new_tokens))
+        flops = count_flops(_decoder("zoo", models["zoo"], src, beams, new_tokens))
         for dtype in dtypes:
             for name, m in models.items():
                 m = variants.get((name, dtype), m)
@@ -140,18 +159,17 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
                 m.to(device).eval()
                 run = _decoder(name, m, src, beams, new_tokens, dtype=dtype, device=device)
                 if run is not None:
-                    cases.append(Case("decode", name, dtype, mode, run, batch * new_tokens,
-                                      "tokens/s", flops, device))
+                    cases.append(Case(bench, name, dtype, mode, run, per_call, unit, flops,
+                                      device))
             if dtype in translators:
                 translator = translators[dtype]
                 lengths = translator.translate(beams, new_tokens)
                 if set(lengths) != {new_tokens}:  # the same work as the others, or none
                     raise RuntimeError(f"CTranslate2 made {sorted(set(lengths))} tokens, not "
                                        f"exactly {new_tokens}")
-                cases.append(Case("decode", "ct2", dtype, mode,
-                                  lambda t=translator, b=beams: t.translate(b, new_tokens),
-                                  batch * new_tokens, "tokens/s", flops, device,
-                                  in_process=False))
+                cases.append(Case(bench, "ct2", dtype, mode,
+                                  lambda t=translator, b=beams, n=new_tokens: t.translate(b, n),
+                                  per_call, unit, flops, device, in_process=False))
     return cases
 
 

@@ -14,6 +14,8 @@ Each is imported only when asked for; a missing package is reported, not raised.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import Any
 
@@ -177,4 +179,20 @@ def timm_vit(zoo_model: nn.Module) -> nn.Module:
         import timm
     except ImportError as exc:
         raise PeerMissing(f"timm is not installed ({exc})") from None
-    return timm.create_model(zoo_model.recipe.name.replace("-", "_"), pretrained=False)
+    from timm.models.vision_transformer import VisionTransformer
+
+    s = zoo_model.recipe.architecture.settings
+    defaults = {"image_size": 224, "patch_size": 16, "in_chans": 3, "num_classes": 1000,
+                "d_model": 768, "n_heads": 12, "d_ff": 3072, "depth": 12,
+                "class_token": True, "pool": "token"}
+    s = {**defaults, **s}
+    eps = zoo_model.recipe.components.get("norm")
+    eps = (eps.settings.get("eps", 1e-6) if eps is not None else 1e-6)
+    # built from the recipe's sizes, not its name: a recipe of zoo's own (vit-tiny-patch4-28)
+    # has no timm name
+    return VisionTransformer(
+        img_size=s["image_size"], patch_size=s["patch_size"], in_chans=s["in_chans"],
+        num_classes=s["num_classes"], embed_dim=s["d_model"], depth=s["depth"],
+        num_heads=s["n_heads"], mlp_ratio=s["d_ff"] / s["d_model"],
+        class_token=s["class_token"], global_pool=s["pool"] if s["pool"] == "token" else "avg",
+        norm_layer=functools.partial(nn.LayerNorm, eps=eps))

@@ -73,7 +73,8 @@ def cases_for(bench: str, args, say) -> list:
             vocab=args.vocab, modes=_list(args.modes, ("greedy", "beam4")),
             dtypes=dtypes_for(args) if args.dtypes else ("fp32",),
             impls=impls or ("zoo", "marian", "torch", "ct2"), device=args.device,
-            kernel=args.kernel, model=args.model, say=say)
+            kernel=args.kernel, model=args.model, say=say,
+            latency=None if args.no_latency else _latency(args.latency))
     if bench == "vit":
         return models.vit_cases(
             recipe=args.vit_recipe, batch=args.batch or 8,
@@ -81,6 +82,66 @@ def cases_for(bench: str, args, say) -> list:
             dtypes=dtypes_for(args), impls=impls or ("zoo", "timm"),
             device=args.device, kernel=args.kernel, compile=args.compile, say=say)
     raise ValueError(bench)
+
+
+def _latency(values: list[int]) -> tuple[int, int]:
+    if len(values) != 2 or min(values) < 1:
+        raise SystemExit(f"zoo bench: --latency takes SRC,NEW (two positive numbers, e.g. "
+                         f"20,20), got {','.join(map(str, values))}")
+    return values[0], values[1]
+
+
+def latency_lines(results: list) -> list[str]:
+    """One sentence at a time: milliseconds per sentence (median, and the spread of the
+    timed calls) of each implementation, and zoo's time over each peer's."""
+    rows = [r for r in results if r.bench == "latency"]
+    zoo = {(r.mode, r.dtype): r.seconds for r in rows if r.impl == "zoo"}
+    out = []
+    for r in rows:
+        mine = zoo.get((r.mode, r.dtype))
+        versus = "" if r.impl == "zoo" or mine is None else \
+            f"; zoo's time / its: {mine / r.seconds:.2f}x"
+        out.append(f"latency {r.mode} {r.dtype} {r.impl}: {r.seconds * 1e3:.1f} ms a sentence "
+                   f"(spread {r.noise:.0%}){versus}")
+    return out
+
+
+def best_lines(results: list) -> list[str]:
+    """The best against the best: in each bench and mode, zoo's fastest dtype against each
+    peer's fastest (on a CPU without VNNI, CTranslate2's float32 may beat its int8)."""
+    out = []
+    for bench, mode in dict.fromkeys((r.bench, r.mode) for r in results
+                                     if r.bench in ("decode", "latency", "vit")):
+        rows = [r for r in results if (r.bench, r.mode) == (bench, mode)]
+        best = {}
+        for r in rows:
+            if r.impl not in best or r.throughput > best[r.impl].throughput:
+                best[r.impl] = r
+        zoo = best.get("zoo")
+        if zoo is None:
+            continue
+        for impl, r in best.items():
+            if impl != "zoo" and len({x.dtype for x in rows if x.impl in ("zoo", impl)}) > 1:
+                out.append(f"best vs best, {bench} {mode}: zoo {zoo.dtype} "
+                           f"{_rate(zoo)} vs {impl} {r.dtype} {_rate(r)}: "
+                           f"{zoo.throughput / r.throughput:.2f}x")
+    return out
+
+
+def _rate(r) -> str:
+    return f"{r.throughput:,.0f} {r.unit}" if r.throughput >= 100 else \
+        f"{r.throughput:.3g} {r.unit}"
+
+
+def isa_line() -> str:
+    """What the libraries dispatch to here (and the ISA forced, if one was)."""
+    import os
+
+    import torch
+
+    forced = os.environ.get("ZOO_BENCH_ISA")
+    return (f"ISA: torch dispatches {torch.backends.cpu.get_cpu_capability()}"
+            + (f" (forced: --isa {forced})" if forced else " (native)"))
 
 
 def peak_line(peaks: dict[str, float], no_bf16: str) -> str:
@@ -128,10 +189,11 @@ def main(args) -> int:
         "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in measured.items()},
         "mfu_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
         "kernel": args.kernel, "compile": args.compile,
-        "busy_before": round(busy, 3),
+        "busy_before": round(busy, 3), "isa": isa_line(),
     }
     print(f"matmul peak on this machine: {peak_line(peaks, no_bf16)} "
           f"({torch.get_num_threads()} threads; machine {busy:.0%} busy before the run)")
+    print(isa_line())
     results: list = []
     for bench in benches:
         if bench == "startup":
@@ -148,7 +210,7 @@ def main(args) -> int:
     worst = max((r.noise for r in results), default=0.0)
     print(f"noise: the widest spread of one implementation's calls was {worst:.0%}"
           + (f" ({len(noisy)} rows over 15%: treat their ratios with care)" if noisy else ""))
-    for line in int8_lines(results):
+    for line in int8_lines(results) + latency_lines(results) + best_lines(results):
         print(line)
     for r in results:
         if r.bench == "startup":
