@@ -719,7 +719,7 @@ def _torchrun(out: Path, *extra: str, signal_at: int | None = None, sig: int = 9
             os.kill(pid, sig)
             signalled.append(time.time())
             if sig == signals.SIGSTOP:  # a hung worker: let it go once the job has given up
-                time.sleep(20)
+                time.sleep(12)  # the others give up after ZOO_DIST_TIMEOUT (5 s) first
                 with __import__("contextlib").suppress(OSError):
                     os.kill(pid, signals.SIGKILL)
 

@@ -16,20 +16,20 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "translate_reference.py"
 
 @needs_trans
 @pytest.mark.slow
-def test_reference_trainer_runs_beside_zoo_at_a_one_minute_budget(tmp_path, capsys):
+def test_reference_trainer_runs_beside_zoo_at_a_half_minute_budget(tmp_path, capsys):
     pytest.importorskip("accelerate")
     spec = importlib.util.spec_from_file_location("translate_reference", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     out = tmp_path / "rows.json"
-    assert module.main(["--minutes", "1", "--test-limit", "40", "--out", str(tmp_path / "runs"),
+    assert module.main(["--minutes", "0.5", "--test-limit", "40", "--out", str(tmp_path / "runs"),
                         "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert [r["impl"] for r in rows] == ["zoo", "Marian + Seq2SeqTrainer"]
     for row in rows:
         assert row["steps"] > 0 and 0.0 <= row["bleu"] <= 100.0 and row["chrf"] > 0
     # the reference trained for the budget, not beyond it (one step may run past)
-    assert rows[1]["seconds"] < 60 + 30
+    assert rows[1]["seconds"] < 30 + 30
     printed = capsys.readouterr().out
     assert "| zoo |" in printed and "| Marian + Seq2SeqTrainer |" in printed

@@ -251,10 +251,10 @@ class MultiHeadAttention(nn.Module):
         if is_causal and (self.position_kind in ("relative", "bias") or record):
             tri = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()
             mask, is_causal = (tri if mask is None else mask & tri), False
-        if q_positions is None:
-            rel = relative_positions(lq, lk, offset, q.device)
-        else:
-            rel = torch.arange(lk, device=q.device)[None, :] - q_positions[:, None]
+        rel = None  # key minus query positions, made only where positions or maps use them
+        if self.position_kind in ("relative", "bias") or record:
+            rel = (relative_positions(lq, lk, offset, q.device) if q_positions is None else
+                   torch.arange(lk, device=q.device)[None, :] - q_positions[:, None])
         scale = self.scale if scale is None else scale
         if self.position_kind == "relative" or record:
             return self._explicit(q, k, v, mask, rel, dropout=dropout, record=record,
