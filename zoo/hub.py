@@ -11,6 +11,7 @@ each call, so a mirror set after import is honoured too.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
@@ -122,24 +123,32 @@ def _failed_file(exc: BaseException) -> str:
     return ""
 
 
+_TIMEOUTS = {"TimeoutException", "Timeout", "ReadTimeout", "ConnectTimeout"}
+_CUT = {"RemoteProtocolError", "ChunkedEncodingError", "IncompleteRead", "ProtocolError"}
+_CONNECTION = {"ConnectError", "ConnectionError", "ReadError", "NetworkError"}
+"""Transient failures by class name, as httpx2, httpx and requests (the HTTP clients of
+huggingface_hub's releases) call them: no import of a client zoo does not need."""
+
+
 def _transient(exc: BaseException) -> str | None:
     """What went wrong, in words, when it may go right on a retry; else None."""
-    import httpx2
     from huggingface_hub.errors import HfHubHTTPError
 
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, HfHubHTTPError) and status is not None and (status >= 500 or
                                                                    status in (408, 429)):
-        reason = getattr(exc.response, "reason_phrase", "") or ""
+        reason = getattr(exc.response, "reason_phrase", "") or getattr(
+            exc.response, "reason", "") or ""
         return f"the Hub answered {status} {reason}".rstrip() + _failed_file(exc)
-    if isinstance(exc, httpx2.TimeoutException):
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & _TIMEOUTS:
         from huggingface_hub import constants
 
         return (f"no answer within HF_HUB_DOWNLOAD_TIMEOUT={constants.HF_HUB_DOWNLOAD_TIMEOUT:g} s"
                 f"{_failed_file(exc)} (set HF_HUB_DOWNLOAD_TIMEOUT to wait longer)")
-    if isinstance(exc, httpx2.RemoteProtocolError):
+    if names & _CUT:
         return f"the connection closed before the whole file came{_failed_file(exc)}"
-    if isinstance(exc, (httpx2.ConnectError, httpx2.ReadError, httpx2.NetworkError)):
+    if names & _CONNECTION and not isinstance(exc, HfHubHTTPError):
         return f"the connection failed ({exc}){_failed_file(exc)}"
     return None
 
@@ -175,7 +184,8 @@ def _describe_hub_error(exc: Exception, what: str, attempts: int = 1) -> Artifac
             f"{what}: could not download it from {where}: {transient}{tried}. Try again "
             "later: what was downloaded stays in the cache and the next pull goes on from "
             "there (ZOO_HUB_RETRIES sets how often zoo retries).")
-    if isinstance(exc, OSError) and exc.errno is not None:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS,
+                                                  errno.EACCES, errno.EPERM):
         from huggingface_hub import constants
 
         cache = constants.HF_HUB_CACHE
