@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,11 @@ def weights_to_save(model: nn.Module) -> dict[str, torch.Tensor]:
         for name in group[1:]:
             del state[name]
     return {name: t.detach().contiguous() for name, t in state.items()}
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """The bytes ``tensors`` hold: about what saving them takes on disk."""
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def save_weights_file(model: nn.Module, path: str | os.PathLike[str]) -> None:
@@ -372,7 +377,7 @@ def write_artifact(
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ArtifactError("The model is on the meta device and has no weights to save; build "
                             "it on a real device (or load weights into it) first.")
-    need = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    need = tensor_bytes(model.state_dict().values())
     need += sum(Path(p).stat().st_size for p in (extra_files or {}).values())
     with _replacing(folder, need) as tmp:
         save_weights(model, tmp, max_shard_size)

@@ -248,11 +248,12 @@ class MultiHeadAttention(nn.Module):
         lq, lk = q.shape[-2], k.shape[-2]
         dropout = self.dropout if self.training else 0.0
         record = self.record_weights and q_positions is None
-        if is_causal and (self.position_kind in ("relative", "bias") or record):
+        rel_needed = self.position_kind in ("relative", "bias") or record
+        if is_causal and rel_needed:
             tri = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()
             mask, is_causal = (tri if mask is None else mask & tri), False
         rel = None  # key minus query positions, made only where positions or maps use them
-        if self.position_kind in ("relative", "bias") or record:
+        if rel_needed:
             rel = (relative_positions(lq, lk, offset, q.device) if q_positions is None else
                    torch.arange(lk, device=q.device)[None, :] - q_positions[:, None])
         scale = self.scale if scale is None else scale

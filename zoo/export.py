@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from .artifact import tensor_bytes
 from .errors import ZooError
 from .files import describe_os_error, folder_beside, is_write_failure
 from .ops import plain_linears
@@ -399,8 +400,7 @@ def _written(folder: str | os.PathLike[str], force: bool, model: nn.Module | Non
     except Exception as exc:
         if not is_write_failure(exc):
             raise
-        need = None if model is None else sum(
-            t.numel() * t.element_size() for t in model.state_dict().values())
+        need = None if model is None else tensor_bytes(model.state_dict().values())
         kept = " What was there before is kept." if folder.exists() else ""
         raise ExportError(f"Could not export to {folder}: "
                           f"{describe_os_error(exc, folder, need)}.{kept}") from None

@@ -2,7 +2,6 @@
 component's capabilities claim (registered in :data:`zoo.kit_base.CHECKS` by
 importing this module, which :mod:`zoo.testing` does)."""
 
-
 from __future__ import annotations
 
 from collections.abc import Callable

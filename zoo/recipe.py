@@ -249,7 +249,7 @@ class _Loader(yaml.SafeLoader):
             key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
             try:
                 if key in seen:
-                    raise _DuplicateKey(key, seen[key], line)
+                    raise _DuplicateKey(key, (seen[key], line))
                 seen[key] = line
             except TypeError:  # an unhashable key: the base class says what is wrong
                 continue
@@ -257,9 +257,11 @@ class _Loader(yaml.SafeLoader):
 
 
 class _DuplicateKey(Exception):
-    def __init__(self, key: Any, first: int, again: int) -> None:
-        super().__init__(key, first, again)
-        self.key, self.first, self.again = key, first, again
+    """A key given twice in one mapping, and the lines it is on (YAML; JSON says none)."""
+
+    def __init__(self, key: Any, lines: tuple[int, ...] = ()) -> None:
+        super().__init__(key, lines)
+        self.key, self.lines = key, tuple(dict.fromkeys(lines))
 
 
 _Loader.add_implicit_resolver(
@@ -269,11 +271,12 @@ _Loader.add_implicit_resolver(
 
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    twice = sorted({k for k in keys if keys.count(k) > 1})
-    if twice:
-        raise _DuplicateKey(twice[0], 0, 0)
-    return dict(pairs)
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
+    return data
 
 
 def parse_data(text: str, source: str, suffix: str = ".yaml") -> Any:
@@ -286,8 +289,8 @@ def parse_data(text: str, source: str, suffix: str = ".yaml") -> Any:
         data = (json.loads(text, object_pairs_hook=_json_pairs) if suffix == ".json"
                 else yaml.load(text, Loader=_Loader))  # noqa: S506 (a safe loader)
     except _DuplicateKey as dup:
-        where = (f" (line {dup.first})" if dup.first == dup.again else
-                 f" (lines {dup.first} and {dup.again})" if dup.again else "")
+        where = (f" (line{'s' if len(dup.lines) > 1 else ''} "
+                 f"{' and '.join(map(str, dup.lines))})" if dup.lines else "")
         raise RecipeError(f"{source}: the key {short_repr(dup.key, 60)} is given twice in one "
                           f"mapping{where}; give each key once.") from None
     except RecursionError:

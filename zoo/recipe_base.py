@@ -5,8 +5,9 @@ recipe file (``.yaml``/``.json``, relative to the file that names it). The recip
 then the base with these changes:
 
 - ``name`` is the new recipe's own (required); ``description``, unless given, says
-  what changed (``transformer-tiny, changed: architecture.d_model, components.ffn``); ``weights`` are never inherited (the base's weights fit the base only);
-  ``requires`` is the base's list and the new one's, together.
+  what changed (``transformer-tiny, changed: architecture.d_model, components.ffn``);
+  ``weights`` are never inherited (the base's weights fit the base only); ``requires``
+  is the base's list and the new one's, together.
 - ``architecture`` and each slot of ``components`` merge with the base's: a bare
   name (``ffn: swiglu``) or a different ``name:`` replaces the base's component and
   its settings; the same name, or ``settings:`` alone (``{settings: {eps: 1e-5}}``),
@@ -32,7 +33,6 @@ MAX_DEPTH = 8
 """How many bases a chain may have (a base of a base of ...)."""
 _CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("recipe_bases",
                                                                         default=())
-RECIPE_KEYS = ("name", "description", "architecture", "components", "requires", "weights")
 
 
 def extend(data: dict[str, Any], source: str,

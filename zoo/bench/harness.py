@@ -181,7 +181,7 @@ def table(results: list[Result]) -> str:
     rows = []
     for r in results:
         rows.append([
-            r.bench, r.mode, r.dtype, r.impl, _num(r.throughput), r.unit,
+            r.bench, r.mode, r.dtype, r.impl, format_number(r.throughput), r.unit,
             "-" if r.peak_mib is None else f"{r.peak_mib:.0f}",
             "-" if r.gflops is None else f"{r.gflops:.0f}",
             "-" if r.mfu is None else f"{r.mfu:.0%}",
@@ -195,7 +195,8 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def _num(x: float) -> str:
+def format_number(x: float) -> str:
+    """A throughput as the table prints it: ``1,423``, ``2.06``, ``0.512``."""
     if x >= 100:
         return f"{x:,.0f}"
     return f"{x:.3g}" if x >= 1 else f"{x:.3f}"

@@ -125,8 +125,9 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     if latency is not None:
         groups.append(("latency", torch.randint(3, vocab - 1, (1, latency[0]), device=device),
                        latency[1]))
-    translators = {name: _ct2_translators(models, src, dtypes, device, say)
-                   if "ct2" in impls else {} for name, src, _ in groups}
+    sources = {bench: src for bench, src, _ in groups}
+    translators = (_ct2_translators(models, sources, dtypes, device, say) if "ct2" in impls
+                   else {bench: {} for bench in sources})
     if "marian" not in impls:
         models.pop("marian", None)
     if "int8" in dtypes and torch.device(device).type != "cpu":
@@ -176,20 +177,22 @@ def _decode_group(bench: str, src: torch.Tensor, new_tokens: int, models: dict, 
 CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
 
 
-def _ct2_translators(models: dict[str, nn.Module], src: torch.Tensor, dtypes, device: str,
-                     say) -> dict:
-    """One CTranslate2 translator per dtype, of the Marian peer's weights converted by
-    CTranslate2's own converter (in a temporary folder), each in its own process."""
+def _ct2_translators(models: dict[str, nn.Module], sources: dict[str, torch.Tensor], dtypes,
+                     device: str, say) -> dict[str, dict]:
+    """For each source batch (by bench name), one CTranslate2 translator per dtype, each in
+    its own process, of the Marian peer's weights converted once by CTranslate2's own
+    converter (in a temporary folder)."""
     import tempfile
 
     from . import ct2
 
+    none = {bench: {} for bench in sources}
     if "marian" not in models:
-        return {}
+        return none
     if device != "cpu":
         if say:
             say("peer ct2 skipped: zoo bench runs CTranslate2 on the CPU only")
-        return {}
+        return none
     folder = tempfile.TemporaryDirectory(prefix="zoo-ct2-")
     try:
         path = peers.ctranslate2_model(models["marian"], folder.name)
@@ -197,20 +200,23 @@ def _ct2_translators(models: dict[str, nn.Module], src: torch.Tensor, dtypes, de
         if say:
             say(f"peer ct2 skipped: {exc}")
         folder.cleanup()
-        return {}
+        return none
     tokens = peers.marian_tokens(models["marian"].model.config.vocab_size)
-    source = [[tokens[i] for i in row] for row in src.tolist()]
-    translators = {}
-    for dtype in dtypes:
-        try:
-            translator = ct2.Translator(path, CT2_COMPUTE_TYPES[dtype], torch.get_num_threads())
-            translator.set_source(source)
-        except RuntimeError as exc:
-            if say:
-                say(f"peer ct2 {dtype} skipped: {exc}")
-            continue
-        translator.folder = folder  # the model files live as long as a translator does
-        translators[dtype] = translator
+    translators: dict[str, dict] = {}
+    for bench, src in sources.items():
+        source = [[tokens[i] for i in row] for row in src.tolist()]
+        translators[bench] = {}
+        for dtype in dtypes:
+            try:
+                translator = ct2.Translator(path, CT2_COMPUTE_TYPES[dtype],
+                                            torch.get_num_threads())
+                translator.set_source(source)
+            except RuntimeError as exc:
+                if say:
+                    say(f"peer ct2 {dtype} skipped: {exc}")
+                continue
+            translator.folder = folder  # the model files live as long as a translator does
+            translators[bench][dtype] = translator
     return translators
 
 

@@ -109,6 +109,8 @@ def latency_lines(results: list) -> list[str]:
 def best_lines(results: list) -> list[str]:
     """The best against the best: in each bench and mode, zoo's fastest dtype against each
     peer's fastest (on a CPU without VNNI, CTranslate2's float32 may beat its int8)."""
+    from .harness import format_number
+
     out = []
     for bench, mode in dict.fromkeys((r.bench, r.mode) for r in results
                                      if r.bench in ("decode", "latency", "vit")):
@@ -123,14 +125,10 @@ def best_lines(results: list) -> list[str]:
         for impl, r in best.items():
             if impl != "zoo" and len({x.dtype for x in rows if x.impl in ("zoo", impl)}) > 1:
                 out.append(f"best vs best, {bench} {mode}: zoo {zoo.dtype} "
-                           f"{_rate(zoo)} vs {impl} {r.dtype} {_rate(r)}: "
+                           f"{format_number(zoo.throughput)} {zoo.unit} vs {impl} {r.dtype} "
+                           f"{format_number(r.throughput)} {r.unit}: "
                            f"{zoo.throughput / r.throughput:.2f}x")
     return out
-
-
-def _rate(r) -> str:
-    return f"{r.throughput:,.0f} {r.unit}" if r.throughput >= 100 else \
-        f"{r.throughput:.3g} {r.unit}"
 
 
 def isa_line() -> str:

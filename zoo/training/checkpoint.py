@@ -28,6 +28,7 @@ from ..artifact import (
     load_weights_file,
     read_weights,
     save_weights_file,
+    tensor_bytes,
 )
 from ..errors import ArtifactError, CheckpointError
 from ..files import (
@@ -110,7 +111,7 @@ def _checkpoint_bytes(model, optimizer) -> int:
     tensors = list(model.state_dict().values())
     for state in optimizer.state_dict().get("state", {}).values():
         tensors += [t for t in state.values() if isinstance(t, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return tensor_bytes(tensors)
 
 
 def step_of(path: Path) -> int:

@@ -44,7 +44,7 @@ from .checkpoint import (
 from .config import TrainRecipe, apply_train_overrides, get_train_recipe
 from .dist import Dist, is_distributed_failure, restart_count
 from .runs import TENSORBOARD, RunFolder, build_loss, build_task, is_run, new_run_dir
-from .setup import (  # noqa: F401  (set_threads and seed_everything are zoo.training.loop's too)
+from .setup import (
     _autocast,
     _device,
     _optimizer,
