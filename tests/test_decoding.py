@@ -23,10 +23,14 @@ def tiny(vocab=8, **kw):
     return model
 
 
-@pytest.mark.parametrize("attention", ["vanilla", "linear", "sliding-window"])
-def test_cache_changes_nothing(attention):
+@pytest.mark.parametrize("attention,static", [("vanilla", True), ("vanilla", False),
+                                              ("linear", True), ("sliding-window", True)])
+def test_cache_changes_nothing(attention, static):
+    # vanilla decodes through the static decoder unless told not to (the general
+    # cache then); the others always through the general cache
     model = tiny(16, attention={"name": attention, "settings": {"window": 3}
                                 if attention == "sliding-window" else {}})
+    model.static_decoding = static
     src = torch.randint(3, 16, (3, 7))
     src[1, 5:] = 0  # padding
     a = greedy(model, src, max_new_tokens=10, bos_id=BOS, eos_id=EOS)

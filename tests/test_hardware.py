@@ -202,6 +202,16 @@ def test_the_zoo_command_calms_openmp_unless_told_otherwise():
     assert settings["GOMP_SPINCOUNT"] is None and settings["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
+def test_translating_and_benchmarking_keep_openmps_spinning():
+    from zoo.cli import _calm_openmp
+
+    for argv, calmed in ((["train", "sort"], True), (["translate", "runs/x", "Hallo"], False),
+                         (["bench", "decode"], False), (["--version"], True)):
+        environ: dict = {}
+        _calm_openmp(argv, environ)
+        assert (environ.get("GOMP_SPINCOUNT") == "1000") == calmed, argv
+
+
 def test_zoo_train_takes_threads(tmp_path):
     args = ["train", "sort", "--out", str(tmp_path / "run"), "--no-progress", "--threads", "1"]
     for key, value in {**TINY, "train.steps": 1}.items():

@@ -108,6 +108,13 @@ class MultiHeadAttention(nn.Module):
     share one row of its cached keys and values. False (the safe default) repeats that
     row for every beam."""
 
+    softmax_attention = False
+    """True when ``_attend`` is exactly softmax(scale · q·kᵀ, masked) · v over every key
+    (the paper's eq. 1 with ``self.scale``), positions aside: a decoder may then run
+    its steps without calling ``_attend`` (the seq2seq architecture's static decoder).
+    Set it beside the ``_attend`` it speaks for: a subclass that rewrites ``_attend``
+    without setting it again is taken as not plain."""
+
     def __init__(
         self,
         settings: AttentionSettings | None,

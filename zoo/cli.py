@@ -594,22 +594,31 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _calm_openmp() -> None:
-    """Before torch is imported: OpenMP threads that find nothing to do spin 1,000 times,
-    not libgomp's 300,000, before they sleep. Alone, a run is as fast; beside another
-    torch process, spinning threads stop slowing both down many times over
-    (benchmarks/train_under_load.py). A GOMP_SPINCOUNT or OMP_WAIT_POLICY of your own
-    is left as it is."""
-    import os
+SPINNING_COMMANDS = ("translate", "bench")
+"""Commands that keep libgomp's spinning: one request at a time, many short products."""
 
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = "1000"
+
+def _calm_openmp(argv: list[str], environ: dict) -> None:
+    """Before torch is imported: OpenMP threads that find nothing to do spin 1,000 times,
+    not libgomp's 300,000, before they sleep. Alone, a training run is as fast; beside
+    another torch process, spinning threads stop slowing both down many times over
+    (benchmarks/train_under_load.py). ``zoo translate`` and ``zoo bench`` keep the
+    spinning: a sentence decoded alone is thousands of short products, and waking
+    sleeping threads for each made it 1.3 to 1.5 times slower (docs/bench.md). A
+    GOMP_SPINCOUNT or OMP_WAIT_POLICY of your own is left as it is."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in SPINNING_COMMANDS:
+        return
+    if "GOMP_SPINCOUNT" not in environ and "OMP_WAIT_POLICY" not in environ:
+        environ["GOMP_SPINCOUNT"] = "1000"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``zoo``; zoo's own errors print one line and exit 2."""
     if "torch" not in sys.modules:
-        _calm_openmp()
+        import os
+
+        _calm_openmp(sys.argv[1:] if argv is None else argv, os.environ)
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command is None:

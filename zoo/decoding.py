@@ -27,20 +27,30 @@ class _Stepper:
     With ``beams`` > 1 the rows are ``beams`` hypotheses per source. They all begin
     with the same token, so with the cache the first step runs once per source
     (projecting each source's memory for cross-attention once, not once per beam) and
-    its caches are then copied to every beam."""
+    its caches are then copied to every beam.
 
-    def __init__(self, model, memory, mask, use_cache: bool, beams: int = 1) -> None:
+    ``steps`` (the most the caller will take) lets a model that offers
+    ``static_decoder(memory, mask, groups=, length=)`` decode in buffers of that
+    length; it returns None when its parts need the general path."""
+
+    def __init__(self, model, memory, mask, use_cache: bool, beams: int = 1,
+                 steps: int | None = None) -> None:
         self.model = model
         # a model whose attention cannot decode with a cache re-runs over the prefix
         use_cache = use_cache and getattr(model, "decodes_incrementally", True)
-        self.cache = model.init_cache() if use_cache else None
+        make_static = getattr(model, "static_decoder", None) if use_cache and steps else None
+        self.static = make_static(memory, mask, groups=beams, length=steps) \
+            if make_static is not None else None
+        self.cache = model.init_cache() if use_cache and self.static is None else None
         self.pending = beams if self.cache is not None else 1
-        if self.pending == 1:
+        if self.pending == 1 and self.static is None:
             memory, mask = _repeat(memory, beams), _repeat(mask, beams)
         self.memory, self.mask = memory, mask
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.cache is None:
+        if self.static is not None:
+            logits = self.static(tokens[:, -1:])
+        elif self.cache is None:
             logits = self.model.decode(tokens, self.memory, self.mask)
         elif self.pending > 1:
             beams, self.pending = self.pending, 1
@@ -57,7 +67,9 @@ class _Stepper:
         """Keep rows ``index``, each taken from a beam of the same source: the memory, its
         mask and the cross-attention caches are the same for every beam of a source, so
         only the decoder's own caches move."""
-        if self.cache is not None:
+        if self.static is not None:
+            self.static.reorder(index)
+        elif self.cache is not None:
             self.cache.reorder(index, within_groups=True)
 
 
@@ -71,7 +83,7 @@ def _step_by_step(model, src: torch.Tensor, choose, *, max_new_tokens: int, bos_
                   eos_id: int, use_cache: bool = True) -> torch.Tensor:
     """One sequence per source, each next token ``choose(log_probs)``, until EOS."""
     pad_id = model.pad_id if model.pad_id is not None else eos_id
-    step = _Stepper(model, *_start(model, src), use_cache)
+    step = _Stepper(model, *_start(model, src), use_cache, steps=max_new_tokens)
     tokens = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for _ in range(max_new_tokens):
@@ -110,7 +122,7 @@ def beam_search(model, src: torch.Tensor, *, beam_size: int = 4, max_new_tokens:
     device = src.device
     neg_inf = float("-inf")
     pad_id = model.pad_id if model.pad_id is not None else eos_id
-    step = _Stepper(model, *_start(model, src), use_cache, beams=k)
+    step = _Stepper(model, *_start(model, src), use_cache, beams=k, steps=max_new_tokens)
     tokens = torch.full((bsz * k, 1), bos_id, dtype=torch.long, device=device)
     scores = torch.full((bsz, k), neg_inf, device=device)
     scores[:, 0] = 0.0

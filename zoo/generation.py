@@ -110,7 +110,7 @@ def _check_vocab(settings: GenerationSettings, vocab: int) -> None:
 def greedy_with(model, src: torch.Tensor, settings: GenerationSettings) -> torch.Tensor:
     """(B, Ls) -> (B, T) new tokens (the start token left out), each the most likely
     after the rules; the pad id after a sequence's end."""
-    step = _Stepper(model, *_start(model, src), True)
+    step = _Stepper(model, *_start(model, src), True, steps=settings.max_length - 1)
     tokens = torch.full((src.shape[0], 1), settings.start_id, dtype=torch.long,
                         device=src.device)
     eos = torch.tensor(settings.eos_ids, device=src.device)
@@ -148,7 +148,8 @@ def beam_with(model, src: torch.Tensor, settings: GenerationSettings) -> torch.T
     lp, stop_early = settings.length_penalty, settings.early_stopping
     eos = torch.tensor(settings.eos_ids, device=device)
     keep = max(2, 1 + len(settings.eos_ids)) * k  # candidates looked at per source
-    step = _Stepper(model, *_start(model, src), True, beams=k)
+    step = _Stepper(model, *_start(model, src), True, beams=k,
+                    steps=settings.max_length - 1)
     running = torch.full((bsz, k, 1), settings.start_id, dtype=torch.long, device=device)
     running_scores = torch.zeros(bsz, k, device=device)
     running_scores[:, 1:] = NEG  # the beams start equal: only the first one counts

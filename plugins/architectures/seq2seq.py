@@ -136,6 +136,11 @@ class Seq2Seq(nn.Module):
     gradient_checkpointing = False
     """Recompute each block in the backward pass instead of keeping its activations."""
 
+    static_decoding = True
+    """Decode through :class:`~zoo.plugins.architectures.static_decoder.StaticDecoder`
+    (fixed buffers, one product for self-attention's q, k and v) when every part of the
+    decoder allows it; False always takes the general path (the same tokens)."""
+
     def __init__(self, settings: Seq2SeqSettings, parts) -> None:
         super().__init__()
         s = self.settings = settings
@@ -245,6 +250,17 @@ class Seq2Seq(nn.Module):
         if self.output_scale is not None:
             x = x * self.output_scale
         return self.lm_head(x)
+
+    def static_decoder(self, memory: torch.Tensor, memory_padding_mask: torch.Tensor | None,
+                       *, groups: int, length: int):
+        """A :class:`~zoo.plugins.architectures.static_decoder.StaticDecoder` over
+        ``memory`` for ``groups`` rows per source and at most ``length`` steps, or None
+        when ``static_decoding`` is off or a part of the decoder needs the general path."""
+        from .static_decoder import StaticDecoder, plain_decoder
+
+        if not self.static_decoding or not plain_decoder(self):
+            return None
+        return StaticDecoder(self, memory, memory_padding_mask, groups=groups, length=length)
 
     def init_cache(self) -> DecoderCache:
         """An empty cache for incremental decoding with :meth:`decode`."""

@@ -28,6 +28,7 @@ class VanillaAttention(MultiHeadAttention):
 
     Settings = VanillaSettings
     groups_queries = True  # cross-attention's queries are independent of one another
+    softmax_attention = True  # _attend below is softmax attention over every key
 
     def __init__(self, settings: VanillaSettings | None, **kwargs) -> None:
         settings = settings or VanillaSettings()

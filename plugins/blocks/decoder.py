@@ -17,6 +17,13 @@ from zoo.plugin import Dropout
 class DecoderBlock(nn.Module):
     """Masked self-attention, encoder-decoder attention and feed-forward sublayers."""
 
+    static_layout = True
+    """``forward`` is exactly: ``self_attn``, ``cross_attn`` and ``ffn`` in turn, each
+    added to its input and normed by ``norm1``, ``norm2``, ``norm3`` (after the sum, or
+    before the sublayer when ``norm_first``), dropout aside. The seq2seq architecture's
+    static decoder writes the same step out; a subclass that changes ``forward``
+    says so again, or decodes by the general path."""
+
     def __init__(
         self,
         settings: None = None,

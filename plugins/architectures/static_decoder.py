@@ -1,0 +1,208 @@
+"""Decoding steps of the seq2seq architecture in preallocated buffers, with
+self-attention's queries, keys and values in one product.
+
+A decoding step of the general path (:class:`zoo.plugin.DecoderCache`, each
+attention's ``forward``) is thousands of small operators and module calls: at one
+sentence a step, their overhead costs about as much as the products themselves.
+When every part of the decoder says it is plain (below), the step is written out
+here instead, over the same parameters and modules:
+
+- each layer's self-attention keys and values go into buffers of fixed size,
+  allocated once for the longest output (rows x heads x length x head width);
+- the queries, keys and values of self-attention come from one product, of a
+  weight that joins ``q_proj`` and ``kv_proj`` (made once and kept while those
+  weights stay the same);
+- the encoder's output is projected for cross-attention once, one row per source,
+  and the beams of a source attend to it together;
+- the norms, the feed-forward networks, the embeddings and the output are the
+  model's own modules, called as they are.
+
+Plain means: the decoder block's ``forward`` is the paper's layout (``static_layout``,
+see :class:`zoo.plugins.blocks.decoder.DecoderBlock`), each attention's ``_attend``
+is softmax attention over every key (``softmax_attention``, see
+:class:`zoo.plugin.MultiHeadAttention`), and positions act on the embeddings or
+rotate queries and keys. Anything else (ALiBi, relative positions, a mechanism of its
+own, recorded attention maps, training mode) decodes by the general path, which
+gives the same tokens.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch import nn
+
+from zoo.plugin import Linear
+
+
+def _declares(module: nn.Module, flag: str, method: str) -> bool:
+    """True when the class that writes ``method`` of ``module`` also sets ``flag`` True:
+    a subclass that rewrites the method without saying the flag again is not trusted."""
+    for cls in type(module).__mro__:
+        if method in cls.__dict__:
+            return bool(cls.__dict__.get(flag, False))
+    return False
+
+
+def plain_decoder(model: nn.Module) -> bool:
+    """True when :class:`StaticDecoder` may run ``model``'s decoder (see the module)."""
+    if model.training:
+        return False
+    for block in model.decoder.layers:
+        if not _declares(block, "static_layout", "forward"):
+            return False
+        for attn in (block.self_attn, block.cross_attn):
+            if not _declares(attn, "softmax_attention", "_attend") or attn.record_weights:
+                return False
+        if block.self_attn.position_kind not in (None, "rotary"):
+            return False
+    return True
+
+
+_FUSED: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def fused_qkv(attn: nn.Module) -> nn.Module | None:
+    """One linear layer giving [q | k | v] of a self-attention whose ``q_proj`` and
+    ``kv_proj`` are plain linear layers (None otherwise: int8 layers stay apart). It is
+    made once and made again when either weight changes; it holds copies, so it is
+    never trained or saved."""
+    q, kv = attn.q_proj, attn.kv_proj
+    if type(q) is not Linear or type(kv) is not Linear or (q.bias is None) != (kv.bias is None):
+        return None
+    key = tuple((p.data_ptr(), p._version) for p in (q.weight, kv.weight, q.bias, kv.bias)
+                if p is not None)
+    cached = _FUSED.get(attn)
+    if cached is None or cached[0] != key:
+        weight = torch.cat([q.weight.detach(), kv.weight.detach()])
+        fused = Linear(weight.shape[1], weight.shape[0], bias=q.bias is not None,
+                       device="meta")
+        fused.weight = nn.Parameter(weight, requires_grad=False)
+        if q.bias is not None:
+            fused.bias = nn.Parameter(torch.cat([q.bias.detach(), kv.bias.detach()]),
+                                      requires_grad=False)
+        fused.eval()
+        cached = (key, fused)
+        _FUSED[attn] = cached
+    return cached[1]
+
+
+def _scale(attn: nn.Module) -> float:
+    return attn.head_dim**-0.5 if attn.scale is None else float(attn.scale)
+
+
+def _softmax_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    keep: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q kᵀ) v with q already scaled; ``keep`` True where a key may be seen. The
+    weights are taken in fp32, as the eager kernel takes them."""
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), v)
+
+
+class _Layer:
+    """What one decoder layer keeps between steps."""
+
+    def __init__(self, block: nn.Module, memory: torch.Tensor, rows: int, length: int) -> None:
+        self.block = block
+        self.fused = fused_qkv(block.self_attn)
+        cross = block.cross_attn
+        k, v = cross.kv_proj(memory).chunk(2, dim=-1)
+        s, ls = memory.shape[:2]
+        # (sources, heads, source length, head width), laid out once
+        self.cross_k = k.view(s, ls, cross.n_heads, cross.head_dim).transpose(1, 2).contiguous()
+        self.cross_v = v.view(s, ls, cross.n_heads, cross.head_dim).transpose(1, 2).contiguous()
+        attn = block.self_attn
+        shape = (rows, attn.n_heads, length, attn.head_dim)
+        self.k = self.cross_k.new_empty(shape)
+        self.v = self.cross_v.new_empty(shape)
+
+
+class StaticDecoder:
+    """Next-token logits, one step at a time, for ``sources`` x ``groups`` rows (the
+    beams of each source are consecutive rows), for at most ``length`` steps.
+
+    ``memory`` (sources, Ls, d) is the encoder's output and ``memory_mask`` (sources,
+    Ls) True at its padding. :meth:`__call__` takes the new tokens (rows, 1) and
+    returns logits (rows, 1, vocab); :meth:`reorder` keeps rows as a beam search does,
+    each moved only among the beams of its own source."""
+
+    def __init__(self, model: nn.Module, memory: torch.Tensor,
+                 memory_mask: torch.Tensor | None, *, groups: int, length: int) -> None:
+        self.model, self.groups, self.length = model, groups, length
+        self.sources = memory.shape[0]
+        self.rows = self.sources * groups
+        self.filled = 0
+        self.keep = None if memory_mask is None else ~memory_mask[:, None, None, :]
+        self.layers = [_Layer(block, memory, self.rows, length)
+                       for block in model.decoder.layers]
+
+    # -- one step -------------------------------------------------------------------------------
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        m, pos = self.model, self.filled
+        if pos >= self.length:
+            raise ValueError(f"the decoder's buffers hold {self.length} steps; "
+                             "make a StaticDecoder with a larger length")
+        x = m._embed(m.tgt_embed, m.decoder, m.positional, tokens, pos)
+        for layer in self.layers:
+            x = self._layer(layer, x, pos)
+        self.filled = pos + 1
+        if m.decoder.norm is not None:
+            x = m.decoder.norm(x)
+        if m.output_scale is not None:
+            x = x * m.output_scale
+        return m.lm_head(x)
+
+    def _layer(self, layer: _Layer, x: torch.Tensor, pos: int) -> torch.Tensor:
+        block = layer.block
+        if block.norm_first:
+            x = x + self._self_attention(layer, block.norm1(x), pos)
+            x = x + self._cross_attention(layer, block.norm2(x))
+            return x + block.ffn(block.norm3(x))
+        x = block.norm1(x + self._self_attention(layer, x, pos))
+        x = block.norm2(x + self._cross_attention(layer, x))
+        return block.norm3(x + block.ffn(x))
+
+    def _self_attention(self, layer: _Layer, h: torch.Tensor, pos: int) -> torch.Tensor:
+        attn = layer.block.self_attn
+        rows, heads, width = h.shape[0], attn.n_heads, attn.head_dim
+        if layer.fused is not None:
+            q, k, v = layer.fused(h).view(rows, 3, heads, width).unbind(1)
+        else:
+            q = attn.q_proj(h).view(rows, heads, width)
+            k, v = attn.kv_proj(h).view(rows, 2, heads, width).unbind(1)
+        q, k = q[:, :, None], k[:, :, None]  # (rows, heads, 1, width)
+        if attn.position_kind == "rotary":
+            at = torch.tensor([pos], device=h.device)
+            q, k = attn.positional.rotate(q, at), attn.positional.rotate(k, at)
+        layer.k[:, :, pos: pos + 1] = k
+        layer.v[:, :, pos: pos + 1] = v[:, :, None]
+        out = _softmax_attend(q * _scale(attn), layer.k[:, :, : pos + 1],
+                              layer.v[:, :, : pos + 1])
+        return attn.out_proj(out.view(rows, 1, attn.inner_dim))
+
+    def _cross_attention(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+        attn = layer.block.cross_attn
+        s, g, heads, width = self.sources, self.groups, attn.n_heads, attn.head_dim
+        # the beams of a source are one longer query sequence over its keys
+        q = attn.q_proj(h).view(s, g, heads, width).transpose(1, 2) * _scale(attn)
+        out = _softmax_attend(q, layer.cross_k, layer.cross_v, self.keep)  # (s, heads, g, width)
+        return attn.out_proj(out.transpose(1, 2).reshape(self.rows, 1, attn.inner_dim))
+
+    # -- beams ----------------------------------------------------------------------------------
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows ``index`` (each taken from a row of the same source). Only the rows
+        that change are copied: in a beam search's usual step most beams go on from
+        themselves."""
+        n = self.filled
+        moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().flatten()
+        if not moved.numel():
+            return
+        sources = index.index_select(0, moved)
+        for layer in self.layers:
+            for buf in (layer.k, layer.v):
+                filled = buf[:, :, :n]
+                # every source row is read before any is written (a row may be both)
+                filled.index_copy_(0, moved, filled.index_select(0, sources))

@@ -1,0 +1,147 @@
+"""The seq2seq architecture's static decoder (fixed buffers, one product for q, k and v)
+gives what the general path gives (DecoderCache through each attention's forward), and
+steps aside whenever a part of the decoder is not plain."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.decoding import beam_search, greedy
+from zoo.generation import GenerationSettings, generate_with
+from zoo.plugins.architectures.static_decoder import StaticDecoder, fused_qkv, plain_decoder
+from zoo.quantization import quantize
+
+BOS, EOS = 1, 2
+
+
+def tiny(vocab=16, **kw):
+    torch.manual_seed(0)
+    model = zoo.build("transformer-tiny", vocab_size=vocab, dropout=0.0, **kw).eval()
+    with torch.no_grad():  # a sharper, less uniform distribution than at initialisation
+        for p in model.parameters():
+            p.mul_(1.5)
+    return model
+
+
+def both_paths(model, run):
+    """run() through the static decoder, then through the general path."""
+    assert plain_decoder(model)
+    model.static_decoding = True
+    static = run()
+    model.static_decoding = False
+    try:
+        return static, run()
+    finally:
+        del model.static_decoding
+
+
+def source(vocab=16):
+    src = torch.randint(3, vocab, (3, 7), generator=torch.Generator().manual_seed(1))
+    src[1, 4:] = 0  # padding
+    return src
+
+
+VARIANTS = [
+    {},
+    {"norm_placement": "pre"},
+    {"positional": "rope"},
+    {"positional": "learned"},
+    {"ffn": "swiglu", "norm": "rmsnorm"},
+    {"attention": {"name": "vanilla", "settings": {"bias": False, "scale": 0.3}},
+     "cross_attention": {"name": "vanilla", "settings": {"bias": False}}},
+    {"share_embeddings": False, "tie_output": False, "output_bias": True,
+     "scale_output": True, "embedding_norm": True},
+    {"head_dim": 8, "kernel": "eager"},
+]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=lambda o: ",".join(o) or "base")
+def test_static_steps_give_the_general_paths_logits_and_tokens(overrides):
+    model = tiny(**overrides)
+    src = source()
+    memory, mask = model.encode(src), model.padding_mask(src)
+    steps = torch.randint(3, 16, (3, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        static = StaticDecoder(model, memory, mask, groups=1, length=6)
+        cache = model.init_cache()
+        for t in range(6):
+            a = static(steps[:, t:t + 1])
+            b = model.decode(steps[:, t:t + 1], memory, mask, cache=cache)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    g = both_paths(model, lambda: greedy(model, src, max_new_tokens=10, bos_id=BOS, eos_id=EOS))
+    assert torch.equal(*g)
+    beams = both_paths(model, lambda: beam_search(model, src, beam_size=3, max_new_tokens=8,
+                                                 bos_id=BOS, eos_id=EOS, return_scores=True))
+    assert torch.equal(beams[0][0], beams[1][0])
+    torch.testing.assert_close(beams[0][1], beams[1][1], rtol=1e-5, atol=1e-5)
+
+
+def test_beams_reordered_in_the_buffers_equal_the_general_caches():
+    # a beam search moves rows among the beams of each source at every step
+    model = tiny(vocab=12)
+    src = source(12)
+    settings = GenerationSettings(start_id=0, eos_ids=(EOS,), pad_id=0, max_length=9,
+                                  num_beams=4, length_penalty=0.7)
+    a, b = both_paths(model, lambda: generate_with(model, src, settings))
+    assert torch.equal(a, b)
+    a, b = both_paths(model, lambda: generate_with(model, src, settings, num_beams=1))
+    assert torch.equal(a, b)
+
+
+def test_int8_layers_decode_statically_without_a_fused_product():
+    model = quantize(tiny())
+    assert fused_qkv(model.decoder.layers[0].self_attn) is None
+    src = source()
+    a, b = both_paths(model, lambda: beam_search(model, src, beam_size=3, max_new_tokens=8,
+                                                 bos_id=BOS, eos_id=EOS))
+    assert torch.equal(a, b)
+
+
+def test_the_fused_product_follows_the_weights():
+    model = tiny()
+    attn = model.decoder.layers[0].self_attn
+    first = fused_qkv(attn)
+    assert fused_qkv(attn) is first  # kept while the weights stay
+    src = source()
+    before = greedy(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS)
+    with torch.no_grad():
+        attn.kv_proj.weight.mul_(-2.0)
+    assert fused_qkv(attn) is not first
+    torch.testing.assert_close(fused_qkv(attn).weight[attn.inner_dim:], attn.kv_proj.weight)
+    a, b = both_paths(model, lambda: greedy(model, src, max_new_tokens=8, bos_id=BOS,
+                                            eos_id=EOS))
+    assert torch.equal(a, b) and not torch.equal(a, before)
+    assert not any("fused" in k for k in model.state_dict())
+
+
+def test_parts_that_are_not_plain_take_the_general_path():
+    assert not plain_decoder(tiny(positional="alibi"))
+    assert not plain_decoder(tiny(attention="linear"))
+    model = tiny()
+    model.decoder.layers[1].self_attn.record_weights = True
+    assert not plain_decoder(model)
+    assert not plain_decoder(tiny().train())
+    # a subclass of the plain mechanism that rewrites _attend and says nothing
+    vanilla = type(tiny().decoder.layers[0].self_attn)
+    Peeking = type("Peeking", (vanilla,), {"_attend": vanilla._attend})
+    model = tiny()
+    model.decoder.layers[0].cross_attn.__class__ = Peeking
+    assert not plain_decoder(model)
+    model = tiny()
+    src = source()
+    memory = model.encode(src)
+    model.static_decoding = False
+    assert model.static_decoder(memory, None, groups=1, length=4) is None
+
+
+def test_a_step_past_the_buffers_is_refused():
+    model = tiny()
+    src = source()
+    decoder = model.static_decoder(model.encode(src), None, groups=1, length=2)
+    with torch.no_grad():
+        decoder(torch.full((3, 1), BOS))
+        decoder(torch.full((3, 1), BOS))
+        with pytest.raises(ValueError, match="hold 2 steps"):
+            decoder(torch.full((3, 1), BOS))
