@@ -8,12 +8,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-import torch
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Tests run in two worker processes side by side (pyproject's -n 2): one thread
+    # each, and OpenMP threads that sleep soon, so that neither slows the other down
+    # (docs/training.md, "Training beside another run"). Subprocesses inherit both.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from zoo.registry import registry
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests first, so that the two workers end together rather than one
+    finishing a minutes-long training alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

