@@ -202,14 +202,20 @@ def test_the_zoo_command_calms_openmp_unless_told_otherwise():
     assert settings["GOMP_SPINCOUNT"] is None and settings["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
-def test_translating_and_benchmarking_keep_openmps_spinning():
+def test_openmp_spins_for_translating_benchmarking_and_training_alone():
     from zoo.cli import _calm_openmp
 
-    for argv, calmed in ((["train", "sort"], True), (["translate", "runs/x", "Hallo"], False),
-                         (["bench", "decode"], False), (["--version"], True)):
+    idle, busy = (lambda: 0.1), (lambda: 1.6)
+    for argv, load, calmed in ((["train", "sort"], idle, False), (["train", "sort"], busy, True),
+                               (["experiment", "norms"], busy, True),
+                               (["translate", "runs/x", "Hallo"], busy, False),
+                               (["bench", "decode"], busy, False), (["--version"], idle, True)):
         environ: dict = {}
-        _calm_openmp(argv, environ)
+        _calm_openmp(argv, environ, load)
         assert (environ.get("GOMP_SPINCOUNT") == "1000") == calmed, argv
+    environ = {"GOMP_SPINCOUNT": "5"}
+    _calm_openmp(["train", "sort"], environ, busy)
+    assert environ == {"GOMP_SPINCOUNT": "5"}  # the user's own setting stands
 
 
 def test_zoo_train_takes_threads(tmp_path):
