@@ -9,10 +9,17 @@ import sys
 from pathlib import Path
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # Tests run in two worker processes side by side (pyproject's -n 2): one thread
-    # each, and OpenMP threads that sleep soon, so that neither slows the other down
-    # (docs/training.md, "Training beside another run"). Subprocesses inherit both.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Tests run in two worker processes side by side (pyproject's -n 2), each on cores
+    # of its own (worker i takes every n-th core), with OpenMP threads that sleep soon:
+    # a test that asks for a thread per core (zoo.train does) then gets its worker's
+    # cores, and neither worker slows the other down (docs/training.md, "Training
+    # beside another run"). Subprocesses inherit the cores and the settings.
+    _index = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
+    _count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    _cpus = sorted(os.sched_getaffinity(0))
+    _mine = {c for i, c in enumerate(_cpus) if i % _count == _index % _count} or set(_cpus)
+    os.sched_setaffinity(0, _mine)
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(_mine)))
     os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import pytest  # noqa: E402
@@ -23,10 +30,17 @@ from zoo.registry import registry
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def pytest_collection_modifyitems(items):
-    """The slow tests first, so that the two workers end together rather than one
+def _expected_seconds(item) -> float:
+    """A slow test's ``@pytest.mark.slow(seconds=N)`` (30 when it names none); 0 for the
+    others."""
+    mark = item.get_closest_marker("slow")
+    return 0.0 if mark is None else float(mark.kwargs.get("seconds", 30))
+
+
+def _longest_first(items) -> None:
+    """The longest tests first, so that the two workers end together rather than one
     finishing a minutes-long training alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(key=lambda item: -_expected_seconds(item))
 
 
 @pytest.fixture(autouse=True)
@@ -91,6 +105,7 @@ def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | No
 
 
 def pytest_collection_modifyitems(config, items):
+    _longest_first(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

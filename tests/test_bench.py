@@ -78,6 +78,7 @@ def _bench(tmp_path, *args):
     return result.stdout, rows
 
 
+@pytest.mark.slow(seconds=55)
 def test_bench_train_runs_zoo_and_both_peers_side_by_side(tmp_path):
     stdout, rows = _bench(tmp_path, "train", "--batch", "2", "--length", "8", "--vocab", "64",
                           "--dtypes", "fp32,bf16")
@@ -91,6 +92,7 @@ def test_bench_train_runs_zoo_and_both_peers_side_by_side(tmp_path):
     assert "zoo/impl" in stdout and "matmul peak" in stdout
 
 
+@pytest.mark.slow(seconds=50)
 def test_bench_decode_and_vit(tmp_path):
     stdout, rows = _bench(tmp_path, "decode", "--batch", "2", "--length", "6", "--new-tokens",
                           "3", "--vocab", "64", "--dtypes", "fp32,int8", "--latency", "5,4")

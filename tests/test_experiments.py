@@ -79,14 +79,14 @@ def test_heads(tmp_path):
     assert [r["head dim"] for r in report.rows] == [32, 16, 8, 4, 2]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=75)
 def test_norms(tmp_path):
     report = _run("norms", tmp_path, 10, TINY_SORT)
     assert len(report.rows) == 5
     assert all(r["RMSNorm / LayerNorm"] > 0 for r in report.rows)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 def test_pre_post(tmp_path):
     report = _run("pre-post", tmp_path, 10, TINY_SORT)
     assert [(r["norm"], r["peak lr"], r["warmup steps"]) for r in report.rows] == [

@@ -733,7 +733,7 @@ def _torchrun(out: Path, *extra: str, signal_at: int | None = None, sig: int = 9
     return done, (ended - signalled[0]) if signalled else 0.0
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=45)
 def test_a_worker_killed_under_torchrun_with_restarts_resumes_by_itself(tmp_path):
     whole, _ = _torchrun(tmp_path / "whole", port=29582)
     assert whole.returncode == 0, whole.stderr[-3000:]

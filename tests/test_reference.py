@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "translate_reference.py"
 
 
 @needs_trans
-@pytest.mark.slow
+@pytest.mark.slow(seconds=90)
 def test_reference_trainer_runs_beside_zoo_at_a_half_minute_budget(tmp_path, capsys):
     pytest.importorskip("accelerate")
     spec = importlib.util.spec_from_file_location("translate_reference", SCRIPT)

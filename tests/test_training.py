@@ -452,7 +452,7 @@ def test_fashion_mnist_is_the_full_set():
 
 
 @needs_trans
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 def test_translation_pipeline_learns(tmp_path):
     result = zoo.train("translate-de-en", run_dir=tmp_path / "t", progress=False, overrides={
         "task.max_train": 3000, "task.vocab_size": 1000, "task.valid_size": 100,
@@ -483,7 +483,7 @@ def test_translation_pipeline_learns(tmp_path):
 
 
 @needs_fashion
-@pytest.mark.slow
+@pytest.mark.slow(seconds=80)
 def test_fashion_mnist_vit_learns_in_two_short_epochs(tmp_path):
     result = zoo.train("fashion-mnist-vit", run_dir=tmp_path / "f", progress=False, overrides={
         "task.max_train": 12000, "train.epochs": 2, "schedule.warmup_steps": 20,
@@ -491,7 +491,7 @@ def test_fashion_mnist_vit_learns_in_two_short_epochs(tmp_path):
     assert result.metrics["accuracy"] > 0.72  # chance is 0.10
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=220)
 def test_zoo_train_sort_reaches_the_articles_accuracy(tmp_path):
     """The README's main job, with the article's settings: 99.9% held-out token accuracy
     within 50 epochs (the run stops once validation reaches 99.95%)."""
