@@ -7,22 +7,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-import zoo
 from zoo.decoding import beam_search, greedy
 from zoo.generation import GenerationSettings, generate_with
 from zoo.plugins.architectures.static_decoder import StaticDecoder, fused_qkv, plain_decoder
 from zoo.quantization import quantize
 
-BOS, EOS = 1, 2
+from .test_decoding import BOS, EOS
+from .test_decoding import tiny as tiny_of
 
 
 def tiny(vocab=16, **kw):
-    torch.manual_seed(0)
-    model = zoo.build("transformer-tiny", vocab_size=vocab, dropout=0.0, **kw).eval()
-    with torch.no_grad():  # a sharper, less uniform distribution than at initialisation
-        for p in model.parameters():
-            p.mul_(1.5)
-    return model
+    """test_decoding's sharpened transformer-tiny, with a vocabulary of 16 here."""
+    return tiny_of(vocab, **kw)
 
 
 def both_paths(model, run):

@@ -109,11 +109,11 @@ class MultiHeadAttention(nn.Module):
     row for every beam."""
 
     softmax_attention = False
-    """True when ``_attend`` is exactly softmax(scale · q·kᵀ, masked) · v over every key
-    (the paper's eq. 1 with ``self.scale``), positions aside: a decoder may then run
-    its steps without calling ``_attend`` (the seq2seq architecture's static decoder).
-    Set it beside the ``_attend`` it speaks for: a subclass that rewrites ``_attend``
-    without setting it again is taken as not plain."""
+    """True when ``_attend`` is exactly ``_dense`` over every key with the causal and
+    padding masks (softmax(scale · q·kᵀ) · v, the paper's eq. 1): a decoder may then run
+    its steps calling ``_dense`` itself, on keys and values it keeps (the seq2seq
+    architecture's static decoder). Set it beside the ``_attend`` it speaks for: a
+    subclass that rewrites ``_attend`` without setting it again is taken as not plain."""
 
     def __init__(
         self,

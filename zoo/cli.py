@@ -37,7 +37,6 @@ def _parse_sets(pairs: list[str]) -> dict[str, Any]:
 def _width() -> int | None:
     """The columns a table may use: ``COLUMNS`` when set, the terminal's width when
     standard output is one, else no limit (a pipe or a file gets every character)."""
-    import os
     import shutil
 
     if os.environ.get("COLUMNS", "").isdigit():
@@ -610,9 +609,10 @@ def _calm_openmp(argv: list[str], environ: dict, busy=None) -> None:
     with AVX2, fashion-mnist-vit's step was 1.45 times slower and sort's 1.35 times.
 
     So ``zoo translate`` and ``zoo bench`` always keep the spinning; ``zoo train`` and
-    ``zoo experiment`` keep it when other processes keep less than 0.75 of a core busy
-    (``busy()``, measured for a quarter of a second; a run started beside one calms
-    itself and takes the free cores); other commands calm it. A GOMP_SPINCOUNT or
+    ``zoo experiment`` keep it when other processes keep less than ``BUSY_CORE`` (0.75)
+    of a core busy (``busy()``, by default :func:`zoo.hardware.cores_busy` over a
+    quarter of a second; a run started beside one calms itself and takes the free
+    cores); other commands calm it. A GOMP_SPINCOUNT or
     OMP_WAIT_POLICY of your own is left as it is."""
     if "GOMP_SPINCOUNT" in environ or "OMP_WAIT_POLICY" in environ:
         return
@@ -620,11 +620,9 @@ def _calm_openmp(argv: list[str], environ: dict, busy=None) -> None:
     if command in SPINNING_COMMANDS:
         return
     if command in TRAINING_COMMANDS:
-        if busy is None:
-            from .hardware import cpu_busy
+        from .hardware import BUSY_CORE, cores_busy
 
-            busy = lambda: cpu_busy(0.25) * (os.cpu_count() or 1)  # noqa: E731
-        if busy() < 0.75:
+        if (busy or cores_busy)() < BUSY_CORE:
             return
     environ["GOMP_SPINCOUNT"] = "1000"
 
@@ -632,8 +630,6 @@ def _calm_openmp(argv: list[str], environ: dict, busy=None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run ``zoo``; zoo's own errors print one line and exit 2."""
     if "torch" not in sys.modules:
-        import os
-
         _calm_openmp(sys.argv[1:] if argv is None else argv, os.environ)
     parser = make_parser()
     args = parser.parse_args(argv)
@@ -648,8 +644,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zoo: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `zoo list | head -1`: the reader has all it wanted
-        import os
-
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush cannot fail again
         return 0

@@ -176,6 +176,16 @@ def cpu_busy(interval: float = 0.5) -> float:
     return 0.0 if total <= 0 else 1.0 - (idle1 - idle0) / total
 
 
+BUSY_CORE = 0.75
+"""How much of a core other processes must keep busy for it to count as taken."""
+
+
+def cores_busy(interval: float = 0.25) -> float:
+    """How many of the machine's cores other processes keep busy, measured for
+    ``interval`` seconds (:func:`cpu_busy` times the cores)."""
+    return cpu_busy(interval) * (os.cpu_count() or 1)
+
+
 @functools.lru_cache(maxsize=1)
 def detect() -> Hardware:
     """This machine (read once per process)."""

@@ -14,6 +14,8 @@ here instead, over the same parameters and modules:
   weights stay the same);
 - the encoder's output is projected for cross-attention once, one row per source,
   and the beams of a source attend to it together;
+- the scores go through each attention's own ``_dense`` (its scale, its kernel), as
+  the general path's ``_attend`` sends them;
 - the norms, the feed-forward networks, the embeddings and the output are the
   model's own modules, called as they are.
 
@@ -88,32 +90,15 @@ def fused_qkv(attn: nn.Module) -> nn.Module | None:
     return cached[1]
 
 
-def _scale(attn: nn.Module) -> float:
-    return attn.head_dim**-0.5 if attn.scale is None else float(attn.scale)
-
-
-def _softmax_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    keep: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q kᵀ) v with q already scaled; ``keep`` True where a key may be seen. The
-    weights are taken in fp32, as the eager kernel takes them."""
-    scores = torch.matmul(q, k.transpose(-2, -1))
-    if keep is not None:
-        scores = scores.masked_fill(~keep, float("-inf"))
-    return torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), v)
-
-
 class _Layer:
     """What one decoder layer keeps between steps."""
 
     def __init__(self, block: nn.Module, memory: torch.Tensor, rows: int, length: int) -> None:
         self.block = block
         self.fused = fused_qkv(block.self_attn)
-        cross = block.cross_attn
-        k, v = cross.kv_proj(memory).chunk(2, dim=-1)
-        s, ls = memory.shape[:2]
+        k, v = block.cross_attn._keys_values(memory)
         # (sources, heads, source length, head width), laid out once
-        self.cross_k = k.view(s, ls, cross.n_heads, cross.head_dim).transpose(1, 2).contiguous()
-        self.cross_v = v.view(s, ls, cross.n_heads, cross.head_dim).transpose(1, 2).contiguous()
+        self.cross_k, self.cross_v = k.contiguous(), v.contiguous()
         attn = block.self_attn
         shape = (rows, attn.n_heads, length, attn.head_dim)
         self.k = self.cross_k.new_empty(shape)
@@ -179,16 +164,16 @@ class StaticDecoder:
             q, k = attn.positional.rotate(q, at), attn.positional.rotate(k, at)
         layer.k[:, :, pos: pos + 1] = k
         layer.v[:, :, pos: pos + 1] = v[:, :, None]
-        out = _softmax_attend(q * _scale(attn), layer.k[:, :, : pos + 1],
-                              layer.v[:, :, : pos + 1])
+        out = attn._dense(q, layer.k[:, :, : pos + 1], layer.v[:, :, : pos + 1], None,
+                          offset=pos)
         return attn.out_proj(out.view(rows, 1, attn.inner_dim))
 
     def _cross_attention(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
         attn = layer.block.cross_attn
         s, g, heads, width = self.sources, self.groups, attn.n_heads, attn.head_dim
         # the beams of a source are one longer query sequence over its keys
-        q = attn.q_proj(h).view(s, g, heads, width).transpose(1, 2) * _scale(attn)
-        out = _softmax_attend(q, layer.cross_k, layer.cross_v, self.keep)  # (s, heads, g, width)
+        q = attn.q_proj(h).view(s, g, heads, width).transpose(1, 2)
+        out = attn._dense(q, layer.cross_k, layer.cross_v, self.keep)  # (s, heads, g, width)
         return attn.out_proj(out.transpose(1, 2).reshape(self.rows, 1, attn.inner_dim))
 
     # -- beams ----------------------------------------------------------------------------------

@@ -27,8 +27,6 @@ def check(recipe: TrainRecipe) -> None:
     resolve(get_recipe(recipe.model.recipe), dict(recipe.model.overrides))
 
 
-BUSY_CORE = 0.75
-"""How much of a core other processes must keep busy for it to count as taken."""
 
 
 def set_threads(threads: int | None, device: torch.device) -> int:
@@ -43,8 +41,8 @@ def set_threads(threads: int | None, device: torch.device) -> int:
     cores = hardware.detect().cpu.cores
     chosen = threads or cores
     if threads is None and cores > 1:
-        taken = hardware.cpu_busy(0.25) * (os.cpu_count() or cores)
-        free = max(1, cores - int(taken + 1 - BUSY_CORE))
+        taken = hardware.cores_busy(0.25)
+        free = max(1, cores - int(taken + 1 - hardware.BUSY_CORE))
         if free < cores:
             warnings.warn(
                 f"other processes keep {taken:.1f} of this machine's {cores} cores busy: "
