@@ -189,6 +189,26 @@ def test_threads_drop_when_other_processes_keep_cores_busy(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_a_process_of_a_torchrun_job_takes_its_share_of_the_cores(monkeypatch):
+    import torch
+
+    from zoo.training.loop import set_threads
+
+    four = dataclasses.replace(REAL.cpu, cores=4)
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.Hardware(cpu=four))
+    # its siblings keep the cores busy: that is no reason to take fewer than its share
+    monkeypatch.setattr(hardware, "cpu_busy", lambda interval=0.5: 0.99)
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+        assert set_threads(None, torch.device("cpu")) == 2 == torch.get_num_threads()
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # more processes than cores
+        assert set_threads(None, torch.device("cpu")) == 1 == torch.get_num_threads()
+        assert set_threads(3, torch.device("cpu")) == 3  # asked for: no second-guessing
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_the_zoo_command_calms_openmp_unless_told_otherwise():
     import os
 

@@ -326,6 +326,43 @@ def test_ddp_with_two_processes_equals_accumulation_in_one(tmp_path):
     assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
 
 
+_LATE_START = """
+import json, sys, time
+import torch
+from zoo.training import loop
+recipe = loop.recipe_to_run("sort", json.loads(sys.argv[2]), None)
+trainer = loop.Trainer.open(recipe, run_dir=sys.argv[1], resume=None, device=torch.device("cpu"))
+trainer.wrap_model()
+if trainer.dist.rank == 1:
+    time.sleep(2)  # this process starts its clock two seconds after the other one
+trainer.run(progress=False, stop_after_steps=None)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_stop_together_on_one_clock(tmp_path):
+    """Under a time limit, with the schedule over time: each process has its own clock,
+    and here one starts two seconds after the other. They agree on one clock at every
+    step, so they stop at the same step (one stopping alone would leave the other
+    waiting in a collective) and follow the same learning rate."""
+    sets = {**TINY, "train.steps": 100000, "train.time_limit_minutes": 0.1,
+            "schedule.name": "cosine", "schedule.over": "time", "schedule.warmup_steps": 5,
+            "train.log_every": 20}
+    script = tmp_path / "late_start.py"
+    script.write_text(_LATE_START)
+    env = dict(os.environ, OMP_NUM_THREADS="1", ZOO_DIST_TIMEOUT="30")
+    job = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_port", "29578", str(script), str(tmp_path / "run"), json.dumps(sets)],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["stopped_early"] and 6 <= results["seconds"] < 30
+    assert 20 < results["step"] < 100000
+    lrs = [r["lr"] for r in rows(tmp_path / "run")]
+    assert lrs[-1] < 0.2 * max(lrs)  # the cosine ran its course over the time limit
+
+
 # -- tasks and their data ----------------------------------------------------------------------
 def test_sort_task_data():
     task = zoo.get_component("task", "sort").build({"seq_len": 6}, seed=0, workdir=None)
@@ -428,7 +465,7 @@ def test_lexicon_joins_the_training_split_only():
 
 @needs_fashion
 def test_fashion_mnist_resume_replays_the_same_augmentation(tmp_path):
-    common = {"task.max_train": 512, "task.shift": 2, "train.batch_size": 64,
+    common = {"task.max_train": 512, "task.shift": 2, "task.flip": True, "train.batch_size": 64,
               "train.steps": 12, "train.log_every": 1, "model.depth": 1,
               "schedule.over": "steps"}  # the recipe's rates follow the clock
     full = zoo.train("fashion-mnist-vit", overrides=common, run_dir=tmp_path / "full",

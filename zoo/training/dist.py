@@ -138,6 +138,14 @@ class Dist:
         self.dist.all_reduce(t)
         return float(t) / self.world
 
+    def max(self, values: list[float]) -> list[float]:
+        """The largest of each of ``values`` over the processes (one collective)."""
+        if self.world == 1:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return t.tolist()
+
     def barrier(self) -> None:
         """Wait for every process."""
         if self.world > 1:

@@ -234,9 +234,11 @@ class Trainer:
                 f"{recipe.accumulate * dist.world} micro-batches (accumulate x processes) it "
                 "is split into. Change batch_size or accumulate so that it divides "
                 f"{len(self.train_data)} examples better.")
-        self.optimizer = _optimizer(recipe.optimizer, model)
+        self.optimizer = _optimizer(recipe.optimizer, model,  # FSDP shards after this
+                                    fused=dist.world == 1 or recipe.distributed == "ddp")
         self.step, self.epoch, self.position, self.elapsed = 0, 0, 0, 0.0
         self.started = time.perf_counter()
+        self.agreed: float | None = None  # the processes' common clock, as of the last step
         self.scheduler = schedules.lambda_lr(self.optimizer, recipe.schedule, self.total,
                                              spent=self._time_spent)
         self.stopped_early = False
@@ -404,7 +406,7 @@ class Trainer:
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             losses.append(float(loss.detach()))
             window.units += units
-        self._stop_on_nonfinite(losses)
+        self._agree(losses)
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         if recipe.clip_norm:
@@ -425,13 +427,16 @@ class Trainer:
         if self.bar is not None:
             self.bar.update(1)
 
-    def _stop_on_nonfinite(self, losses: list[float]) -> None:
-        """A NaN or infinite loss stops the run before the step is applied, keeping the last
-        good checkpoint (with fp16, the gradient scaler skips such steps itself)."""
-        if self.scaler is not None:
-            return
+    def _agree(self, losses: list[float]) -> None:
+        """What the processes settle together at each step, in one collective: the clock
+        (the slowest process's, so that all follow the same schedule over time and stop at
+        the same step), and whether any loss is not finite. A NaN or infinite loss stops
+        the run before the step is applied, keeping the last good checkpoint (with fp16,
+        the gradient scaler skips such steps itself)."""
         bad = float(not all(math.isfinite(x) for x in losses))
-        if self.dist.mean(bad) == 0.0:
+        if self.dist.world > 1:
+            bad, self.agreed = self.dist.max([bad, self._own_seconds()])
+        if self.scaler is not None or bad == 0.0:
             return
         kept = latest_checkpoint(self.folder.path)
         raise TrainingError(
@@ -481,7 +486,11 @@ class Trainer:
         return self.seconds() / (limit * 60) if limit else 0.0
 
     def seconds(self) -> float:
-        """Training time so far, the time before a resume included."""
+        """Training time so far, the time before a resume included; with more than one
+        process, the clock they agreed on at the last step."""
+        return self._own_seconds() if self.agreed is None else self.agreed
+
+    def _own_seconds(self) -> float:
         return self.elapsed + time.perf_counter() - self.started
 
     def evaluate(self, split: str) -> dict[str, float]:

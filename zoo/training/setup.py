@@ -33,14 +33,17 @@ def set_threads(threads: int | None, device: torch.device) -> int:
     """Torch's intra-op threads for a run on the CPU: ``threads`` when given; else one per
     core this process may use, less the cores other processes keep busy (measured for a
     moment), with a warning. Two torch processes each with a thread per core slow each
-    other down many times over (benchmarks/train_under_load.py). Returns the number set."""
+    other down many times over (benchmarks/train_under_load.py). One of several
+    processes of a job on this machine (torchrun's ``LOCAL_WORLD_SIZE``) takes its share
+    of the cores instead. Returns the number set."""
     if device.type != "cpu":
         return torch.get_num_threads()
     if threads is not None and threads < 1:
         raise RecipeError(f"threads is a number of threads, 1 or more; got {threads}.")
     cores = hardware.detect().cpu.cores
-    chosen = threads or cores
-    if threads is None and cores > 1:
+    siblings = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    chosen = threads or max(1, cores // siblings)
+    if threads is None and siblings == 1 and cores > 1:
         taken = hardware.cores_busy(0.25)
         free = max(1, cores - int(taken + 1 - hardware.BUSY_CORE))
         if free < cores:
@@ -111,15 +114,21 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _optimizer(spec, model) -> torch.optim.Optimizer:
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+def _optimizer(spec, model, *, fused: bool = True) -> torch.optim.Optimizer:
+    """The recipe's optimizer; Adam and AdamW in PyTorch's fused kernel (one pass over each
+    parameter, where the default runs a dozen operators each) when ``fused`` and every
+    parameter is a floating-point tensor on the CPU or a CUDA device."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": spec.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     if spec.name == "sgd":
         return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum)
     cls = torch.optim.AdamW if spec.name == "adamw" else torch.optim.Adam
-    return cls(groups, lr=spec.lr, betas=spec.betas, eps=spec.eps)
+    fused = fused and all(p.is_floating_point() and p.device.type in ("cpu", "cuda")
+                          for p in params)
+    return cls(groups, lr=spec.lr, betas=spec.betas, eps=spec.eps, fused=fused or None)
 
 
 def _device(requested) -> torch.device:
