@@ -27,8 +27,6 @@ def check(recipe: TrainRecipe) -> None:
     resolve(get_recipe(recipe.model.recipe), dict(recipe.model.overrides))
 
 
-
-
 def set_threads(threads: int | None, device: torch.device) -> int:
     """Torch's intra-op threads for a run on the CPU: ``threads`` when given; else one per
     core this process may use, less the cores other processes keep busy (measured for a
