@@ -134,11 +134,13 @@ def test_bench_runs_under_a_forced_isa_in_a_process_of_its_own(tmp_path):
     assert rows[0]["context"]["isa"].startswith("ISA: torch dispatches AVX2")
 
 
-def test_the_timm_peer_is_built_from_the_recipes_sizes():
+@pytest.mark.parametrize("overrides", [{}, {"stem": "conv", "class_token": False,
+                                              "pool": "mean"}])  # fashion-mnist-vit's
+def test_the_timm_peer_is_built_from_the_recipes_sizes(overrides):
     import zoo
     from zoo.bench import peers
 
-    model = zoo.build("vit-tiny-patch4-28").eval()  # no timm model has this name
+    model = zoo.build("vit-tiny-patch4-28", **overrides).eval()  # no timm model has this name
     peer = peers.timm_vit(model).eval()
     assert sum(p.numel() for p in peer.parameters()) == sum(p.numel() for p in model.parameters())
     model.load_state_dict(zoo.convert_timm_vit(peer.state_dict()))

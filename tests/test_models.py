@@ -229,6 +229,56 @@ def test_vit_drop_path_is_timms():
                                    rtol=1e-5)
 
 
+def _timm_conv_stem_vit(patch_size: int, d_model: int, **sizes):
+    """timm's hybrid ViT over its ConvStem in Xiao et al.'s layout: 3x3 stride-2
+    convolutions with BatchNorm and ReLU, then a 1x1 convolution; no projection after."""
+    pytest.importorskip("timm")
+    from functools import partial
+
+    from timm.layers import HybridEmbed
+    from timm.models.vision_transformer import VisionTransformer
+    from timm.models.vision_transformer_hybrid import ConvStem
+
+    n = patch_size.bit_length() - 1
+    stem = ConvStem(in_chans=sizes["in_chans"], depth=n + 1,
+                    channels=tuple(d_model >> (n - 1 - i) for i in range(n)) + (d_model,),
+                    kernel_size=(3,) * n + (1,), stride=(2,) * n + (1,))
+    return VisionTransformer(
+        img_size=sizes["img_size"], patch_size=1, in_chans=sizes["in_chans"],
+        num_classes=10, embed_dim=d_model, depth=2, num_heads=4, mlp_ratio=2.0,
+        class_token=False, global_pool="avg", fc_norm=False,  # zoo norms before the mean
+        embed_layer=partial(HybridEmbed, backbone=stem, proj=False))
+
+
+@pytest.mark.parametrize("patch_size,image_size", [(4, 28), (8, 32)])
+def test_vit_conv_stem_is_timms_conv_stem(patch_size, image_size):
+    ref = _timm_conv_stem_vit(patch_size, 64, img_size=image_size, in_chans=1)
+    ours = zoo.build("vit-tiny-patch4-28", stem="conv", patch_size=patch_size,
+                     image_size=image_size, depth=2, class_token=False, pool="mean")
+    assert len(ours.patch_embed) == patch_size.bit_length()  # log2(patch) 3x3 and one 1x1
+    state = ref.state_dict()
+    with torch.no_grad():
+        for name, t in state.items():  # BatchNorm's statistics and timm's zeros made non-trivial
+            if t.is_floating_point():
+                t.add_(torch.rand_like(t) * 0.1 if name.endswith("running_var")
+                       else torch.randn_like(t) * 0.02)
+    ours.load_state_dict(zoo.convert_timm_vit(state), strict=True)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
+    images = torch.randn(6, 1, image_size, image_size)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(images), ref.eval()(images), atol=1e-5, rtol=1e-5)
+        # training: BatchNorm normalises by the batch and moves its statistics alike
+        torch.testing.assert_close(ours.train()(images), ref.train()(images), atol=1e-5,
+                                   rtol=1e-5)
+        torch.testing.assert_close(ours.patch_embed[0].bn.running_mean,
+                                   ref.patch_embed.backbone[0].bn.running_mean)
+
+
+def test_vit_conv_stem_wants_a_power_of_two_patch():
+    with pytest.raises(zoo.RecipeError, match="power of two"):
+        zoo.build("vit-tiny-patch4-28", stem="conv", patch_size=7)
+
+
 def test_drop_path_keeps_the_expectation_and_drops_whole_examples():
     from zoo.plugin import DropPath
 

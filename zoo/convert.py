@@ -19,6 +19,7 @@ _VIT_RENAMES = [
     (r"^blocks\.(\d+)\.(norm[12]\.(weight|bias))$", r"blocks.\1.\2"),
 ]
 _QKV = re.compile(r"^blocks\.(\d+)\.attn\.qkv\.(weight|bias)$")
+_STEM = re.compile(r"^patch_embed\.backbone\.(\d+)\.(conv|bn)\.(.+)$")
 
 
 def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -26,11 +27,19 @@ def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.
 
     timm's fused ``qkv`` projection is split into zoo's ``q_proj`` (the first
     third) and ``kv_proj`` (keys then values); ``pos_embed`` (1, N, d) becomes the
-    learned positions' (N, d) table. A key with no counterpart raises.
+    learned positions' (N, d) table; a hybrid's ``ConvStem`` (``patch_embed.backbone``,
+    3x3 convolutions with BatchNorm, then a 1x1) becomes ``stem: conv``'s layers. A key
+    with no counterpart raises.
     """
     out: dict[str, torch.Tensor] = {}
     unknown = []
+    normed = {m.group(1) for k in state_dict if (m := _STEM.match(k)) and m.group(2) == "bn"}
     for key, value in state_dict.items():
+        stem = _STEM.match(key)
+        if stem:  # timm's ConvStem: a layer with a norm keeps conv/bn; the last is the 1x1
+            index, part, rest = stem.groups()
+            out[f"patch_embed.{index}." + (f"{part}.{rest}" if index in normed else rest)] = value
+            continue
         match = _QKV.match(key)
         if match:
             layer, kind = match.groups()

@@ -188,11 +188,23 @@ def timm_vit(zoo_model: nn.Module) -> nn.Module:
     s = {**defaults, **s}
     eps = zoo_model.recipe.components.get("norm")
     eps = (eps.settings.get("eps", 1e-6) if eps is not None else 1e-6)
+    embed = {"patch_size": s["patch_size"]}
+    if s.get("stem", "patch") == "conv":  # zoo's conv stem is timm's ConvStem in this layout
+        from timm.layers import HybridEmbed
+        from timm.models.vision_transformer_hybrid import ConvStem
+
+        n, d = s["patch_size"].bit_length() - 1, s["d_model"]
+        stem = ConvStem(in_chans=s["in_chans"], depth=n + 1,
+                        channels=tuple(max(8, d >> (n - 1 - i)) for i in range(n)) + (d,),
+                        kernel_size=(3,) * n + (1,), stride=(2,) * n + (1,))
+        embed = {"patch_size": 1,
+                 "embed_layer": functools.partial(HybridEmbed, backbone=stem, proj=False)}
     # built from the recipe's sizes, not its name: a recipe of zoo's own (vit-tiny-patch4-28)
     # has no timm name
     return VisionTransformer(
-        img_size=s["image_size"], patch_size=s["patch_size"], in_chans=s["in_chans"],
+        img_size=s["image_size"], in_chans=s["in_chans"],
         num_classes=s["num_classes"], embed_dim=s["d_model"], depth=s["depth"],
         num_heads=s["n_heads"], mlp_ratio=s["d_ff"] / s["d_model"],
         class_token=s["class_token"], global_pool=s["pool"] if s["pool"] == "token" else "avg",
-        norm_layer=functools.partial(nn.LayerNorm, eps=eps))
+        fc_norm=False,  # zoo norms every token before pooling, as timm does without fc_norm
+        norm_layer=functools.partial(nn.LayerNorm, eps=eps), **embed)
