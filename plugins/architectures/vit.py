@@ -8,9 +8,9 @@ token's vector (or the mean of all tokens) -> a linear classifier.
 convolutional stem (2021, "Early Convolutions Help Transformers See Better"): 3x3
 convolutions of stride 2, each followed by BatchNorm and ReLU, as many as halve the
 image to the same grid of tokens (log2 of ``patch_size``), their channels doubling up
-to ``d_model``, then a 1x1 convolution to ``d_model``. It is timm's ``ConvStem`` (its
-``vit_*_mci`` hybrids) in that layout; they found it makes ViTs train faster and less
-sensitive to the rate and the optimizer, for about the cost of one block.
+to ``d_model``, then a 1x1 convolution to ``d_model``: timm's ``ConvStem`` configured
+that way (a test holds the two equal). Xiao et al. found that it makes ViTs learn faster
+and depend less on the rate and the optimizer, for about the cost of one block.
 """
 
 from __future__ import annotations
