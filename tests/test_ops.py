@@ -83,6 +83,20 @@ def test_with_gradients_it_is_exactly_nn_linear():
     assert layer.state_dict().keys() == torch.nn.Linear(32, 16).state_dict().keys()
 
 
+def test_compiled_inference_traces_f_linear_in_one_graph():
+    """Inside torch.compile the layer is F.linear: fullgraph=True raises on a graph break,
+    which the packing (an opaque oneDNN reorder) was."""
+    torch.manual_seed(0)
+    layer = torch.nn.Sequential(Linear(16, 32), torch.nn.ReLU(), Linear(32, 8)).eval()
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        out = torch.compile(layer, backend="eager", fullgraph=True)(x)
+        expected = F.linear(torch.relu(F.linear(x, layer[0].weight, layer[0].bias)),
+                            layer[2].weight, layer[2].bias)
+    torch.testing.assert_close(out, expected)
+    assert "_packed_cache" not in layer[0].__dict__  # nothing was packed while tracing
+
+
 def test_a_changed_weight_is_packed_again():
     layer = Linear(16, 8)
     x = torch.randn(3, 16)

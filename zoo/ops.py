@@ -134,8 +134,9 @@ class Linear(nn.Linear):
     its weight packed once (re-packed when the weight changes): in fp32, or in bf16
     under CPU autocast (the weight cast once instead of at every call).
 
-    With gradients on (training), on other devices and dtypes it is ``nn.Linear``
-    exactly. The packed copy is not part of the state dict; ``train()``
+    With gradients on (training), on other devices and dtypes, and inside
+    ``torch.compile`` (whose own packing would otherwise be cut off at each layer, a
+    graph break) it is ``nn.Linear`` exactly. The packed copy is not part of the state dict; ``train()``
     drops it. Results equal ``F.linear``'s up to fp32 rounding (another summation
     order)."""
 
@@ -155,6 +156,8 @@ class Linear(nn.Linear):
         under CPU autocast its dtype (bf16), as autocast itself would."""
         global _ONEDNN
         if not self.fast_inference or torch.is_grad_enabled() or x.device.type != "cpu":
+            return None
+        if torch.compiler.is_compiling():  # F.linear keeps the graph whole; the compiler packs
             return None
         if self.weight.dtype != torch.float32 or x.numel() == 0:
             return None
