@@ -135,9 +135,9 @@ class Linear(nn.Linear):
     under CPU autocast (the weight cast once instead of at every call).
 
     With gradients on (training), on other devices and dtypes, and inside
-    ``torch.compile`` (whose own packing would otherwise be cut off at each layer, a
-    graph break) it is ``nn.Linear`` exactly. The packed copy is not part of the state dict; ``train()``
-    drops it. Results equal ``F.linear``'s up to fp32 rounding (another summation
+    ``torch.compile`` (where the packing would break the graph at each layer, and the
+    compiler packs weights itself) it is ``nn.Linear`` exactly. The packed copy is not
+    part of the state dict; ``train()`` drops it. Results equal ``F.linear``'s up to fp32 rounding (another summation
     order)."""
 
     fast_inference = True

@@ -193,9 +193,10 @@ def timm_vit(zoo_model: nn.Module) -> nn.Module:
         from timm.layers import HybridEmbed
         from timm.models.vision_transformer_hybrid import ConvStem
 
-        n, d = s["patch_size"].bit_length() - 1, s["d_model"]
-        stem = ConvStem(in_chans=s["in_chans"], depth=n + 1,
-                        channels=tuple(max(8, d >> (n - 1 - i)) for i in range(n)) + (d,),
+        # the channels as zoo's stem has them: its 3x3 layers, then the 1x1 to the width
+        chans = [layer.conv.out_channels for layer in list(zoo_model.patch_embed)[:-1]]
+        n = len(chans)
+        stem = ConvStem(in_chans=s["in_chans"], depth=n + 1, channels=(*chans, s["d_model"]),
                         kernel_size=(3,) * n + (1,), stride=(2,) * n + (1,))
         embed = {"patch_size": 1,
                  "embed_layer": functools.partial(HybridEmbed, backbone=stem, proj=False)}
