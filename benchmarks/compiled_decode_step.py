@@ -22,6 +22,8 @@ import time
 import torch
 
 import zoo
+import zoo.native
+import zoo.ops
 
 
 def compiled_step(model, decoder, length: int):
@@ -62,11 +64,18 @@ def main() -> None:
     parser.add_argument("--source", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-native", dest="native", action="store_false",
+                        help="leave zoo's native kernel out (ZOO_NATIVE=0 does too)")
     args = parser.parse_args()
     import torch._inductor.config as inductor
 
     inductor.freezing = True  # weights become constants, prepacked for oneDNN
     torch.manual_seed(0)
+    if not args.native:
+        zoo.ops.Linear.skinny_rows = 0
+    native = zoo.native.skinny_linear_available() and zoo.ops.Linear.skinny_rows > 0
+    print(f"zoo's native few-row kernel: {'on' if native else 'off'}")
     model = zoo.build("transformer-base", vocab_size=8000).eval()
     if model.output_scale is not None or model.decoder.layers[0].norm_first:
         raise SystemExit("this benchmark writes out transformer-base's layout only")
@@ -119,6 +128,11 @@ def main() -> None:
         for r in range(args.rounds):
             e, c = ms(False), ms(True)
             print(f"| {r + 1} | {e:.1f} | {c:.1f} | {e / c:.2f}x |")
+        if args.profile:
+            from torch.profiler import profile
+            with profile() as prof:
+                sentence(True)
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
 if __name__ == "__main__":

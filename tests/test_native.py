@@ -1,0 +1,142 @@
+"""zoo's native few-row product (zoo/csrc/skinny_linear.cpp, built by zoo.native):
+its results against a float64 product, where zoo.ops.Linear calls it, and what
+happens when it cannot be built or is turned off."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from zoo import native
+from zoo.ops import Linear
+
+CAN_BUILD = (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
+             and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+             and shutil.which(os.environ.get("CXX", "c++")) is not None)
+needs_kernel = pytest.mark.skipif(not CAN_BUILD, reason="needs Linux on an AVX2 CPU and a C++ compiler")
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return F.linear(x.double(), weight.double(), None if bias is None else bias.double()).float()
+
+
+@needs_kernel
+def test_the_kernel_builds_and_loads_where_it_can():
+    assert native.skinny_linear_available()
+    assert torch.ops.zoo.cpu_has_avx2_fma()
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 16, 17])
+@pytest.mark.parametrize("n_out, n_in", [(8000, 512), (13, 7), (9, 33), (24, 2048), (1, 1)])
+def test_skinny_linear_equals_a_float64_product(rows, n_out, n_in):
+    """Shapes with tails of every kind: inputs not a multiple of 8 wide, outputs not a
+    multiple of the 8 or 4 rows of W read together, with and without a bias."""
+    assert native.skinny_linear_available()
+    torch.manual_seed(rows * 1000 + n_out)
+    x, weight, bias = torch.randn(rows, n_in), torch.randn(n_out, n_in), torch.randn(n_out)
+    for b in (bias, None):
+        got = torch.ops.zoo.skinny_linear(x, weight, b)
+        assert got.shape == (rows, n_out)
+        torch.testing.assert_close(got, reference(x, weight, b), rtol=1e-5,
+                                   atol=2e-6 * n_in ** 0.5 * 4)
+
+
+@needs_kernel
+def test_skinny_linear_keeps_leading_dims_and_reads_strided_inputs():
+    assert native.skinny_linear_available()
+    torch.manual_seed(0)
+    weight, bias = torch.randn(40, 24), torch.randn(40)
+    x = torch.randn(24, 3).t()[:, None]  # (3, 1, 24), not contiguous
+    got = torch.ops.zoo.skinny_linear(x, weight, bias)
+    assert got.shape == (3, 1, 40)
+    torch.testing.assert_close(got, reference(x, weight, bias), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="last size 23 is not weight's 24"):
+        torch.ops.zoo.skinny_linear(torch.randn(2, 23), weight, bias)
+    with pytest.raises(RuntimeError, match="float32 only"):
+        torch.ops.zoo.skinny_linear(x.double(), weight.double(), None)
+
+
+def _kernel_calls(layer: torch.nn.Module, x: torch.Tensor) -> int:
+    from torch.profiler import profile
+
+    with profile() as prof:
+        layer(x)
+    return sum(e.count for e in prof.key_averages() if e.key == "zoo::skinny_linear")
+
+
+@needs_kernel
+def test_linear_multiplies_few_rows_of_fp32_inference_by_the_kernel():
+    assert native.skinny_linear_available()
+    torch.manual_seed(0)
+    layer = Linear(64, 48).eval()
+    few, many = torch.randn(2, 1, 64), torch.randn(Linear.skinny_rows + 1, 64)
+    with torch.no_grad():
+        assert _kernel_calls(layer, few) == 1
+        assert _kernel_calls(layer, many) == 0  # oneDNN's packed product
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert _kernel_calls(layer, few) == 0
+        layer.skinny_rows = 0
+        assert _kernel_calls(layer, few) == 0
+        del layer.skinny_rows
+        torch.testing.assert_close(layer(few), F.linear(few, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-5)
+    assert _kernel_calls(layer, few) == 0  # with gradients: nn.Linear exactly
+
+
+@needs_kernel
+def test_compiled_inference_calls_the_kernel_in_one_graph():
+    assert native.skinny_linear_available()
+    torch.manual_seed(0)
+    layer = torch.nn.Sequential(Linear(16, 32), torch.nn.ReLU(), Linear(32, 8)).eval()
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        compiled = torch.compile(layer, backend="eager", fullgraph=True)
+        out = compiled(x)
+        expected = F.linear(torch.relu(F.linear(x, layer[0].weight, layer[0].bias)),
+                            layer[2].weight, layer[2].bias)
+        assert _kernel_calls(compiled, x) == 2
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def _in_a_fresh_process(env: dict[str, str]) -> subprocess.CompletedProcess:
+    code = ("import warnings, torch; warnings.simplefilter('always'); from zoo import native; "
+            "from zoo.ops import Linear; print('available', native.skinny_linear_available()); "
+            "x = torch.randn(1, 8); l = Linear(8, 4).eval()\n"
+            "with torch.no_grad(): torch.testing.assert_close(l(x), torch.nn.functional.linear("
+            "x, l.weight, l.bias), rtol=1e-5, atol=1e-5)")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("false") is None,
+                    reason="uses /bin/false as a compiler that fails")
+def test_a_failed_build_warns_once_and_falls_back_and_is_not_retried(tmp_path):
+    env = {"CXX": shutil.which("false"), "ZOO_KERNEL_CACHE": str(tmp_path), "ZOO_NATIVE": "1"}
+    first = _in_a_fresh_process(env)
+    assert first.returncode == 0, first.stderr
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        assert "available False" in first.stdout
+        return
+    assert "available False" in first.stdout
+    assert first.stderr.count("RuntimeWarning") == 1, first.stderr
+    assert "compiling it failed (see" in first.stderr and "build.log" in first.stderr
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "FAILED").exists() and (folder / "build.log").exists()
+    assert not list(folder.glob("*.so"))
+    again = _in_a_fresh_process(env)
+    assert "available False" in again.stdout and "compiling its" not in again.stderr
+
+
+def test_zoo_native_0_turns_it_off(tmp_path):
+    off = _in_a_fresh_process({"ZOO_NATIVE": "0", "ZOO_KERNEL_CACHE": str(tmp_path)})
+    assert off.returncode == 0, off.stderr
+    assert "available False" in off.stdout and "Warning" not in off.stderr
+    assert not list(tmp_path.iterdir())  # nothing compiled
