@@ -134,7 +134,9 @@ def _onednn_bf16() -> bool:
 class Linear(nn.Linear):
     """``nn.Linear`` that, on the CPU with gradients off, multiplies through oneDNN with
     its weight packed once (re-packed when the weight changes): in fp32, or in bf16
-    under CPU autocast (the weight cast once instead of at every call).
+    under CPU autocast (the weight cast once instead of at every call). In fp32, inputs
+    of at most ``skinny_rows`` rows (a decoding step's) go to zoo's native kernel
+    instead, where it could be built (:mod:`zoo.native`).
 
     With gradients on (training), on other devices and dtypes, and inside
     ``torch.compile`` (where the packing would break the graph at each layer, and the
