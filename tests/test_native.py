@@ -77,7 +77,7 @@ def test_linear_multiplies_few_rows_of_fp32_inference_by_the_kernel():
     assert native.skinny_linear_available()
     torch.manual_seed(0)
     layer = Linear(64, 48).eval()
-    few, many = torch.randn(2, 1, 64), torch.randn(Linear.skinny_rows + 1, 64)
+    few, many = torch.randn(2, 1, 64), torch.randn(Linear(1, 1).kernel_rows() + 1, 64)
     with torch.no_grad():
         assert _kernel_calls(layer, few) == 1
         assert _kernel_calls(layer, many) == 0  # oneDNN's packed product
@@ -140,3 +140,12 @@ def test_zoo_native_0_turns_it_off(tmp_path):
     assert off.returncode == 0, off.stderr
     assert "available False" in off.stdout and "Warning" not in off.stderr
     assert not list(tmp_path.iterdir())  # nothing compiled
+
+
+def test_below_avx2_dispatch_it_is_not_used(tmp_path):
+    """ATEN_CPU_CAPABILITY=default stands for a CPU without AVX2: no kernel, no warning."""
+    plain = _in_a_fresh_process({"ATEN_CPU_CAPABILITY": "default",
+                                 "ZOO_KERNEL_CACHE": str(tmp_path)})
+    assert plain.returncode == 0, plain.stderr
+    assert "available False" in plain.stdout and "Warning" not in plain.stderr
+    assert not list(tmp_path.iterdir())

@@ -89,7 +89,7 @@ def test_compiled_inference_traces_f_linear_in_one_graph():
     (an opaque oneDNN reorder) was."""
     torch.manual_seed(0)
     layer = torch.nn.Sequential(Linear(16, 32), torch.nn.ReLU(), Linear(32, 8)).eval()
-    x = torch.randn(Linear.skinny_rows + 4, 16)
+    x = torch.randn(Linear(1, 1).kernel_rows() + 4, 16)
     with torch.no_grad():
         out = torch.compile(layer, backend="eager", fullgraph=True)(x)
         expected = F.linear(torch.relu(F.linear(x, layer[0].weight, layer[0].bias)),
@@ -100,7 +100,7 @@ def test_compiled_inference_traces_f_linear_in_one_graph():
 
 def test_a_changed_weight_is_packed_again():
     layer = Linear(16, 8)
-    x = torch.randn(Linear.skinny_rows + 4, 16)  # more rows than the native kernel takes
+    x = torch.randn(Linear(1, 1).kernel_rows() + 4, 16)  # more rows than the native kernel takes
     with torch.no_grad():
         before = layer(x)
         layer.weight.mul_(2)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import native
 from .native import skinny_linear_available
 
 _BITS = 15
@@ -135,7 +136,7 @@ class Linear(nn.Linear):
     """``nn.Linear`` that, on the CPU with gradients off, multiplies through oneDNN with
     its weight packed once (re-packed when the weight changes): in fp32, or in bf16
     under CPU autocast (the weight cast once instead of at every call). In fp32, inputs
-    of at most ``skinny_rows`` rows (a decoding step's) go to zoo's native kernel
+    of at most ``kernel_rows()`` rows (a decoding step's) go to zoo's native kernel
     instead, where it could be built (:mod:`zoo.native`).
 
     With gradients on (training), on other devices and dtypes, and inside
@@ -147,10 +148,11 @@ class Linear(nn.Linear):
     fast_inference = True
     """Set False (on the class or one layer) to always use ``F.linear``."""
 
-    skinny_rows = 16
+    skinny_rows: int | None = None
     """In fp32 CPU inference, inputs of at most this many rows are multiplied by zoo's
     native kernel (:mod:`zoo.native`), which reads the weight at the memory's rate, where
-    it is available; 0 turns it off. Measured on a 2-core AVX2 CPU against oneDNN's packed
+    it is available; 0 turns it off, None (the default) takes ``zoo.native.default_rows()``:
+    16 on AVX2, 4 on AVX-512. Measured on a 2-core AVX2 CPU against oneDNN's packed
     product (transformer-base's decoding step): 1.7x faster at one row, 1.6x at four,
     1.05 to 1.2x at sixteen, slower from 32."""
 
@@ -165,12 +167,16 @@ class Linear(nn.Linear):
             return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight, bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
+    def kernel_rows(self) -> int:
+        """The most rows this layer gives zoo's native kernel (``skinny_rows``, resolved)."""
+        return native.default_rows() if self.skinny_rows is None else self.skinny_rows
+
     def _skinny(self, x: torch.Tensor) -> bool:
-        """True for fp32 CPU inference on at most ``skinny_rows`` rows where zoo's native
+        """True for fp32 CPU inference on at most ``kernel_rows()`` rows where zoo's native
         kernel is available (also inside ``torch.compile``, which calls it as is)."""
         return (self.fast_inference and not torch.is_grad_enabled() and x.device.type == "cpu"
                 and x.dtype == torch.float32 and self.weight.dtype == torch.float32
-                and 0 < x.numel() <= self.skinny_rows * x.shape[-1]
+                and 0 < x.numel() <= self.kernel_rows() * x.shape[-1]
                 and not torch.is_autocast_enabled("cpu") and self.weight.is_contiguous()
                 and skinny_linear_available())
 
