@@ -106,11 +106,15 @@ def main() -> None:
     print(f"| row | change ({args.minutes:g} min each, on top of the row above) | steps | "
           "seconds | test BLEU | test chrF |")
     print("|---|---|---|---|---|---|")
+    run_dir = None  # the last row's, which --average reads unless --average-run names one
     for i, (label, overrides) in enumerate(cumulative(args.only)):
-        r = train_row(Path(args.out) / f"row-{i}", overrides, args.minutes)
+        run_dir = Path(args.out) / f"row-{i}"
+        r = train_row(run_dir, overrides, args.minutes)
         print(f"| {i} | {label} | {r['step']:,} | {r['seconds']:,.0f} | "
               f"{r['test']['bleu']:.2f} | {r['test']['chrf']:.2f} |", flush=True)
     if args.average:
+        if args.average_run is None and run_dir is None:
+            raise SystemExit("--average needs --average-run, or rows trained in this run")
         run_dir = Path(args.average_run or run_dir)
         r = json.loads((run_dir / "results.json").read_text())
         test = averaged(run_dir, args.average)
