@@ -104,6 +104,15 @@ def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | No
     )
 
 
+def pytest_sessionstart(session):
+    """Build (or find) zoo's native kernel before any test runs, in each worker (they take
+    turns on its lock): its one-time compile message then never lands in the output of a
+    test's own ``zoo`` process."""
+    from zoo import native
+
+    native.skinny_linear_available()
+
+
 def pytest_collection_modifyitems(config, items):
     _longest_first(items)
     if torch.cuda.is_available():

@@ -111,6 +111,7 @@ def _load() -> bool:
     if not (sys.platform.startswith("linux") and torch.backends.cpu.get_cpu_capability()
             in ("AVX2", "AVX512")):
         return False
+    default_rows()
     cxx = _compiler()
     if cxx is None:
         return _fallback("no C++ compiler was found (tried $CXX, c++, g++, clang++); "
@@ -150,6 +151,8 @@ def default_rows() -> int:
     if _ROWS is None:
         import torch
 
+        if torch.compiler.is_compiling():  # asked outside a traced function first
+            return 0
         _ROWS = 16 if torch.backends.cpu.get_cpu_capability() == "AVX2" else 4
     return _ROWS
 
