@@ -1,0 +1,87 @@
+"""The products of one decoding step at a few rows: zoo's native kernel
+(``torch.ops.zoo.skinny_linear``) against oneDNN's packed product (zoo's ``Linear``
+without the kernel, its weights packed for these rows) and, as the rate of reading
+memory, a plain sum over each weight.
+
+The weights are transformer-base's decoder's (six layers of q|k|v joined, the
+self-attention's output, cross-attention's query and output, the feed-forward pair,
+then an 8000-word output layer: 105 MB), each its own tensor and read in turn, so
+that they come from memory as in decoding. Results are checked against ``F.linear``.
+
+    python benchmarks/few_row_products.py [--rows 1,4,8,16,32,64] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from zoo import native
+from zoo.ops import Linear
+
+SHAPES = [(1536, 512), (512, 512), (512, 512), (512, 512), (2048, 512), (512, 2048)] * 6 \
+    + [(8000, 512)]
+
+
+def median_s(fn, n: int = 20) -> float:
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="1,4,8,16,32,64")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    if not native.skinny_linear_available():
+        raise SystemExit("zoo's native kernel is not available here (see the warning above)")
+    torch.manual_seed(0)
+    layers = []
+    for n_out, n_in in SHAPES:
+        layer = Linear(n_in, n_out).eval()
+        layer.skinny_rows = 0  # oneDNN's packed product
+        layers.append(layer)
+    weights = sum(layer.weight.numel() * 4 for layer in layers)
+    print(f"{torch.get_num_threads()} threads; {len(layers)} products reading "
+          f"{weights / 1e6:.0f} MB\n")
+    print("| rows | round | native kernel, ms | oneDNN, ms | oneDNN / kernel | kernel GB/s "
+          "| plain sum, ms (GB/s) |")
+    print("|---|---|---|---|---|---|---|")
+    with torch.no_grad():
+        for rows in (int(r) for r in args.rows.split(",")):
+            xs = [torch.randn(rows, 1, layer.in_features) for layer in layers]
+            for layer, x in zip(layers, xs):
+                layer.__dict__.pop("_packed_cache", None)  # packed for these rows
+                torch.testing.assert_close(
+                    torch.ops.zoo.skinny_linear(x, layer.weight, layer.bias),
+                    F.linear(x, layer.weight, layer.bias), rtol=1e-4, atol=1e-4)
+                layer(x)
+
+            def kernel():
+                for layer, x in zip(layers, xs):
+                    torch.ops.zoo.skinny_linear(x, layer.weight, layer.bias)
+
+            def onednn():
+                for layer, x in zip(layers, xs):
+                    layer(x)
+
+            def plain_sum():
+                for layer in layers:
+                    layer.weight.sum()
+
+            for r in range(args.rounds):
+                k, o, s = median_s(kernel), median_s(onednn), median_s(plain_sum)
+                print(f"| {rows} | {r + 1} | {k * 1e3:.2f} | {o * 1e3:.2f} | {o / k:.2f}x | "
+                      f"{weights / k / 1e9:.1f} | {s * 1e3:.2f} ({weights / s / 1e9:.1f}) |")
+
+
+if __name__ == "__main__":
+    main()
