@@ -74,7 +74,7 @@ def main() -> None:
     torch.manual_seed(0)
     if not args.native:
         zoo.ops.Linear.skinny_rows = 0
-    native = zoo.native.skinny_linear_available() and zoo.ops.Linear(1, 1).kernel_rows() > 0
+    native = zoo.native.available() and zoo.ops.Linear(1, 1).kernel_rows() > 0
     print(f"zoo's native few-row kernel: {'on' if native else 'off'}")
     model = zoo.build("transformer-base", vocab_size=8000).eval()
     if model.output_scale is not None or model.decoder.layers[0].norm_first:

@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--rows", default="1,4,8,16,32,64")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    if not native.skinny_linear_available():
+    if not native.available():
         raise SystemExit("zoo's native kernel is not available here (see the warning above)")
     torch.manual_seed(0)
     layers = []

@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    if not native.skinny_linear_available():
+    if not native.available():
         raise SystemExit("zoo's native kernel is not available here (see the warning above)")
     torch.manual_seed(0)
     model = zoo.build("transformer-base", vocab_size=8000).eval()

@@ -110,7 +110,7 @@ def pytest_sessionstart(session):
     test's own ``zoo`` process."""
     from zoo import native
 
-    native.skinny_linear_available()
+    native.available()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -29,7 +29,7 @@ def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
 
 @needs_kernel
 def test_the_kernel_builds_and_loads_where_it_can():
-    assert native.skinny_linear_available()
+    assert native.available()
     assert torch.ops.zoo.cpu_has_avx2_fma()
 
 
@@ -39,7 +39,7 @@ def test_the_kernel_builds_and_loads_where_it_can():
 def test_skinny_linear_equals_a_float64_product(rows, n_out, n_in):
     """Shapes with tails of every kind: inputs not a multiple of 8 wide, outputs not a
     multiple of the 8 or 4 rows of W read together, with and without a bias."""
-    assert native.skinny_linear_available()
+    assert native.available()
     torch.manual_seed(rows * 1000 + n_out)
     x, weight, bias = torch.randn(rows, n_in), torch.randn(n_out, n_in), torch.randn(n_out)
     for b in (bias, None):
@@ -51,7 +51,7 @@ def test_skinny_linear_equals_a_float64_product(rows, n_out, n_in):
 
 @needs_kernel
 def test_skinny_linear_keeps_leading_dims_and_reads_strided_inputs():
-    assert native.skinny_linear_available()
+    assert native.available()
     torch.manual_seed(0)
     weight, bias = torch.randn(40, 24), torch.randn(40)
     x = torch.randn(24, 3).t()[:, None]  # (3, 1, 24), not contiguous
@@ -74,7 +74,7 @@ def _kernel_calls(layer: torch.nn.Module, x: torch.Tensor) -> int:
 
 @needs_kernel
 def test_linear_multiplies_few_rows_of_fp32_inference_by_the_kernel():
-    assert native.skinny_linear_available()
+    assert native.available()
     torch.manual_seed(0)
     layer = Linear(64, 48).eval()
     few, many = torch.randn(2, 1, 64), torch.randn(Linear(1, 1).kernel_rows() + 1, 64)
@@ -93,7 +93,7 @@ def test_linear_multiplies_few_rows_of_fp32_inference_by_the_kernel():
 
 @needs_kernel
 def test_compiled_inference_calls_the_kernel_in_one_graph():
-    assert native.skinny_linear_available()
+    assert native.available()
     torch.manual_seed(0)
     layer = torch.nn.Sequential(Linear(16, 32), torch.nn.ReLU(), Linear(32, 8)).eval()
     x = torch.randn(3, 16)
@@ -108,7 +108,7 @@ def test_compiled_inference_calls_the_kernel_in_one_graph():
 
 def _in_a_fresh_process(env: dict[str, str]) -> subprocess.CompletedProcess:
     code = ("import warnings, torch; warnings.simplefilter('always'); from zoo import native; "
-            "from zoo.ops import Linear; print('available', native.skinny_linear_available()); "
+            "from zoo.ops import Linear; print('available', native.available()); "
             "x = torch.randn(1, 8); l = Linear(8, 4).eval()\n"
             "with torch.no_grad(): torch.testing.assert_close(l(x), torch.nn.functional.linear("
             "x, l.weight, l.bias), rtol=1e-5, atol=1e-5)")

@@ -8,11 +8,13 @@ import pytest
 import torch
 
 from zoo.decoding import beam_search, greedy
+from zoo.ops import Linear
 from zoo.generation import GenerationSettings, generate_with
 from zoo.plugins.architectures.static_decoder import StaticDecoder, fused_qkv, plain_decoder
 from zoo.quantization import quantize
 
 from .test_decoding import BOS, EOS
+from .test_native import needs_kernel
 from .test_decoding import tiny as tiny_of
 
 
@@ -141,3 +143,78 @@ def test_a_step_past_the_buffers_is_refused():
         decoder(torch.full((3, 1), BOS))
         with pytest.raises(ValueError, match="hold 2 steps"):
             decoder(torch.full((3, 1), BOS))
+
+
+# -- zoo's native step (zoo/csrc/decoder_layers.cpp) ------------------------------------------
+NATIVE = [o for o in VARIANTS if not {"positional", "ffn"} & o.keys() or o.get("positional") ==
+          "learned"] + [{"ffn": "gelu", "ffn.approximate": "tanh", "norm_placement": "pre"}]
+NOT_NATIVE = [{"positional": "rope"}, {"ffn": "swiglu"}, {"norm": "rmsnorm"}]
+
+
+def _python_and_native_steps(model, groups=1):
+    """Logits of six steps through the static decoder in C++ and in Python, with a beam
+    reorder after the third; and whether the C++ step ran."""
+    src = source()
+    memory, mask = model.encode(src), model.padding_mask(src)
+    rows = src.shape[0] * groups
+    steps = torch.randint(3, 16, (rows, 6), generator=torch.Generator().manual_seed(2))
+    moved = torch.arange(rows).view(-1, groups).flip(-1).flatten()  # beams of a source swap
+    out, native = [], []
+    with torch.no_grad():
+        for use in (True, False):
+            StaticDecoder.native_step = use
+            try:
+                decoder = StaticDecoder(model, memory, mask, groups=groups, length=6)
+            finally:
+                del StaticDecoder.native_step
+            native.append(decoder.native is not None)
+            logits = []
+            for t in range(6):
+                logits.append(decoder(steps[:, t:t + 1]))
+                if t == 2:
+                    decoder.reorder(moved)
+            out.append(torch.cat(logits, 1))
+    return out, native
+
+
+@needs_kernel
+@pytest.mark.parametrize("overrides", NATIVE, ids=lambda o: ",".join(o) or "base")
+@pytest.mark.parametrize("groups", [1, 3])
+def test_the_native_step_gives_the_python_steps_logits(overrides, groups):
+    """The C++ step is the Python step operator for operator: the same logits to the
+    last bit here, beams, padding, pre-norm, GELU, head widths and scales included."""
+    (native, python), ran = _python_and_native_steps(tiny(**overrides), groups)
+    assert ran == [True, False]
+    torch.testing.assert_close(native, python, rtol=1e-6, atol=1e-6)
+
+
+@needs_kernel
+@pytest.mark.parametrize("overrides", NOT_NATIVE, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_parts_the_native_step_does_not_run_stay_in_python(overrides):
+    model = tiny(**overrides)
+    assert plain_decoder(model)
+    (_, _), ran = _python_and_native_steps(model)
+    assert ran == [False, False]
+
+
+@needs_kernel
+def test_a_feed_forward_network_that_rewrites_forward_stays_in_python():
+    model = tiny()
+    ffn = model.decoder.layers[0].ffn
+    # a subclass that changes what forward computes, without saying plain_mlp again
+    doubled = type("Doubled", (type(ffn),), {"forward": lambda self, x: 2 * super(
+        type(self), self).forward(x)})
+    ffn.__class__ = doubled
+    (native, python), ran = _python_and_native_steps(model)
+    assert ran == [False, False]
+    ffn.__class__ = doubled.__mro__[1]
+    (again, _), ran = _python_and_native_steps(model)
+    assert ran == [True, False] and not torch.allclose(again, native)
+
+
+@needs_kernel
+def test_more_rows_than_the_kernel_takes_stay_in_python(monkeypatch):
+    model = tiny()
+    monkeypatch.setattr(Linear, "skinny_rows", 2)  # three sources: three rows a step
+    (_, _), ran = _python_and_native_steps(model)
+    assert ran == [False, False]

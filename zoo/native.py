@@ -1,25 +1,29 @@
 """zoo's native kernels: C++ in ``zoo/csrc``, compiled on first use against the
-installed torch and kept on disk, registered as ``torch.ops.zoo.*``.
+installed torch into one library kept on disk, registered as ``torch.ops.zoo.*``.
 
-One kernel today, ``skinny_linear`` (``zoo/csrc/skinny_linear.cpp``): ``x W^T + b``
-for a few rows of ``x``, as decoding one sentence (one row, or one per beam) needs
-at every step. Those products are bound by reading the weights, and the kernel
-streams them at the memory's rate: measured on a 2-core AMD EPYC with AVX2, the 37
-products of transformer-base's decoding step took 1.7 to 1.8 times less time than
-oneDNN's packed product at one row, 1.6 times less at four, and 1.05 to 1.2 at
-sixteen (``docs/bench.md``). :class:`zoo.ops.Linear` calls it in CPU inference.
+- ``skinny_linear`` (``zoo/csrc/skinny_linear.cpp``): ``x W^T + b`` for a few rows of
+  ``x``, as decoding one sentence (one row, or one per beam) needs at every step.
+  Those products are bound by reading the weights, and the kernel streams them at
+  the memory's rate: measured on a 2-core AMD EPYC with AVX2, the 37 products of
+  transformer-base's decoding step took 1.7 to 1.9 times less time than oneDNN's
+  packed product at one row, 1.6 to 1.8 at four, and 1.05 to 1.2 at sixteen
+  (``docs/bench.md``). :class:`zoo.ops.Linear` calls it in CPU inference.
+- ``decoder_layers`` (``zoo/csrc/decoder_layers.cpp``): a whole decoding step through
+  a plain decoder's layers, the static decoder's step without its Python
+  (``plugins/architectures/static_decoder.py`` decides when it may run).
 
 - **Where it is kept:** ``$ZOO_KERNEL_CACHE``, or ``$XDG_CACHE_HOME/zoo/kernels``
   (``~/.cache/zoo/kernels``), one folder per source, torch version and compiler,
   with the compiler's output in ``build.log``. Deleting the folder clears it; the
-  next use compiles again (about 15 s on 2 cores, once).
-- **Turning it off:** ``ZOO_NATIVE=0``; zoo then multiplies through oneDNN as before.
+  next use compiles again (about 30 s on 2 cores, once).
+- **Turning it off:** ``ZOO_NATIVE=0``; zoo then decodes through oneDNN and Python as
+  before.
 - **Without a compiler**, or when compiling fails, zoo warns once (naming the cause and
-  the log) and falls back to oneDNN; a failed build is remembered in its folder, so
-  later processes do not try again until the folder is deleted.
+  the log) and falls back; a failed build is remembered in its folder, so later
+  processes do not try again until the folder is deleted.
 
-The kernel needs AVX2 and FMA; on other CPUs, and when PyTorch is told to dispatch
-below AVX2 (``ATEN_CPU_CAPABILITY=default``), it is not used.
+The kernels need AVX2 and FMA; on other CPUs, and when PyTorch is told to dispatch
+below AVX2 (``ATEN_CPU_CAPABILITY=default``), they are not used.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ import threading
 import warnings
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("csrc") / "skinny_linear.cpp"
-"""The C++ source of the ``zoo::skinny_linear`` operator."""
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = (CSRC / "skinny_linear.cpp", CSRC / "decoder_layers.cpp")
+"""The C++ sources of the library: ``zoo::skinny_linear`` and ``zoo::decoder_layers``."""
 
 _lock = threading.Lock()
 _loaded: bool | None = None
@@ -62,31 +67,32 @@ def _command(torch, cxx: str, out: Path) -> list[str]:
     include, libdir = str(root / "include"), str(root / "lib")  # ATen, c10, library.h; libtorch_cpu
     abi = int(torch.compiled_with_cxx11_abi())
     return [cxx, "-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp",
-            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-isystem", include, str(SOURCE), "-o", str(out),
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-isystem", include, *map(str, SOURCES), "-o", str(out),
             f"-L{libdir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{libdir}"]
 
 
 def build_folder(torch, cxx: str) -> Path:
     """The folder of this source, torch and compiler's build."""
     key = hashlib.sha256()
-    key.update(SOURCE.read_bytes())
+    for source in (*SOURCES, CSRC / "skinny_linear.h"):
+        key.update(source.read_bytes())
     key.update("\0".join(_command(torch, cxx, Path("out"))).encode())
     key.update(torch.__version__.encode())
-    return cache_root() / f"skinny_linear-{key.hexdigest()[:16]}"
+    return cache_root() / f"zoo_kernels-{key.hexdigest()[:16]}"
 
 
 def _build(torch, cxx: str, folder: Path) -> Path:
     """Compile into ``folder`` (once, across processes) and return the library's path."""
     from filelock import FileLock
 
-    library, failed = folder / "skinny_linear.so", folder / "FAILED"
+    library, failed = folder / "zoo_kernels.so", folder / "FAILED"
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder / ".lock"), timeout=600):
         if library.exists() or failed.exists():
             return library
-        print(f"zoo: compiling its one-row product kernel for torch {torch.__version__} "
-              f"(once, about 15 s; kept in {folder})", file=sys.stderr)
-        tmp = folder / f".skinny_linear.{os.getpid()}.so"
+        print(f"zoo: compiling its native kernels for torch {torch.__version__} "
+              f"(once, about 30 s; kept in {folder})", file=sys.stderr)
+        tmp = folder / f".zoo_kernels.{os.getpid()}.so"
         done = subprocess.run(_command(torch, cxx, tmp), capture_output=True, text=True)
         (folder / "build.log").write_text(" ".join(_command(torch, cxx, library)) + "\n\n"
                                           + done.stdout + done.stderr, encoding="utf-8")
@@ -99,8 +105,8 @@ def _build(torch, cxx: str, folder: Path) -> Path:
 
 
 def _fallback(why: str) -> bool:
-    warnings.warn(f"zoo's native one-row product is off: {why}. Decoding multiplies through "
-                  "oneDNN instead (slower at one sentence); set ZOO_NATIVE=0 to silence this.",
+    warnings.warn(f"zoo's native kernels are off: {why}. Decoding runs through oneDNN and "
+                  "Python instead (slower at one sentence); set ZOO_NATIVE=0 to silence this.",
                   RuntimeWarning, stacklevel=3)
     return False
 
@@ -157,9 +163,10 @@ def default_rows() -> int:
     return _ROWS
 
 
-def skinny_linear_available() -> bool:
-    """True when ``torch.ops.zoo.skinny_linear`` can be called here: enabled, an AVX2
-    CPU, and the library compiled (now, on first call, or earlier) and loaded."""
+def available() -> bool:
+    """True when zoo's kernels (``torch.ops.zoo.skinny_linear``, ``decoder_layers``) can
+    be called here: enabled, an AVX2 CPU, and the library compiled (now, on first call,
+    or earlier) and loaded."""
     global _loaded
     if _loaded is None:
         import torch

@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import native
-from .native import skinny_linear_available
 
 _BITS = 15
 _LEVELS = 1 << _BITS
@@ -178,7 +177,7 @@ class Linear(nn.Linear):
                 and x.dtype == torch.float32 and self.weight.dtype == torch.float32
                 and 0 < x.numel() <= self.kernel_rows() * x.shape[-1]
                 and not torch.is_autocast_enabled("cpu") and self.weight.is_contiguous()
-                and skinny_linear_available())
+                and native.available())
 
     def _packed_dtype(self, x: torch.Tensor) -> torch.dtype | None:
         """The dtype to multiply in with a packed weight, or None for F.linear: fp32, or

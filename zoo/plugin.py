@@ -44,6 +44,7 @@ from .families import (
     TaskCapabilities,
 )
 from .hookspecs import hookimpl
+from .native import available as native_available
 from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped
 from .task import Task, TaskDataError, missing_debian_package
 
@@ -54,7 +55,7 @@ __all__ = [
     "MultiHeadAttention", "AttentionSettings", "InsideAttention", "boolean_mask",
     "relative_positions", "KVCache", "DecoderCache",
     # layers
-    "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped",
+    "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
     # architectures
     "Slot",
     # decoding

@@ -19,6 +19,11 @@ here instead, over the same parameters and modules:
 - the norms, the feed-forward networks, the embeddings and the output are the
   model's own modules, called as they are.
 
+Where zoo's native kernels are built (:mod:`zoo.native`), a step whose layers are
+all of the commonest kind (below, :func:`native_plan`) runs through them in one call,
+``torch.ops.zoo.decoder_layers``: the same operators in C++, without the Python of
+each layer, on the same buffers (``StaticDecoder.native_step = False`` keeps Python).
+
 Plain means: the decoder block's ``forward`` is the paper's layout (``static_layout``,
 see :class:`zoo.plugins.blocks.decoder.DecoderBlock`), each attention's ``_attend``
 is softmax attention over every key (``softmax_attention``, see
@@ -35,7 +40,7 @@ import weakref
 import torch
 from torch import nn
 
-from zoo.plugin import Linear
+from zoo.plugin import Linear, native_available
 
 
 def _declares(module: nn.Module, flag: str, method: str) -> bool:
@@ -105,6 +110,64 @@ class _Layer:
         self.v = self.cross_v.new_empty(shape)
 
 
+_ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2}
+"""The feed-forward activations zoo's native step computes, and its codes for them."""
+
+
+def _plain_linear(layer: nn.Module, rows: int) -> bool:
+    return (type(layer) is Linear and layer.weight.dtype == torch.float32
+            and layer.weight.is_contiguous() and layer.weight.device.type == "cpu"
+            and layer.kernel_rows() >= rows)
+
+
+def _plain_norm(norm: nn.Module) -> bool:
+    return _declares(norm, "plain_layer_norm", "forward") and norm.weight.dim() == 1
+
+
+def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
+    """The arguments of ``torch.ops.zoo.decoder_layers`` for these layers, or None when
+    the native step may not run them: it runs the paper's layer (post- or pre-norm) with
+    joined q|k|v, no positions inside attention, LayerNorms that say ``plain_layer_norm``,
+    feed-forward networks that say ``plain_mlp`` with a ReLU or GELU, fp32 CPU weights
+    of zoo's ``Linear`` that each take ``rows`` rows to zoo's few-row kernel."""
+    if not rows or not native_available():
+        return None
+    plan: dict = {key: [] for key in ("params", "k", "v", "cross_k", "cross_v", "self_scale",
+                                      "cross_scale", "eps", "norm_first", "activation")}
+    shape = None
+    for layer in layers:
+        block, ffn = layer.block, layer.block.ffn
+        attn, cross = block.self_attn, block.cross_attn
+        norms = (block.norm1, block.norm2, block.norm3)
+        act = _ACTIVATIONS.get((type(getattr(ffn, "act", None)),
+                                getattr(getattr(ffn, "act", None), "approximate", "none")))
+        linears = (layer.fused, attn.out_proj, cross.q_proj, cross.out_proj,
+                   getattr(ffn, "fc1", None), getattr(ffn, "fc2", None))
+        if (layer.fused is None or attn.position_kind is not None or act is None
+                or not _declares(ffn, "plain_mlp", "forward")
+                or not all(_plain_linear(x, rows) for x in linears)
+                or not all(_plain_norm(n) for n in norms)
+                or any(isinstance(a.scale, torch.Tensor) for a in (attn, cross))
+                or (attn.n_heads, attn.head_dim) != (cross.n_heads, cross.head_dim)
+                or shape not in (None, (attn.n_heads, attn.head_dim))):
+            return None
+        shape = (attn.n_heads, attn.head_dim)
+        for part in (*linears, *norms):
+            plan["params"] += [part.weight, part.bias]
+        plan["k"].append(layer.k)
+        plan["v"].append(layer.v)
+        plan["cross_k"].append(layer.cross_k)
+        plan["cross_v"].append(layer.cross_v)
+        plan["self_scale"].append(attn.head_dim ** -0.5 if attn.scale is None else attn.scale)
+        plan["cross_scale"].append(cross.head_dim ** -0.5 if cross.scale is None
+                                   else cross.scale)
+        plan["eps"] += [float(n.eps) for n in norms]
+        plan["norm_first"].append(int(block.norm_first))
+        plan["activation"].append(act)
+    plan["heads"], plan["width"] = shape
+    return plan
+
+
 class StaticDecoder:
     """Next-token logits, one step at a time, for ``sources`` x ``groups`` rows (the
     beams of each source are consecutive rows), for at most ``length`` steps.
@@ -123,6 +186,11 @@ class StaticDecoder:
         self.keep = None if memory_mask is None else ~memory_mask[:, None, None, :]
         self.layers = [_Layer(block, memory, self.rows, length)
                        for block in model.decoder.layers]
+        self.native = native_plan(self.layers, self.rows) \
+            if self.native_step and memory.dtype == torch.float32 else None
+
+    native_step = True
+    """Set False (on the class or one decoder) to keep every step in Python."""
 
     # -- one step -------------------------------------------------------------------------------
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -131,8 +199,16 @@ class StaticDecoder:
             raise ValueError(f"the decoder's buffers hold {self.length} steps; "
                              "make a StaticDecoder with a larger length")
         x = m._embed(m.tgt_embed, m.decoder, m.positional, tokens, pos)
-        for layer in self.layers:
-            x = self._layer(layer, x, pos)
+        plan = self.native
+        if (plan is not None and not torch.is_grad_enabled() and x.dtype == torch.float32
+                and not torch.is_autocast_enabled("cpu") and Linear.fast_inference):
+            x = torch.ops.zoo.decoder_layers(
+                x.contiguous(), pos, plan["params"], plan["k"], plan["v"], plan["cross_k"],
+                plan["cross_v"], self.keep, plan["heads"], plan["width"], plan["self_scale"],
+                plan["cross_scale"], plan["eps"], plan["norm_first"], plan["activation"])
+        else:
+            for layer in self.layers:
+                x = self._layer(layer, x, pos)
         self.filled = pos + 1
         if m.decoder.norm is not None:
             x = m.decoder.norm(x)

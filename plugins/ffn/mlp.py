@@ -17,6 +17,12 @@ class MLPSettings(BaseModel):
 class MLP(nn.Module):
     """fc2(dropout(act(fc1(x)))); subclasses set ``act``."""
 
+    plain_mlp = True
+    """Says that ``forward`` is exactly fc2(dropout(act(fc1(x)))): with an ``nn.ReLU`` or
+    ``nn.GELU`` as ``act`` and :class:`zoo.plugin.Linear` layers, the static decoder may
+    run this network in zoo's native decoding step. A subclass that rewrites
+    ``forward`` loses it unless it says it again."""
+
     def __init__(self, settings: MLPSettings, *, d_model: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
         self.fc1 = Linear(d_model, d_ff, bias=settings.bias)

@@ -15,6 +15,12 @@ from torch import nn
 class LayerNorm(nn.Module):
     """LayerNorm over the last dimension."""
 
+    plain_layer_norm = True
+    """Says that ``forward`` is exactly ``F.layer_norm`` over the last dimension with
+    ``weight``, ``bias`` and ``eps``: the static decoder may run it in zoo's native
+    decoding step. A subclass that rewrites ``forward`` loses it unless it says it
+    again."""
+
     class Settings(BaseModel):
         model_config = ConfigDict(extra="forbid")
         eps: float = Field(1e-5, gt=0.0, allow_inf_nan=False)

@@ -9,6 +9,8 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include "skinny_linear.h"
+
 #include <immintrin.h>
 
 #include <cstdint>
@@ -68,6 +70,10 @@ __attribute__((target("avx2,fma"))) void rows(const float* W, const float* x, co
   }
 }
 
+}  // namespace
+
+namespace zoo {
+
 at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight,
                          const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu(), "skinny_linear: CPU tensors only");
@@ -103,11 +109,11 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight,
 
 bool avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
-}  // namespace
+}  // namespace zoo
 
-TORCH_LIBRARY(zoo, m) {
+TORCH_LIBRARY_FRAGMENT(zoo, m) {
   m.def("skinny_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
-  m.def("cpu_has_avx2_fma() -> bool", [] { return avx2_fma(); });
+  m.def("cpu_has_avx2_fma() -> bool", [] { return zoo::avx2_fma(); });
 }
 
-TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("skinny_linear", skinny_linear); }
+TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("skinny_linear", zoo::skinny_linear); }

@@ -1,0 +1,115 @@
+// zoo::decoder_layers: one decoding step through every layer of a plain decoder,
+// in C++. The static decoder (plugins/architectures/static_decoder.py) writes the
+// step out in Python over the model's modules; at one sentence a step, the
+// thousands of operator and module calls of that Python cost about as much as the
+// products. This is the same step, operator for operator: the paper's decoder
+// layer (Vaswani et al. 2017, section 3.1), post-norm or pre-norm, self-attention
+// over keys and values in preallocated buffers, cross-attention over the encoder's
+// keys and values projected once, a ReLU or GELU feed-forward network, LayerNorm;
+// every product goes through zoo::skinny_linear (the caller passes at most the
+// rows it takes). What it may run is decided by the caller (plain_native_step in
+// static_decoder.py); anything else decodes in Python.
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <optional>
+
+#include "skinny_linear.h"
+
+namespace {
+
+// The tensors of one layer, in the order the caller lists them.
+enum Param {
+  QKV_W, QKV_B, SELF_OUT_W, SELF_OUT_B, CROSS_Q_W, CROSS_Q_B, CROSS_OUT_W, CROSS_OUT_B,
+  FC1_W, FC1_B, FC2_W, FC2_B, NORM1_W, NORM1_B, NORM2_W, NORM2_B, NORM3_W, NORM3_B,
+  PARAMS_PER_LAYER
+};
+
+using Params = c10::List<std::optional<at::Tensor>>;
+
+at::Tensor get(const Params& p, int64_t layer, Param which) {
+  std::optional<at::Tensor> t = p.get(layer * PARAMS_PER_LAYER + which);
+  TORCH_CHECK(t.has_value(), "decoder_layers: layer ", layer, " lacks tensor ", int(which));
+  return *t;
+}
+
+std::optional<at::Tensor> maybe(const Params& p, int64_t layer, Param which) {
+  return p.get(layer * PARAMS_PER_LAYER + which);
+}
+
+at::Tensor linear(const at::Tensor& x, const Params& p, int64_t layer, Param w) {
+  return zoo::skinny_linear(x, get(p, layer, w), maybe(p, layer, Param(w + 1)));
+}
+
+at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps) {
+  const at::Tensor weight = get(p, layer, w);
+  return at::layer_norm(x, {weight.size(0)}, weight, maybe(p, layer, Param(w + 1)), eps);
+}
+
+// softmax(scale q k^T, -inf where ``masked``) v, as zoo's eager kernel computes it.
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const std::optional<at::Tensor>& masked, double scale) {
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  if (masked.has_value()) scores = scores.masked_fill(*masked, -INFINITY);
+  return at::matmul(at::softmax(scores, -1), v);
+}
+
+at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& params,
+                          at::TensorList k_buffers, at::TensorList v_buffers,
+                          at::TensorList cross_k, at::TensorList cross_v,
+                          const std::optional<at::Tensor>& keep, int64_t heads, int64_t width,
+                          at::ArrayRef<double> self_scale, at::ArrayRef<double> cross_scale,
+                          at::ArrayRef<double> eps, at::ArrayRef<int64_t> norm_first,
+                          at::ArrayRef<int64_t> activation) {
+  const int64_t layers = k_buffers.size();
+  TORCH_CHECK(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
+              "decoder_layers: ", PARAMS_PER_LAYER, " tensors a layer");
+  const int64_t rows = x_in.size(0), inner = heads * width;
+  const int64_t sources = cross_k[0].size(0), groups = rows / sources;
+  std::optional<at::Tensor> masked;  // True where a source is padding
+  if (keep.has_value()) masked = keep->logical_not();
+  at::Tensor x = x_in;
+  for (int64_t l = 0; l < layers; ++l) {
+    const bool pre = norm_first[l] != 0;
+    // self-attention: q, k and v from one product; k and v into the buffers at pos
+    at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l]) : x;
+    at::Tensor qkv = linear(h, params, l, QKV_W).view({rows, 3, heads, width});
+    k_buffers[l].select(2, pos).copy_(qkv.select(1, 1));
+    v_buffers[l].select(2, pos).copy_(qkv.select(1, 2));
+    at::Tensor out = attend(qkv.select(1, 0).unsqueeze(2), k_buffers[l].narrow(2, 0, pos + 1),
+                            v_buffers[l].narrow(2, 0, pos + 1), std::nullopt, self_scale[l]);
+    at::Tensor a = linear(out.view({rows, 1, inner}), params, l, SELF_OUT_W);
+    x = pre ? x + a : norm(x + a, params, l, NORM1_W, eps[3 * l]);
+    // cross-attention: a source's beams attend together as one longer query sequence
+    h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1]) : x;
+    at::Tensor q = linear(h, params, l, CROSS_Q_W).view({sources, groups, heads, width})
+                       .transpose(1, 2);
+    out = attend(q, cross_k[l], cross_v[l], masked, cross_scale[l]).transpose(1, 2)
+              .reshape({rows, 1, inner});
+    a = linear(out, params, l, CROSS_OUT_W);
+    x = pre ? x + a : norm(x + a, params, l, NORM2_W, eps[3 * l + 1]);
+    // feed-forward network
+    h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2]) : x;
+    at::Tensor f = linear(h, params, l, FC1_W);
+    f = activation[l] == 0 ? at::relu(f) : at::gelu(f, activation[l] == 2 ? "tanh" : "none");
+    a = linear(f, params, l, FC2_W);
+    x = pre ? x + a : norm(x + a, params, l, NORM3_W, eps[3 * l + 2]);
+  }
+  return x;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(zoo, m) {
+  m.def("decoder_layers(Tensor x, int pos, Tensor?[] params, Tensor(a!)[] k_buffers, "
+        "Tensor(b!)[] v_buffers, Tensor[] cross_k, Tensor[] cross_v, Tensor? keep, int heads, "
+        "int width, "
+        "float[] self_scale, float[] cross_scale, float[] eps, int[] norm_first, "
+        "int[] activation) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("decoder_layers", decoder_layers); }
