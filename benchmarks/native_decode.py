@@ -1,11 +1,13 @@
-"""zoo's decoding with its native few-row kernel (``zoo.native``) against the same
-decoding through oneDNN's packed product, in one process, the two taking turns.
+"""zoo's decoding three ways, in one process, taking turns: through oneDNN's packed
+product and the static decoder's Python step (ZOO_NATIVE=0's way); with zoo's native
+few-row product (``torch.ops.zoo.skinny_linear``) in that Python step; and with the
+whole step in C++ as well (``torch.ops.zoo.decoder_layers``, the default).
 
 transformer-base (vocabulary 8000) decodes exactly ``--tokens`` new tokens by
 ``model.generate``: one ``--source``-token sentence at a time (greedy and beam 4,
 milliseconds a sentence, as ``zoo translate`` sees it) and a batch of ``--batch``
-sentences (greedy, tokens a second). Both ways must give the same tokens; the
-script stops if they do not.
+sentences (greedy, tokens a second). Every way must give the same tokens; the
+script stops if one does not.
 
     python benchmarks/native_decode.py [--rounds 3] [--repeats 7]
 """
@@ -21,6 +23,7 @@ import torch
 import zoo
 from zoo import native
 from zoo.ops import Linear
+from zoo.plugins.architectures.static_decoder import StaticDecoder
 
 
 def main() -> None:
@@ -56,8 +59,9 @@ def main() -> None:
         for layer in [*model.modules(), *(fused for _, fused in _FUSED.values())]:
             layer.__dict__.pop("_packed_cache", None)
 
-    def timed(case, kernel: bool) -> tuple[float, torch.Tensor]:
-        Linear.skinny_rows = rows if kernel else 0
+    def timed(case, way: int) -> tuple[float, torch.Tensor]:
+        Linear.skinny_rows = rows if way else 0
+        StaticDecoder.native_step = way == 2
         unpack()
         out = case()
         times = []
@@ -69,22 +73,23 @@ def main() -> None:
 
     print(f"{torch.get_num_threads()} threads; CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}\n")
-    print("| case | round | oneDNN | native kernel | oneDNN / native |")
-    print("|---|---|---|---|---|")
+    print("| case | round | oneDNN, Python step | kernel, Python step | kernel, C++ step "
+          "| first / last |")
+    print("|---|---|---|---|---|---|")
     with torch.no_grad():
         for name, case in cases.items():
             for r in range(args.rounds):
-                (off, a), (on, b) = timed(case, False), timed(case, True)
-                if not torch.equal(a, b):
-                    raise SystemExit(f"{name}: the kernel changed the tokens")
+                (a, ta), (b, tb), (c, tc) = (timed(case, way) for way in range(3))
+                if not (torch.equal(ta, tb) and torch.equal(ta, tc)):
+                    raise SystemExit(f"{name}: the tokens changed")
                 if "tokens/s" in name:
                     made = args.batch * args.batch_length
-                    shown = f"{made / off:,.0f} | {made / on:,.0f}"
+                    shown = " | ".join(f"{made / t:,.0f}" for t in (a, b, c))
                 else:
-                    shown = f"{off * 1e3:.1f} | {on * 1e3:.1f}"
-                print(f"| {name} | {r + 1} | {shown} | {off / on:.2f}x |")
+                    shown = " | ".join(f"{t * 1e3:.1f}" for t in (a, b, c))
+                print(f"| {name} | {r + 1} | {shown} | {a / c:.2f}x |", flush=True)
     Linear.skinny_rows = rows
-
+    StaticDecoder.native_step = True
 
 if __name__ == "__main__":
     main()
