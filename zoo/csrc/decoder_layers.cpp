@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "skinny_linear.h"
 
@@ -47,15 +48,21 @@ at::Tensor linear(const at::Tensor& x, const Params& p, int64_t layer, Param w) 
 
 at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps) {
   const at::Tensor weight = get(p, layer, w);
-  return at::layer_norm(x, {weight.size(0)}, weight, maybe(p, layer, Param(w + 1)), eps);
+  return std::get<0>(
+      at::native_layer_norm(x, {weight.size(0)}, weight, maybe(p, layer, Param(w + 1)), eps));
 }
 
-// softmax(scale q k^T, -inf where ``masked``) v, as zoo's eager kernel computes it.
+// softmax(scale q k^T, -inf where ``masked``) v over (batch, L, width) tensors, as
+// zoo's eager kernel computes it; ``masked`` (if any) is broadcast over the scores
+// viewed as ``masked_shape``.
+// ``scale`` is a 0-dim float32 tensor: multiplying by a C++ double would wrap it and
+// cast it at every call (as costly as the product at one row).
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const std::optional<at::Tensor>& masked, double scale) {
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-  if (masked.has_value()) scores = scores.masked_fill(*masked, -INFINITY);
-  return at::matmul(at::softmax(scores, -1), v);
+                  const at::Tensor& scale, const std::optional<at::Tensor>& masked = std::nullopt,
+                  at::IntArrayRef masked_shape = {}) {
+  at::Tensor scores = at::bmm(q, k.transpose(1, 2)).mul_(scale);
+  if (masked.has_value()) scores.view(masked_shape).masked_fill_(*masked, -INFINITY);
+  return at::bmm(at::_softmax(scores, -1, false), v);
 }
 
 at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& params,
@@ -72,6 +79,11 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
   const int64_t sources = cross_k[0].size(0), groups = rows / sources;
   std::optional<at::Tensor> masked;  // True where a source is padding
   if (keep.has_value()) masked = keep->logical_not();
+  std::vector<at::Tensor> self_scales, cross_scales;
+  for (int64_t l = 0; l < layers; ++l) {
+    self_scales.push_back(at::scalar_tensor(self_scale[l], x_in.options()));
+    cross_scales.push_back(at::scalar_tensor(cross_scale[l], x_in.options()));
+  }
   at::Tensor x = x_in;
   for (int64_t l = 0; l < layers; ++l) {
     const bool pre = norm_first[l] != 0;
@@ -80,24 +92,33 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
     at::Tensor qkv = linear(h, params, l, QKV_W).view({rows, 3, heads, width});
     k_buffers[l].select(2, pos).copy_(qkv.select(1, 1));
     v_buffers[l].select(2, pos).copy_(qkv.select(1, 2));
-    at::Tensor out = attend(qkv.select(1, 0).unsqueeze(2), k_buffers[l].narrow(2, 0, pos + 1),
-                            v_buffers[l].narrow(2, 0, pos + 1), std::nullopt, self_scale[l]);
+    const int64_t length = k_buffers[l].size(2);
+    at::Tensor out = attend(qkv.select(1, 0).reshape({rows * heads, 1, width}),
+                            k_buffers[l].view({rows * heads, length, width}).narrow(1, 0, pos + 1),
+                            v_buffers[l].view({rows * heads, length, width}).narrow(1, 0, pos + 1),
+                            self_scales[l]);
     at::Tensor a = linear(out.view({rows, 1, inner}), params, l, SELF_OUT_W);
-    x = pre ? x + a : norm(x + a, params, l, NORM1_W, eps[3 * l]);
+    x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM1_W, eps[3 * l]);
     // cross-attention: a source's beams attend together as one longer query sequence
     h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1]) : x;
     at::Tensor q = linear(h, params, l, CROSS_Q_W).view({sources, groups, heads, width})
-                       .transpose(1, 2);
-    out = attend(q, cross_k[l], cross_v[l], masked, cross_scale[l]).transpose(1, 2)
-              .reshape({rows, 1, inner});
-    a = linear(out, params, l, CROSS_OUT_W);
-    x = pre ? x + a : norm(x + a, params, l, NORM2_W, eps[3 * l + 1]);
+                       .transpose(1, 2).reshape({sources * heads, groups, width});
+    const int64_t src_len = cross_k[l].size(2);
+    out = attend(q, cross_k[l].view({sources * heads, src_len, width}),
+                 cross_v[l].view({sources * heads, src_len, width}), cross_scales[l], masked,
+                 {sources, heads, groups, src_len});
+    a = linear(out.view({sources, heads, groups, width}).transpose(1, 2).reshape({rows, 1, inner}),
+               params, l, CROSS_OUT_W);
+    x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM2_W, eps[3 * l + 1]);
     // feed-forward network
     h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2]) : x;
     at::Tensor f = linear(h, params, l, FC1_W);
-    f = activation[l] == 0 ? at::relu(f) : at::gelu(f, activation[l] == 2 ? "tanh" : "none");
+    if (activation[l] == 0)
+      at::relu_(f);
+    else
+      at::gelu_(f, activation[l] == 2 ? "tanh" : "none");
     a = linear(f, params, l, FC2_W);
-    x = pre ? x + a : norm(x + a, params, l, NORM3_W, eps[3 * l + 2]);
+    x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM3_W, eps[3 * l + 2]);
   }
   return x;
 }
