@@ -171,6 +171,24 @@ def test_incremental_decoding_with_cache_equals_full_decode(kern):
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("positional", ["rope", "shaw", "xl", "t5-bias", "alibi"])
+def test_positions_inside_attention_follow_a_head_width_of_their_own(positional):
+    """head_dim 12 with 4 heads in a width of 64: positions inside attention work in the
+    heads' width (48), not d_model / n_heads (16); rope, Shaw and XL used to fail on it.
+    The reference: decoding a step at a time with the cache equals the full decode."""
+    model = zoo.build("transformer-tiny", head_dim=12, positional=positional,
+                      dropout=0.0).eval()
+    attn = model.decoder.layers[0].self_attn
+    assert (attn.n_heads, attn.head_dim, attn.inner_dim) == (4, 12, 48)
+    src, tgt = torch.randint(1, 1000, (2, 9)), torch.randint(1, 1000, (2, 6))
+    with torch.no_grad():
+        memory = model.encode(src)
+        full = model.decode(tgt, memory)
+        cache = model.init_cache()
+        steps = [model.decode(tgt[:, t:t + 1], memory, cache=cache) for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
 # -- ViT: timm's counts and logits ----------------------------------------------------------------
 TIMM_COUNTS = {
     "vit-tiny-patch16-224": 5_717_416,

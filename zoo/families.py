@@ -174,7 +174,8 @@ FAMILIES: dict[str, Family] = {
             "positional",
             "Positional encodings. absolute: cls(settings, d_model=, max_len=) called as "
             "module(x, offset=0) -> x plus positions. Inside attention: cls(settings, "
-            "d_model=, n_heads=, max_len=, causal=), handed to each self-attention as "
+            "d_model=, n_heads=, max_len=, causal=), d_model being the width attention "
+            "works in (n_heads x head_dim), handed to each self-attention as "
             "positional=; rotary: rotate(x (B, H, L, D), positions (L,)); bias: "
             "bias(rel) -> (H, *rel.shape) added to the scores, rel = key position - query "
             "position; relative: scores(q, rel) and values_term(weights, rel) or None, "

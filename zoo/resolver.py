@@ -76,7 +76,8 @@ class Resolved:
         Positions that act inside attention are handed to each self-attention: one
         module per layer when the component says ``per_layer``, else one shared by
         every layer of a stack (a stack being told apart by ``causal``). ``head_dim``, when
-        given, is passed to each attention (heads narrower or wider than d_model / n_heads)."""
+        given, is passed to each attention (heads narrower or wider than d_model / n_heads),
+        and positions inside attention are built for that width (n_heads x head_dim)."""
         inside = self.position_kind not in ("absolute", "none")
         per_layer = inside and self.parts["positional"].component.capabilities.per_layer
         shared: dict[bool, Any] = {}
@@ -86,7 +87,9 @@ class Resolved:
             if not inside:
                 return None
             if per_layer or causal not in shared:
-                module = self.make("positional", d_model=d_model, n_heads=n_heads,
+                # the width attention works in: heads narrower or wider than d_model / n_heads
+                inner = d_model if head_dim is None else n_heads * head_dim
+                module = self.make("positional", d_model=inner, n_heads=n_heads,
                                    max_len=max_len, causal=causal)
                 if per_layer:
                     return module
