@@ -20,7 +20,8 @@ from zoo.ops import Linear
 CAN_BUILD = (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
              and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
              and shutil.which(os.environ.get("CXX", "c++")) is not None)
-needs_kernel = pytest.mark.skipif(not CAN_BUILD, reason="needs Linux on an AVX2 CPU and a C++ compiler")
+needs_kernel = pytest.mark.skipif(not CAN_BUILD,
+                                  reason="needs Linux on an AVX2 CPU and a C++ compiler")
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -189,7 +189,8 @@ def test_the_native_step_gives_the_python_steps_logits(overrides, groups):
 
 
 @needs_kernel
-@pytest.mark.parametrize("overrides", NOT_NATIVE, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("overrides", NOT_NATIVE,
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 def test_parts_the_native_step_does_not_run_stay_in_python(overrides):
     model = tiny(**overrides)
     assert plain_decoder(model)

@@ -12,9 +12,9 @@ installed torch into one library kept on disk, registered as ``torch.ops.zoo.*``
   a plain decoder's layers, the static decoder's step without its Python
   (``plugins/architectures/static_decoder.py`` decides when it may run).
 
-- **Where it is kept:** ``$ZOO_KERNEL_CACHE``, or ``$XDG_CACHE_HOME/zoo/kernels``
+- **Where they are kept:** ``$ZOO_KERNEL_CACHE``, or ``$XDG_CACHE_HOME/zoo/kernels``
   (``~/.cache/zoo/kernels``), one folder per source, torch version and compiler,
-  with the compiler's output in ``build.log``. Deleting the folder clears it; the
+  with the compiler's output in ``build.log``. Deleting the folder clears them; the
   next use compiles again (about 30 s on 2 cores, once).
 - **Turning it off:** ``ZOO_NATIVE=0``; zoo then decodes through oneDNN and Python as
   before.
@@ -59,7 +59,8 @@ def cache_root() -> Path:
 
 
 def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++") or shutil.which("clang++")
+    return (shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+            or shutil.which("clang++"))
 
 
 def _command(torch, cxx: str, out: Path) -> list[str]:
@@ -67,12 +68,13 @@ def _command(torch, cxx: str, out: Path) -> list[str]:
     include, libdir = str(root / "include"), str(root / "lib")  # ATen, c10, library.h; libtorch_cpu
     abi = int(torch.compiled_with_cxx11_abi())
     return [cxx, "-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp",
-            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-isystem", include, *map(str, SOURCES), "-o", str(out),
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-isystem", include, *map(str, SOURCES),
+            "-o", str(out),
             f"-L{libdir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{libdir}"]
 
 
 def build_folder(torch, cxx: str) -> Path:
-    """The folder of this source, torch and compiler's build."""
+    """The folder of this build: these sources, this torch, this compiler."""
     key = hashlib.sha256()
     for source in (*SOURCES, CSRC / "skinny_linear.h"):
         key.update(source.read_bytes())

@@ -138,11 +138,12 @@ class Linear(nn.Linear):
     of at most ``kernel_rows()`` rows (a decoding step's) go to zoo's native kernel
     instead, where it could be built (:mod:`zoo.native`).
 
-    With gradients on (training), on other devices and dtypes, and inside
-    ``torch.compile`` (where the packing would break the graph at each layer, and the
-    compiler packs weights itself) it is ``nn.Linear`` exactly. The packed copy is not
-    part of the state dict; ``train()`` drops it. Results equal ``F.linear``'s up to fp32 rounding (another summation
-    order)."""
+    With gradients on (training) and on other devices and dtypes it is ``nn.Linear``
+    exactly; inside ``torch.compile`` too (the packing would break the graph at each
+    layer, and the compiler packs weights itself), except that few rows still go to the
+    native kernel, an operator the compiler calls as it is. The packed copy is not part
+    of the state dict; ``train()`` drops it. Results equal ``F.linear``'s up to fp32
+    rounding (another summation order)."""
 
     fast_inference = True
     """Set False (on the class or one layer) to always use ``F.linear``."""

@@ -75,6 +75,13 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
   const int64_t layers = k_buffers.size();
   TORCH_CHECK(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
               "decoder_layers: ", PARAMS_PER_LAYER, " tensors a layer");
+  TORCH_CHECK(int64_t(v_buffers.size()) == layers && int64_t(cross_k.size()) == layers &&
+                  int64_t(cross_v.size()) == layers && int64_t(norm_first.size()) == layers &&
+                  int64_t(activation.size()) == layers && int64_t(eps.size()) == 3 * layers &&
+                  int64_t(self_scale.size()) == layers && int64_t(cross_scale.size()) == layers,
+              "decoder_layers: one buffer, scale and setting a layer (three eps)");
+  TORCH_CHECK(pos >= 0 && pos < k_buffers[0].size(2), "decoder_layers: step ", pos,
+              " is outside the buffers' ", k_buffers[0].size(2));
   const int64_t rows = x_in.size(0), inner = heads * width;
   const int64_t sources = cross_k[0].size(0), groups = rows / sources;
   std::optional<at::Tensor> masked;  // True where a source is padding
