@@ -119,7 +119,7 @@ def _load() -> bool:
     if not (sys.platform.startswith("linux") and torch.backends.cpu.get_cpu_capability()
             in ("AVX2", "AVX512")):
         return False
-    default_rows()
+    default_rows()  # now, outside any traced function: inside one it cannot be read
     cxx = _compiler()
     if cxx is None:
         return _fallback("no C++ compiler was found (tried $CXX, c++, g++, clang++); "

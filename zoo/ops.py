@@ -171,12 +171,17 @@ class Linear(nn.Linear):
         """The most rows this layer gives zoo's native kernel (``skinny_rows``, resolved)."""
         return native.default_rows() if self.skinny_rows is None else self.skinny_rows
 
+    def _cpu_inference(self, x: torch.Tensor) -> bool:
+        """True for inference on the CPU with an fp32 weight and a non-empty input: where
+        the native kernel and the packed product may stand in for ``F.linear``."""
+        return (self.fast_inference and not torch.is_grad_enabled() and x.device.type == "cpu"
+                and self.weight.dtype == torch.float32 and x.numel() > 0)
+
     def _skinny(self, x: torch.Tensor) -> bool:
         """True for fp32 CPU inference on at most ``kernel_rows()`` rows where zoo's native
         kernel is available (also inside ``torch.compile``, which calls it as is)."""
-        return (self.fast_inference and not torch.is_grad_enabled() and x.device.type == "cpu"
-                and x.dtype == torch.float32 and self.weight.dtype == torch.float32
-                and 0 < x.numel() <= self.kernel_rows() * x.shape[-1]
+        return (self._cpu_inference(x) and x.dtype == torch.float32
+                and x.numel() <= self.kernel_rows() * x.shape[-1]
                 and not torch.is_autocast_enabled("cpu") and self.weight.is_contiguous()
                 and native.available())
 
@@ -184,11 +189,9 @@ class Linear(nn.Linear):
         """The dtype to multiply in with a packed weight, or None for F.linear: fp32, or
         under CPU autocast its dtype (bf16), as autocast itself would."""
         global _ONEDNN
-        if not self.fast_inference or torch.is_grad_enabled() or x.device.type != "cpu":
+        if not self._cpu_inference(x):
             return None
         if torch.compiler.is_compiling():  # F.linear keeps the graph whole; the compiler packs
-            return None
-        if self.weight.dtype != torch.float32 or x.numel() == 0:
             return None
         if torch.is_autocast_enabled("cpu"):
             dtype = torch.get_autocast_dtype("cpu")
