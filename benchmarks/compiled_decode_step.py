@@ -75,7 +75,7 @@ def main() -> None:
     inductor.freezing = True  # weights become constants, prepacked for oneDNN
     torch.manual_seed(0)
     if not args.native:
-        zoo.ops.Linear.skinny_rows = 0  # the C++ step then declines too (native_plan)
+        zoo.ops.Linear.native_rows = 0  # the C++ step then declines too (native_plan)
     native = zoo.native.available() and zoo.ops.Linear(1, 1).kernel_rows() > 0
     print(f"zoo's native few-row kernel: {'on' if native else 'off'}")
     model = zoo.build("transformer-base", vocab_size=8000).eval()

@@ -1,14 +1,16 @@
-"""The products of one decoding step at a few rows: zoo's native kernel
-(``torch.ops.zoo.skinny_linear``) against oneDNN's packed product (zoo's ``Linear``
-without the kernel, its weights packed for these rows) and, as the rate of reading
-memory, a plain sum over each weight.
+"""The products of one decoding step at a few to a few hundred rows: zoo's native
+kernel on packed weights (``torch.ops.zoo.packed_linear``, what ``zoo.ops.Linear``
+calls), its kernel on unpacked weights (``skinny_linear``, what it calls inside
+``torch.compile``), and oneDNN's packed product (``Linear`` without the kernel, its
+weights packed for these rows), with a plain sum over each weight as the rate of
+reading memory.
 
 The weights are transformer-base's decoder's (six layers of q|k|v joined, the
 self-attention's output, cross-attention's query and output, the feed-forward pair,
 then an 8000-word output layer: 105 MB), each its own tensor and read in turn, so
 that they come from memory as in decoding. Results are checked against ``F.linear``.
 
-    python benchmarks/few_row_products.py [--rows 1,4,8,16,32,64] [--rounds 2]
+    python benchmarks/few_row_products.py [--rows 1,4,16,64,128,320] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def median_s(fn, n: int = 20) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,4,8,16,32,64")
+    parser.add_argument("--rows", default="1,4,16,64,128,320")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     if not native.available():
@@ -47,25 +49,32 @@ def main() -> None:
     layers = []
     for n_out, n_in in SHAPES:
         layer = Linear(n_in, n_out).eval()
-        layer.skinny_rows = 0  # oneDNN's packed product
+        layer.native_rows = 0  # oneDNN's packed product
         layers.append(layer)
+    packed = [layer.kernel_weight() for layer in layers]
     weights = sum(layer.weight.numel() * 4 for layer in layers)
-    print(f"{torch.get_num_threads()} threads; {len(layers)} products reading "
+    flops = 2 * sum(layer.weight.numel() for layer in layers)
+    print(f"{torch.get_num_threads()} threads; CPU capability "
+          f"{torch.backends.cpu.get_cpu_capability()}; {len(layers)} products reading "
           f"{weights / 1e6:.0f} MB\n")
-    print("| rows | round | native kernel, ms | oneDNN, ms | oneDNN / kernel | kernel GB/s "
-          "| plain sum, ms (GB/s) |")
+    print("| rows | round | packed kernel, ms (GFLOP/s) | unpacked kernel, ms | oneDNN, ms "
+          "| oneDNN / packed | plain sum, ms (GB/s) |")
     print("|---|---|---|---|---|---|---|")
     with torch.no_grad():
         for rows in (int(r) for r in args.rows.split(",")):
             xs = [torch.randn(rows, 1, layer.in_features) for layer in layers]
-            for layer, x in zip(layers, xs):
-                layer.__dict__.pop("_packed_cache", None)  # packed for these rows
-                torch.testing.assert_close(
-                    torch.ops.zoo.skinny_linear(x, layer.weight, layer.bias),
-                    F.linear(x, layer.weight, layer.bias), rtol=1e-4, atol=1e-4)
-                layer(x)
+            for layer, w, x in zip(layers, packed, xs):
+                layer.__dict__.pop("_packed_cache", None)  # oneDNN's, packed for these rows
+                expected = F.linear(x, layer.weight, layer.bias)
+                for got in (torch.ops.zoo.packed_linear(x, w, layer.bias, layer.out_features),
+                            torch.ops.zoo.skinny_linear(x, layer.weight, layer.bias), layer(x)):
+                    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
             def kernel():
+                for layer, w, x in zip(layers, packed, xs):
+                    torch.ops.zoo.packed_linear(x, w, layer.bias, layer.out_features)
+
+            def unpacked():
                 for layer, x in zip(layers, xs):
                     torch.ops.zoo.skinny_linear(x, layer.weight, layer.bias)
 
@@ -78,9 +87,11 @@ def main() -> None:
                     layer.weight.sum()
 
             for r in range(args.rounds):
-                k, o, s = median_s(kernel), median_s(onednn), median_s(plain_sum)
-                print(f"| {rows} | {r + 1} | {k * 1e3:.2f} | {o * 1e3:.2f} | {o / k:.2f}x | "
-                      f"{weights / k / 1e9:.1f} | {s * 1e3:.2f} ({weights / s / 1e9:.1f}) |")
+                k, u, o, s = (median_s(kernel), median_s(unpacked), median_s(onednn),
+                              median_s(plain_sum))
+                print(f"| {rows} | {r + 1} | {k * 1e3:.2f} ({rows * flops / k / 1e9:.0f}) | "
+                      f"{u * 1e3:.2f} | {o * 1e3:.2f} | {o / k:.2f}x | "
+                      f"{s * 1e3:.2f} ({weights / s / 1e9:.1f}) |")
 
 
 if __name__ == "__main__":

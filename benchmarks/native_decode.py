@@ -50,7 +50,7 @@ def main() -> None:
         f"batch {args.batch}, greedy (tokens/s)": lambda: model.generate(
             batch, strategy="greedy", max_new_tokens=args.batch_length, **kwargs),
     }
-    rows = Linear.skinny_rows  # None: zoo.native.default_rows()
+    rows = Linear.native_rows  # None: zoo.native.default_rows()
 
     def unpack() -> None:
         """oneDNN packs each weight for the rows of its first call: each case packs anew."""
@@ -60,7 +60,7 @@ def main() -> None:
             layer.__dict__.pop("_packed_cache", None)
 
     def timed(case, way: int) -> tuple[float, torch.Tensor]:
-        Linear.skinny_rows = rows if way else 0
+        Linear.native_rows = rows if way else 0
         StaticDecoder.native_step = way == 2
         unpack()
         out = case()
@@ -88,7 +88,7 @@ def main() -> None:
                 else:
                     shown = " | ".join(f"{t * 1e3:.1f}" for t in (a, b, c))
                 print(f"| {name} | {r + 1} | {shown} | {a / c:.2f}x |", flush=True)
-    Linear.skinny_rows = rows
+    Linear.native_rows = rows
     StaticDecoder.native_step = True
 
 if __name__ == "__main__":

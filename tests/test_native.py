@@ -1,6 +1,6 @@
-"""zoo's native few-row product (zoo/csrc/skinny_linear.cpp, built by zoo.native):
-its results against a float64 product, where zoo.ops.Linear calls it, and what
-happens when it cannot be built or is turned off."""
+"""zoo's native products (zoo/csrc/packed_linear.cpp and skinny_linear.cpp, built by
+zoo.native): their results against a float64 product, where zoo.ops.Linear calls
+them, and what happens when they cannot be built or are turned off."""
 
 from __future__ import annotations
 
@@ -65,12 +65,72 @@ def test_skinny_linear_keeps_leading_dims_and_reads_strided_inputs():
         torch.ops.zoo.skinny_linear(x.double(), weight.double(), None)
 
 
-def _kernel_calls(layer: torch.nn.Module, x: torch.Tensor) -> int:
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 17, 64, 129])
+@pytest.mark.parametrize("n_out, n_in", [(8000, 512), (13, 7), (70, 33), (64, 2048), (1, 1)])
+def test_packed_linear_equals_a_float64_product(rows, n_out, n_in):
+    """Row counts of every block of the kernel (one to six rows, and one to four panels
+    at a time) and outputs with tails: fewer than 16, not a multiple of 16 or of 64."""
+    assert native.available()
+    torch.manual_seed(rows * 1000 + n_out)
+    x, weight, bias = torch.randn(rows, n_in), torch.randn(n_out, n_in), torch.randn(n_out)
+    packed = torch.ops.zoo.pack_linear_weight(weight)
+    assert packed.shape == ((n_out + 15) // 16, n_in, 16)
+    for b in (bias, None):
+        got = torch.ops.zoo.packed_linear(x, packed, b, n_out)
+        assert got.shape == (rows, n_out)
+        torch.testing.assert_close(got, reference(x, weight, b), rtol=1e-5,
+                                   atol=2e-6 * n_in ** 0.5 * 4)
+
+
+@needs_kernel
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads():
+    """Every output is one chain of FMAs over the inputs in order: the same bits for a
+    row alone, in any batch, with one thread or two (unlike oneDNN's products)."""
+    assert native.available()
+    torch.manual_seed(0)
+    weight, bias = torch.randn(200, 96), torch.randn(200)
+    packed = torch.ops.zoo.pack_linear_weight(weight)
+    x = torch.randn(23, 96)
+    together = torch.ops.zoo.packed_linear(x, packed, bias, 200)
+    for rows in ([5], [0, 1], [2, 3, 4], list(range(16)), list(range(7, 23))):
+        alone = torch.ops.zoo.packed_linear(x[rows], packed, bias, 200)
+        assert torch.equal(alone, together[rows]), rows
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(torch.ops.zoo.packed_linear(x, packed, bias, 200), together)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_kernel
+def test_packed_linear_keeps_leading_dims_and_names_wrong_inputs():
+    assert native.available()
+    torch.manual_seed(0)
+    weight, bias = torch.randn(40, 24), torch.randn(40)
+    packed = torch.ops.zoo.pack_linear_weight(weight)
+    x = torch.randn(24, 3).t()[:, None]  # (3, 1, 24), not contiguous
+    got = torch.ops.zoo.packed_linear(x, packed, bias, 40)
+    assert got.shape == (3, 1, 40)
+    torch.testing.assert_close(got, reference(x, weight, bias), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="last size 23 is not the weight's 24"):
+        torch.ops.zoo.packed_linear(torch.randn(2, 23), packed, bias, 40)
+    with pytest.raises(RuntimeError, match="a weight from pack_linear_weight of 50 outputs"):
+        torch.ops.zoo.packed_linear(x, packed, None, 50)
+    with pytest.raises(RuntimeError, match="a contiguous float32 bias of 40"):
+        torch.ops.zoo.packed_linear(x, packed, torch.randn(39), 40)
+    with pytest.raises(RuntimeError, match="2-d float32 CPU weight"):
+        torch.ops.zoo.pack_linear_weight(weight.double())
+
+
+def _kernel_calls(layer: torch.nn.Module, x: torch.Tensor,
+                  kernel: str = "zoo::packed_linear") -> int:
     from torch.profiler import profile
 
     with profile() as prof:
         layer(x)
-    return sum(e.count for e in prof.key_averages() if e.key == "zoo::skinny_linear")
+    return sum(e.count for e in prof.key_averages() if e.key == kernel)
 
 
 @needs_kernel
@@ -84,12 +144,35 @@ def test_linear_multiplies_few_rows_of_fp32_inference_by_the_kernel():
         assert _kernel_calls(layer, many) == 0  # oneDNN's packed product
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert _kernel_calls(layer, few) == 0
-        layer.skinny_rows = 0
+        layer.native_rows = 0
         assert _kernel_calls(layer, few) == 0
-        del layer.skinny_rows
+        del layer.native_rows
         torch.testing.assert_close(layer(few), F.linear(few, layer.weight, layer.bias),
                                    rtol=1e-5, atol=1e-5)
     assert _kernel_calls(layer, few) == 0  # with gradients: nn.Linear exactly
+
+
+@needs_kernel
+def test_linear_packs_its_weight_once_and_again_when_it_changes():
+    assert native.available()
+    torch.manual_seed(0)
+    layer = Linear(24, 40).eval()
+    x = torch.randn(3, 24)
+    with torch.no_grad():
+        first = layer.kernel_weight()
+        assert layer.kernel_weight() is first
+        layer(x)
+        assert layer.kernel_weight() is first
+        layer.weight.mul_(2)  # in place: the packed copy is stale
+        torch.testing.assert_close(layer(x), reference(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-5)
+        assert layer.kernel_weight() is not first
+        layer.load_state_dict({"weight": torch.randn(40, 24), "bias": torch.randn(40)})
+        torch.testing.assert_close(layer(x), reference(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-5)
+    assert "_kernel_cache" not in layer.__getstate__()  # not pickled
+    layer.train()
+    assert "_kernel_cache" not in layer.__dict__
 
 
 @needs_kernel
@@ -103,7 +186,7 @@ def test_compiled_inference_calls_the_kernel_in_one_graph():
         out = compiled(x)
         expected = F.linear(torch.relu(F.linear(x, layer[0].weight, layer[0].bias)),
                             layer[2].weight, layer[2].bias)
-        assert _kernel_calls(compiled, x) == 2
+        assert _kernel_calls(compiled, x, "zoo::skinny_linear") == 2
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 

@@ -216,6 +216,6 @@ def test_a_feed_forward_network_that_rewrites_forward_stays_in_python():
 @needs_kernel
 def test_more_rows_than_the_kernel_takes_stay_in_python(monkeypatch):
     model = tiny()
-    monkeypatch.setattr(Linear, "skinny_rows", 2)  # three sources: three rows a step
+    monkeypatch.setattr(Linear, "native_rows", 2)  # three sources: three rows a step
     (_, _), ran = _python_and_native_steps(model)
     assert ran == [False, False]

@@ -1,13 +1,19 @@
 """zoo's native kernels: C++ in ``zoo/csrc``, compiled on first use against the
 installed torch into one library kept on disk, registered as ``torch.ops.zoo.*``.
 
-- ``skinny_linear`` (``zoo/csrc/skinny_linear.cpp``): ``x W^T + b`` for a few rows of
-  ``x``, as decoding one sentence (one row, or one per beam) needs at every step.
-  Those products are bound by reading the weights, and the kernel streams them at
-  the memory's rate: measured on a 2-core AMD EPYC with AVX2, the 37 products of
-  transformer-base's decoding step took 1.7 to 1.9 times less time than oneDNN's
-  packed product at one row, 1.6 to 1.8 at four, and 1.05 to 1.2 at sixteen
-  (``docs/bench.md``). :class:`zoo.ops.Linear` calls it in CPU inference.
+- ``packed_linear`` (``zoo/csrc/packed_linear.cpp``): ``x W^T + b`` for up to a few
+  dozen rows of ``x`` (a decoding step: one row, or one per beam and sentence; a
+  sentence's encoder), with ``W`` packed once by ``pack_linear_weight`` into panels of
+  16 outputs, multiplied in registers six rows at a time. Measured on a 2-core AMD
+  EPYC with AVX2 on the products of transformer-base's decoding step, against
+  oneDNN's packed product: 3.1 times faster at one row (the weights read at the
+  memory's rate), 2.0 at four, 1.6 at sixteen, 1.2 at 64, level from about 320 rows
+  (``docs/bench.md``). :class:`zoo.ops.Linear` calls it in CPU inference, with the
+  packed weight kept beside its own.
+- ``skinny_linear`` (``zoo/csrc/skinny_linear.cpp``): the same product on the weight
+  as it is (no packed copy), for a few rows; what ``Linear`` calls inside
+  ``torch.compile``, where a packed copy cannot be kept (1.5 to 1.9 times oneDNN at
+  one to four rows, 1.1 at sixteen).
 - ``decoder_layers`` (``zoo/csrc/decoder_layers.cpp``): a whole decoding step through
   a plain decoder's layers, the static decoder's step without its Python
   (``plugins/architectures/static_decoder.py`` decides when it may run).
@@ -38,8 +44,13 @@ import warnings
 from pathlib import Path
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = (CSRC / "skinny_linear.cpp", CSRC / "decoder_layers.cpp")
-"""The C++ sources of the library: ``zoo::skinny_linear`` and ``zoo::decoder_layers``."""
+SOURCES = (CSRC / "packed_linear.cpp", CSRC / "skinny_linear.cpp", CSRC / "decoder_layers.cpp")
+"""The C++ sources of the library: ``zoo::packed_linear``, ``zoo::skinny_linear`` and
+``zoo::decoder_layers``."""
+
+UNPACKED_ROWS = 16
+"""The most rows ``skinny_linear`` (the kernel for unpacked weights) is given inside
+``torch.compile``: measured 1.1 times oneDNN at sixteen rows, slower from 32."""
 
 _lock = threading.Lock()
 _loaded: bool | None = None
@@ -76,7 +87,7 @@ def _command(torch, cxx: str, out: Path) -> list[str]:
 def build_folder(torch, cxx: str) -> Path:
     """The folder of this build: these sources, this torch, this compiler."""
     key = hashlib.sha256()
-    for source in (*SOURCES, CSRC / "skinny_linear.h"):
+    for source in (*SOURCES, *sorted(CSRC.glob("*.h"))):
         key.update(source.read_bytes())
     key.update("\0".join(_command(torch, cxx, Path("out"))).encode())
     key.update(torch.__version__.encode())
@@ -144,6 +155,10 @@ def _load() -> bool:
     def _(x, weight, bias):  # its shape, for torch.compile
         return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
+    @torch.library.register_fake("zoo::packed_linear")
+    def _(x, packed, bias, n_out):
+        return x.new_empty((*x.shape[:-1], n_out))
+
     return True
 
 
@@ -151,23 +166,24 @@ _ROWS: int | None = None
 
 
 def default_rows() -> int:
-    """The most rows :class:`zoo.ops.Linear` gives the kernel by default: 16 where PyTorch
-    dispatches AVX2 (measured: 1.05 to 1.2 times oneDNN at sixteen rows, slower from 32),
-    4 on AVX-512, where oneDNN's products are twice as wide and only the products bound by
-    reading the weights (a few rows) can gain; that figure is not measured."""
+    """The most rows :class:`zoo.ops.Linear` gives the kernel by default: 128 where
+    PyTorch dispatches AVX2 (measured 1.15 to 1.3 times oneDNN at 128 rows, level from
+    about 320), 4 on AVX-512, where oneDNN's products are twice as wide and only the
+    products bound by reading the weights (a few rows) can gain; that figure is not
+    measured."""
     global _ROWS
     if _ROWS is None:
         import torch
 
         if torch.compiler.is_compiling():  # asked outside a traced function first
             return 0
-        _ROWS = 16 if torch.backends.cpu.get_cpu_capability() == "AVX2" else 4
+        _ROWS = 128 if torch.backends.cpu.get_cpu_capability() == "AVX2" else 4
     return _ROWS
 
 
 def available() -> bool:
-    """True when zoo's kernels (``torch.ops.zoo.skinny_linear``, ``decoder_layers``) can
-    be called here: enabled, an AVX2 CPU, and the library compiled (now, on first call,
+    """True when zoo's kernels (``torch.ops.zoo.packed_linear``, ``skinny_linear``,
+    ``decoder_layers``) can be called here: enabled, an AVX2 CPU, and the library compiled (now, on first call,
     or earlier) and loaded."""
     global _loaded
     if _loaded is None:

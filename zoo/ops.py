@@ -135,32 +135,37 @@ class Linear(nn.Linear):
     """``nn.Linear`` that, on the CPU with gradients off, multiplies through oneDNN with
     its weight packed once (re-packed when the weight changes): in fp32, or in bf16
     under CPU autocast (the weight cast once instead of at every call). In fp32, inputs
-    of at most ``kernel_rows()`` rows (a decoding step's) go to zoo's native kernel
-    instead, where it could be built (:mod:`zoo.native`).
+    of at most ``kernel_rows()`` rows (decoding steps, a sentence's encoder) go to zoo's
+    native kernel instead, with the weight packed once for it, where the kernel could
+    be built (:mod:`zoo.native`).
 
     With gradients on (training) and on other devices and dtypes it is ``nn.Linear``
     exactly; inside ``torch.compile`` too (the packing would break the graph at each
-    layer, and the compiler packs weights itself), except that few rows still go to the
-    native kernel, an operator the compiler calls as it is. The packed copy is not part
-    of the state dict; ``train()`` drops it. Results equal ``F.linear``'s up to fp32
+    layer, and the compiler packs weights itself), except that up to
+    ``zoo.native.UNPACKED_ROWS`` rows still go to zoo's kernel for unpacked weights,
+    an operator the compiler calls as it is. The packed copies are not part of the
+    state dict; ``train()`` drops them. Results equal ``F.linear``'s up to fp32
     rounding (another summation order)."""
 
     fast_inference = True
     """Set False (on the class or one layer) to always use ``F.linear``."""
 
-    skinny_rows: int | None = None
+    native_rows: int | None = None
     """In fp32 CPU inference, inputs of at most this many rows are multiplied by zoo's
-    native kernel (:mod:`zoo.native`), which reads the weight at the memory's rate, where
-    it is available; 0 turns it off, None (the default) takes ``zoo.native.default_rows()``:
-    16 on AVX2, 4 on AVX-512. Measured on a 2-core AVX2 CPU against oneDNN's packed
-    product (transformer-base's decoding step): 1.7x faster at one row, 1.6x at four,
-    1.05 to 1.2x at sixteen, slower from 32."""
+    native kernel (:mod:`zoo.native`) where it is available; 0 turns it off, None (the
+    default) takes ``zoo.native.default_rows()``: 128 on AVX2, 4 on AVX-512. Measured on
+    a 2-core AVX2 CPU against oneDNN's packed product (transformer-base's decoding
+    step's products): 3.1x faster at one row, 2.0x at four, 1.6x at sixteen, 1.2x at 64,
+    1.15 to 1.3x at 128, level from about 320 rows."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``F.linear``, or for CPU inference zoo's few-row kernel or the packed oneDNN
+        """``F.linear``, or for CPU inference zoo's native kernel or the packed oneDNN
         product."""
-        if self._skinny(x):
-            return torch.ops.zoo.skinny_linear(x, self.weight, self.bias)
+        if self._native(x):
+            if torch.compiler.is_compiling():
+                return torch.ops.zoo.skinny_linear(x, self.weight, self.bias)
+            return torch.ops.zoo.packed_linear(x, self.kernel_weight(), self.bias,
+                                               self.out_features)
         dtype = self._packed_dtype(x)
         if dtype is not None:
             weight, bias = self._packed(x, dtype)
@@ -168,8 +173,18 @@ class Linear(nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
     def kernel_rows(self) -> int:
-        """The most rows this layer gives zoo's native kernel (``skinny_rows``, resolved)."""
-        return native.default_rows() if self.skinny_rows is None else self.skinny_rows
+        """The most rows this layer gives zoo's native kernel (``native_rows``, resolved)."""
+        return native.default_rows() if self.native_rows is None else self.native_rows
+
+    def kernel_weight(self) -> torch.Tensor:
+        """The weight packed for zoo's native kernel (``torch.ops.zoo.pack_linear_weight``):
+        packed on first use and kept until the weight changes or ``train()`` is called."""
+        key = (self.weight.data_ptr(), self.weight._version)
+        cached = self.__dict__.get("_kernel_cache")
+        if cached is None or cached[0] != key:
+            cached = (key, torch.ops.zoo.pack_linear_weight(self.weight.detach()))
+            self.__dict__["_kernel_cache"] = cached
+        return cached[1]
 
     def _cpu_inference(self, x: torch.Tensor) -> bool:
         """True for inference on the CPU with an fp32 weight and a non-empty input: where
@@ -177,12 +192,17 @@ class Linear(nn.Linear):
         return (self.fast_inference and not torch.is_grad_enabled() and x.device.type == "cpu"
                 and self.weight.dtype == torch.float32 and x.numel() > 0)
 
-    def _skinny(self, x: torch.Tensor) -> bool:
-        """True for fp32 CPU inference on at most ``kernel_rows()`` rows where zoo's native
-        kernel is available (also inside ``torch.compile``, which calls it as is)."""
+    def _native(self, x: torch.Tensor) -> bool:
+        """True for fp32 CPU inference on at most ``kernel_rows()`` rows (inside
+        ``torch.compile``, at most ``native.UNPACKED_ROWS`` of them) where zoo's native
+        kernels are available."""
+        limit = self.kernel_rows()
+        if torch.compiler.is_compiling():
+            limit = min(limit, native.UNPACKED_ROWS)
         return (self._cpu_inference(x) and x.dtype == torch.float32
-                and x.numel() <= self.kernel_rows() * x.shape[-1]
+                and x.numel() <= limit * x.shape[-1]
                 and not torch.is_autocast_enabled("cpu") and self.weight.is_contiguous()
+                and (self.bias is None or self.bias.is_contiguous())
                 and native.available())
 
     def _packed_dtype(self, x: torch.Tensor) -> torch.dtype | None:
@@ -218,14 +238,16 @@ class Linear(nn.Linear):
             self.__dict__["_packed_cache"] = cached
         return cached[1], cached[2]
 
-    def __getstate__(self) -> dict:  # copies and pickles leave the packed weight behind
+    def __getstate__(self) -> dict:  # copies and pickles leave the packed weights behind
         state = self.__dict__.copy()
         state.pop("_packed_cache", None)
+        state.pop("_kernel_cache", None)
         return state
 
     def train(self, mode: bool = True) -> "Linear":
-        """Switch mode; the packed weight is dropped (it is made again when needed)."""
+        """Switch mode; the packed weights are dropped (they are made again when needed)."""
         self.__dict__.pop("_packed_cache", None)
+        self.__dict__.pop("_kernel_cache", None)
         return super().train(mode)
 
 

@@ -117,6 +117,7 @@ _ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2
 def _plain_linear(layer: nn.Module, rows: int) -> bool:
     return (type(layer) is Linear and layer.weight.dtype == torch.float32
             and layer.weight.is_contiguous() and layer.weight.device.type == "cpu"
+            and (layer.bias is None or layer.bias.is_contiguous())
             and layer.kernel_rows() >= rows)
 
 
@@ -129,11 +130,12 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
     the native step may not run them: it runs the paper's layer (post- or pre-norm) with
     joined q|k|v, no positions inside attention, LayerNorms that say ``plain_layer_norm``,
     feed-forward networks that say ``plain_mlp`` with a ReLU or GELU, fp32 CPU weights
-    of zoo's ``Linear`` that each take ``rows`` rows to zoo's few-row kernel."""
+    of zoo's ``Linear`` that each give ``rows`` rows to zoo's native kernel."""
     if not rows or not native_available():
         return None
-    plan: dict = {key: [] for key in ("params", "k", "v", "cross_k", "cross_v", "self_scale",
-                                      "cross_scale", "eps", "norm_first", "activation")}
+    plan: dict = {key: [] for key in ("params", "packed", "k", "v", "cross_k", "cross_v",
+                                      "self_scale", "cross_scale", "eps", "norm_first",
+                                      "activation")}
     shape = None
     for layer in layers:
         block, ffn = layer.block, layer.block.ffn
@@ -154,6 +156,7 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
         shape = (attn.n_heads, attn.head_dim)
         for part in (*linears, *norms):
             plan["params"] += [part.weight, part.bias]
+        plan["packed"] += [part.kernel_weight() for part in linears]
         plan["k"].append(layer.k)
         plan["v"].append(layer.v)
         plan["cross_k"].append(layer.cross_k)
@@ -203,9 +206,10 @@ class StaticDecoder:
         if (plan is not None and not torch.is_grad_enabled() and x.dtype == torch.float32
                 and not torch.is_autocast_enabled("cpu") and Linear.fast_inference):
             x = torch.ops.zoo.decoder_layers(
-                x.contiguous(), pos, plan["params"], plan["k"], plan["v"], plan["cross_k"],
-                plan["cross_v"], self.keep, plan["heads"], plan["width"], plan["self_scale"],
-                plan["cross_scale"], plan["eps"], plan["norm_first"], plan["activation"])
+                x.contiguous(), pos, plan["params"], plan["packed"], plan["k"], plan["v"],
+                plan["cross_k"], plan["cross_v"], self.keep, plan["heads"], plan["width"],
+                plan["self_scale"], plan["cross_scale"], plan["eps"], plan["norm_first"],
+                plan["activation"])
         else:
             for layer in self.layers:
                 x = self._layer(layer, x, pos)

@@ -6,8 +6,8 @@
 // layer (Vaswani et al. 2017, section 3.1), post-norm or pre-norm, self-attention
 // over keys and values in preallocated buffers, cross-attention over the encoder's
 // keys and values projected once, a ReLU or GELU feed-forward network, LayerNorm;
-// every product goes through zoo::skinny_linear (the caller passes at most the
-// rows it takes). What it may run is decided by the caller (plain_native_step in
+// every product goes through zoo::packed_linear, on the weights the caller packed
+// (Linear.kernel_weight in Python). What it may run is decided by the caller (plain_native_step in
 // static_decoder.py); anything else decodes in Python.
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-#include "skinny_linear.h"
+#include "packed_linear.h"
 
 namespace {
 
@@ -32,6 +32,9 @@ enum Param {
 
 using Params = c10::List<std::optional<at::Tensor>>;
 
+// The packed weights of a layer's six products, in the order of Param's weights.
+constexpr int64_t PRODUCTS_PER_LAYER = 6;
+
 at::Tensor get(const Params& p, int64_t layer, Param which) {
   std::optional<at::Tensor> t = p.get(layer * PARAMS_PER_LAYER + which);
   TORCH_CHECK(t.has_value(), "decoder_layers: layer ", layer, " lacks tensor ", int(which));
@@ -42,8 +45,10 @@ std::optional<at::Tensor> maybe(const Params& p, int64_t layer, Param which) {
   return p.get(layer * PARAMS_PER_LAYER + which);
 }
 
-at::Tensor linear(const at::Tensor& x, const Params& p, int64_t layer, Param w) {
-  return zoo::skinny_linear(x, get(p, layer, w), maybe(p, layer, Param(w + 1)));
+at::Tensor linear(const at::Tensor& x, const Params& p, at::TensorList packed, int64_t layer,
+                  Param w) {
+  return zoo::packed_linear(x, packed[layer * PRODUCTS_PER_LAYER + w / 2],
+                            maybe(p, layer, Param(w + 1)), get(p, layer, w).size(0));
 }
 
 at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps) {
@@ -66,7 +71,7 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 }
 
 at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& params,
-                          at::TensorList k_buffers, at::TensorList v_buffers,
+                          at::TensorList packed, at::TensorList k_buffers, at::TensorList v_buffers,
                           at::TensorList cross_k, at::TensorList cross_v,
                           const std::optional<at::Tensor>& keep, int64_t heads, int64_t width,
                           at::ArrayRef<double> self_scale, at::ArrayRef<double> cross_scale,
@@ -75,6 +80,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
   const int64_t layers = k_buffers.size();
   TORCH_CHECK(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
               "decoder_layers: ", PARAMS_PER_LAYER, " tensors a layer");
+  TORCH_CHECK(int64_t(packed.size()) == layers * PRODUCTS_PER_LAYER, "decoder_layers: ",
+              PRODUCTS_PER_LAYER, " packed weights a layer");
   TORCH_CHECK(int64_t(v_buffers.size()) == layers && int64_t(cross_k.size()) == layers &&
                   int64_t(cross_v.size()) == layers && int64_t(norm_first.size()) == layers &&
                   int64_t(activation.size()) == layers && int64_t(eps.size()) == 3 * layers &&
@@ -96,7 +103,7 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
     const bool pre = norm_first[l] != 0;
     // self-attention: q, k and v from one product; k and v into the buffers at pos
     at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l]) : x;
-    at::Tensor qkv = linear(h, params, l, QKV_W).view({rows, 3, heads, width});
+    at::Tensor qkv = linear(h, params, packed, l, QKV_W).view({rows, 3, heads, width});
     k_buffers[l].select(2, pos).copy_(qkv.select(1, 1));
     v_buffers[l].select(2, pos).copy_(qkv.select(1, 2));
     const int64_t length = k_buffers[l].size(2);
@@ -104,27 +111,27 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                             k_buffers[l].view({rows * heads, length, width}).narrow(1, 0, pos + 1),
                             v_buffers[l].view({rows * heads, length, width}).narrow(1, 0, pos + 1),
                             self_scales[l]);
-    at::Tensor a = linear(out.view({rows, 1, inner}), params, l, SELF_OUT_W);
+    at::Tensor a = linear(out.view({rows, 1, inner}), params, packed, l, SELF_OUT_W);
     x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM1_W, eps[3 * l]);
     // cross-attention: a source's beams attend together as one longer query sequence
     h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1]) : x;
-    at::Tensor q = linear(h, params, l, CROSS_Q_W).view({sources, groups, heads, width})
+    at::Tensor q = linear(h, params, packed, l, CROSS_Q_W).view({sources, groups, heads, width})
                        .transpose(1, 2).reshape({sources * heads, groups, width});
     const int64_t src_len = cross_k[l].size(2);
     out = attend(q, cross_k[l].view({sources * heads, src_len, width}),
                  cross_v[l].view({sources * heads, src_len, width}), cross_scales[l], masked,
                  {sources, heads, groups, src_len});
     a = linear(out.view({sources, heads, groups, width}).transpose(1, 2).reshape({rows, 1, inner}),
-               params, l, CROSS_OUT_W);
+               params, packed, l, CROSS_OUT_W);
     x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM2_W, eps[3 * l + 1]);
     // feed-forward network
     h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2]) : x;
-    at::Tensor f = linear(h, params, l, FC1_W);
+    at::Tensor f = linear(h, params, packed, l, FC1_W);
     if (activation[l] == 0)
       at::relu_(f);
     else
       at::gelu_(f, activation[l] == 2 ? "tanh" : "none");
-    a = linear(f, params, l, FC2_W);
+    a = linear(f, params, packed, l, FC2_W);
     x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM3_W, eps[3 * l + 2]);
   }
   return x;
@@ -133,7 +140,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(zoo, m) {
-  m.def("decoder_layers(Tensor x, int pos, Tensor?[] params, Tensor(a!)[] k_buffers, "
+  m.def("decoder_layers(Tensor x, int pos, Tensor?[] params, Tensor[] packed, "
+        "Tensor(a!)[] k_buffers, "
         "Tensor(b!)[] v_buffers, Tensor[] cross_k, Tensor[] cross_v, Tensor? keep, int heads, "
         "int width, "
         "float[] self_scale, float[] cross_scale, float[] eps, int[] norm_first, "
