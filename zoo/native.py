@@ -44,7 +44,8 @@ import warnings
 from pathlib import Path
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = (CSRC / "packed_linear.cpp", CSRC / "skinny_linear.cpp", CSRC / "decoder_layers.cpp")
+SOURCES = (CSRC / "packed_linear.cpp", CSRC / "skinny_linear.cpp", CSRC / "step_ops.cpp",
+           CSRC / "decoder_layers.cpp")
 """The C++ sources of the library: ``zoo::packed_linear``, ``zoo::skinny_linear`` and
 ``zoo::decoder_layers``."""
 

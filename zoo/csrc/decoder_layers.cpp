@@ -2,12 +2,14 @@
 // in C++. The static decoder (plugins/architectures/static_decoder.py) writes the
 // step out in Python over the model's modules; at one sentence a step, the
 // thousands of operator and module calls of that Python cost about as much as the
-// products. This is the same step, operator for operator: the paper's decoder
-// layer (Vaswani et al. 2017, section 3.1), post-norm or pre-norm, self-attention
-// over keys and values in preallocated buffers, cross-attention over the encoder's
-// keys and values projected once, a ReLU or GELU feed-forward network, LayerNorm;
-// every product goes through zoo::packed_linear, on the weights the caller packed
-// (Linear.kernel_weight in Python). What it may run is decided by the caller (plain_native_step in
+// products. This is the same step in C++: the paper's decoder layer (Vaswani et al.
+// 2017, section 3.1), post-norm or pre-norm, self-attention over keys and values in
+// preallocated buffers, cross-attention over the encoder's keys and values projected
+// once, a ReLU or GELU feed-forward network, LayerNorm. Every product goes through
+// zoo::packed_linear, on the weights the caller packed (Linear.kernel_weight in
+// Python); attention, the norms and the residual sums are plain loops (step_ops.cpp).
+// Its results equal the Python step's up to fp32 rounding (another summation order in
+// attention and the norms). What it may run is decided by the caller (native_plan in
 // static_decoder.py); anything else decodes in Python.
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
@@ -16,10 +18,12 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <vector>
 
 #include "packed_linear.h"
+#include "step_ops.h"
 
 namespace {
 
@@ -51,29 +55,33 @@ at::Tensor linear(const at::Tensor& x, const Params& p, at::TensorList packed, i
                             maybe(p, layer, Param(w + 1)), get(p, layer, w).size(0));
 }
 
-at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps) {
-  const at::Tensor weight = get(p, layer, w);
-  return std::get<0>(
-      at::native_layer_norm(x, {weight.size(0)}, weight, maybe(p, layer, Param(w + 1)), eps));
+const float* data_or_null(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? t->data_ptr<float>() : nullptr;
 }
 
-// softmax(scale q k^T, -inf where ``masked``) v over (batch, L, width) tensors, as
-// zoo's eager kernel computes it; ``masked`` (if any) is broadcast over the scores
-// viewed as ``masked_shape``.
-// ``scale`` is a 0-dim float32 tensor: multiplying by a C++ double would wrap it and
-// cast it at every call (as costly as the product at one row).
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const at::Tensor& scale, const std::optional<at::Tensor>& masked = std::nullopt,
-                  at::IntArrayRef masked_shape = {}) {
-  at::Tensor scores = at::bmm(q, k.transpose(1, 2)).mul_(scale);
-  if (masked.has_value()) scores.view(masked_shape).masked_fill_(*masked, -INFINITY);
-  return at::bmm(at::_softmax(scores, -1, false), v);
+// LayerNorm of x's rows by the norm ``w`` of ``layer``, into a new tensor.
+at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps) {
+  const at::Tensor weight = get(p, layer, w);
+  at::Tensor out = at::empty_like(x);
+  const int64_t d = x.size(-1);
+  zoo::step::layer_norm(x.data_ptr<float>(), out.data_ptr<float>(), x.numel() / d, d,
+                        weight.data_ptr<float>(), data_or_null(maybe(p, layer, Param(w + 1))),
+                        eps);
+  return out;
+}
+
+// x + a after a sublayer: written into a (a new tensor of the step), then normed
+// after (post-norm) or not (pre-norm: the next sublayer norms its input itself).
+at::Tensor residual(at::Tensor a, const at::Tensor& x, bool pre, const Params& p, int64_t layer,
+                    Param w, double eps) {
+  zoo::step::add(a.data_ptr<float>(), x.data_ptr<float>(), a.numel());
+  return pre ? a : norm(a, p, layer, w, eps);
 }
 
 at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& params,
                           at::TensorList packed, at::TensorList k_buffers, at::TensorList v_buffers,
                           at::TensorList cross_k, at::TensorList cross_v,
-                          const std::optional<at::Tensor>& keep, int64_t heads, int64_t width,
+                          const std::optional<at::Tensor>& keep_in, int64_t heads, int64_t width,
                           at::ArrayRef<double> self_scale, at::ArrayRef<double> cross_scale,
                           at::ArrayRef<double> eps, at::ArrayRef<int64_t> norm_first,
                           at::ArrayRef<int64_t> activation) {
@@ -91,39 +99,50 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
               " is outside the buffers' ", k_buffers[0].size(2));
   const int64_t rows = x_in.size(0), inner = heads * width;
   const int64_t sources = cross_k[0].size(0), groups = rows / sources;
-  std::optional<at::Tensor> masked;  // True where a source is padding
-  if (keep.has_value()) masked = keep->logical_not();
-  std::vector<at::Tensor> self_scales, cross_scales;
-  for (int64_t l = 0; l < layers; ++l) {
-    self_scales.push_back(at::scalar_tensor(self_scale[l], x_in.options()));
-    cross_scales.push_back(at::scalar_tensor(cross_scale[l], x_in.options()));
+  const bool* keep = nullptr;  // (sources, source length): false where a source is padding
+  at::Tensor keep_rows;
+  if (keep_in.has_value()) {
+    keep_rows = keep_in->to(at::kBool).contiguous();
+    TORCH_CHECK(keep_rows.numel() == sources * cross_k[0].size(2),
+                "decoder_layers: keep has ", keep_rows.numel(), " entries, not one a source's "
+                "position (", sources, " x ", cross_k[0].size(2), ")");
+    keep = keep_rows.data_ptr<bool>();
   }
+  TORCH_CHECK(x_in.is_contiguous() && x_in.scalar_type() == at::kFloat,
+              "decoder_layers: a contiguous float32 x");
   at::Tensor x = x_in;
   for (int64_t l = 0; l < layers; ++l) {
     const bool pre = norm_first[l] != 0;
+    const at::Tensor &kb = k_buffers[l], &vb = v_buffers[l];
+    TORCH_CHECK(kb.is_contiguous() && vb.is_contiguous() && cross_k[l].is_contiguous() &&
+                    cross_v[l].is_contiguous(),
+                "decoder_layers: contiguous buffers and cross keys and values");
     // self-attention: q, k and v from one product; k and v into the buffers at pos
     at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l]) : x;
-    at::Tensor qkv = linear(h, params, packed, l, QKV_W).view({rows, 3, heads, width});
-    k_buffers[l].select(2, pos).copy_(qkv.select(1, 1));
-    v_buffers[l].select(2, pos).copy_(qkv.select(1, 2));
-    const int64_t length = k_buffers[l].size(2);
-    at::Tensor out = attend(qkv.select(1, 0).reshape({rows * heads, 1, width}),
-                            k_buffers[l].view({rows * heads, length, width}).narrow(1, 0, pos + 1),
-                            v_buffers[l].view({rows * heads, length, width}).narrow(1, 0, pos + 1),
-                            self_scales[l]);
-    at::Tensor a = linear(out.view({rows, 1, inner}), params, packed, l, SELF_OUT_W);
-    x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM1_W, eps[3 * l]);
-    // cross-attention: a source's beams attend together as one longer query sequence
+    const at::Tensor qkv = linear(h, params, packed, l, QKV_W);  // (rows, 1, 3 x inner)
+    const float* qkv_p = qkv.data_ptr<float>();
+    const int64_t length = kb.size(2);
+    float *kp = kb.data_ptr<float>(), *vp = vb.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t hd = 0; hd < heads; ++hd) {
+        const int64_t at = ((r * heads + hd) * length + pos) * width;
+        std::memcpy(kp + at, qkv_p + r * 3 * inner + inner + hd * width, width * sizeof(float));
+        std::memcpy(vp + at, qkv_p + r * 3 * inner + 2 * inner + hd * width,
+                    width * sizeof(float));
+      }
+    at::Tensor out = zoo::step::attend({qkv_p, 3 * inner, kp, vp, rows, heads, width, 1, pos + 1,
+                                        length, nullptr, float(self_scale[l])});
+    x = residual(linear(out, params, packed, l, SELF_OUT_W), x, pre, params, l, NORM1_W,
+                 eps[3 * l]);
+    // cross-attention: the beams of a source read its keys (row r: source r / groups)
     h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1]) : x;
-    at::Tensor q = linear(h, params, packed, l, CROSS_Q_W).view({sources, groups, heads, width})
-                       .transpose(1, 2).reshape({sources * heads, groups, width});
+    const at::Tensor q = linear(h, params, packed, l, CROSS_Q_W);
     const int64_t src_len = cross_k[l].size(2);
-    out = attend(q, cross_k[l].view({sources * heads, src_len, width}),
-                 cross_v[l].view({sources * heads, src_len, width}), cross_scales[l], masked,
-                 {sources, heads, groups, src_len});
-    a = linear(out.view({sources, heads, groups, width}).transpose(1, 2).reshape({rows, 1, inner}),
-               params, packed, l, CROSS_OUT_W);
-    x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM2_W, eps[3 * l + 1]);
+    out = zoo::step::attend({q.data_ptr<float>(), inner, cross_k[l].data_ptr<float>(),
+                             cross_v[l].data_ptr<float>(), rows, heads, width, groups, src_len,
+                             src_len, keep, float(cross_scale[l])});
+    x = residual(linear(out, params, packed, l, CROSS_OUT_W), x, pre, params, l, NORM2_W,
+                 eps[3 * l + 1]);
     // feed-forward network
     h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2]) : x;
     at::Tensor f = linear(h, params, packed, l, FC1_W);
@@ -131,8 +150,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
       at::relu_(f);
     else
       at::gelu_(f, activation[l] == 2 ? "tanh" : "none");
-    a = linear(f, params, packed, l, FC2_W);
-    x = pre ? a.add_(x) : norm(a.add_(x), params, l, NORM3_W, eps[3 * l + 2]);
+    x = residual(linear(f, params, packed, l, FC2_W), x, pre, params, l, NORM3_W,
+                 eps[3 * l + 2]);
   }
   return x;
 }
