@@ -122,6 +122,9 @@ def test_packed_linear_keeps_leading_dims_and_names_wrong_inputs():
         torch.ops.zoo.packed_linear(x, packed, torch.randn(39), 40)
     with pytest.raises(RuntimeError, match="2-d float32 CPU weight"):
         torch.ops.zoo.pack_linear_weight(weight.double())
+    empty = torch.ops.zoo.pack_linear_weight(torch.randn(40, 0))  # no inputs: the bias
+    assert torch.equal(torch.ops.zoo.packed_linear(torch.randn(3, 0), empty, bias, 40),
+                       bias.expand(3, 40))
 
 
 def _kernel_calls(layer: torch.nn.Module, x: torch.Tensor,

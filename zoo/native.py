@@ -21,7 +21,7 @@ installed torch into one library kept on disk, registered as ``torch.ops.zoo.*``
 - **Where they are kept:** ``$ZOO_KERNEL_CACHE``, or ``$XDG_CACHE_HOME/zoo/kernels``
   (``~/.cache/zoo/kernels``), one folder per source, torch version and compiler,
   with the compiler's output in ``build.log``. Deleting the folder clears them; the
-  next use compiles again (about 30 s on 2 cores, once).
+  next use compiles again (about a minute on 2 cores, once).
 - **Turning it off:** ``ZOO_NATIVE=0``; zoo then decodes through oneDNN and Python as
   before.
 - **Without a compiler**, or when compiling fails, zoo warns once (naming the cause and
@@ -105,7 +105,7 @@ def _build(torch, cxx: str, folder: Path) -> Path:
         if library.exists() or failed.exists():
             return library
         print(f"zoo: compiling its native kernels for torch {torch.__version__} "
-              f"(once, about 30 s; kept in {folder})", file=sys.stderr)
+              f"(once, about a minute; kept in {folder})", file=sys.stderr)
         tmp = folder / f".zoo_kernels.{os.getpid()}.so"
         done = subprocess.run(_command(torch, cxx, tmp), capture_output=True, text=True)
         (folder / "build.log").write_text(" ".join(_command(torch, cxx, library)) + "\n\n"
@@ -184,8 +184,8 @@ def default_rows() -> int:
 
 def available() -> bool:
     """True when zoo's kernels (``torch.ops.zoo.packed_linear``, ``skinny_linear``,
-    ``decoder_layers``) can be called here: enabled, an AVX2 CPU, and the library compiled (now, on first call,
-    or earlier) and loaded."""
+    ``decoder_layers``) can be called here: enabled, an AVX2 CPU, and the library
+    compiled (now, on first call, or earlier) and loaded."""
     global _loaded
     if _loaded is None:
         import torch

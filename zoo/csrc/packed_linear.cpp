@@ -154,6 +154,7 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed,
                 "packed_linear: a contiguous float32 bias of ", n_out);
     b = bias->data_ptr<float>();
   }
+  if (K == 0) return b ? y.copy_(*bias) : y.zero_();  // an empty sum: the bias
   if (rows == 0 || n_out == 0) return y;
   const Product a{xc.data_ptr<float>(), packed.data_ptr<float>(), b, y.data_ptr<float>(), K,
                   n_out};
