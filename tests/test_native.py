@@ -63,6 +63,10 @@ def test_skinny_linear_keeps_leading_dims_and_reads_strided_inputs():
         torch.ops.zoo.skinny_linear(torch.randn(2, 23), weight, bias)
     with pytest.raises(RuntimeError, match="float32 only"):
         torch.ops.zoo.skinny_linear(x.double(), weight.double(), None)
+    with pytest.raises(RuntimeError, match="skinny_linear: a contiguous float32 bias of 40"):
+        torch.ops.zoo.skinny_linear(x, weight, torch.randn(39))
+    no_inputs = torch.ops.zoo.skinny_linear(torch.randn(3, 0), torch.randn(40, 0), bias)
+    assert torch.equal(no_inputs, bias.expand(3, 40))  # an empty sum: the bias
 
 
 @needs_kernel

@@ -21,6 +21,7 @@
 #include <torch/library.h>
 
 #include "packed_linear.h"
+#include "product_common.h"
 
 #include <immintrin.h>
 
@@ -144,18 +145,10 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed,
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, "packed_linear: x's last size ", x.size(-1),
               " is not the weight's ", K);
   const at::Tensor xc = x.contiguous();
-  const int64_t rows = K == 0 ? 0 : xc.numel() / K;
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = n_out;
-  at::Tensor y = at::empty(shape, x.options());
-  const float* b = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == n_out &&
-                    bias->is_contiguous(),
-                "packed_linear: a contiguous float32 bias of ", n_out);
-    b = bias->data_ptr<float>();
-  }
-  if (K == 0) return b ? y.copy_(*bias) : y.zero_();  // an empty sum: the bias
+  at::Tensor y = common::product_output(x, n_out);
+  const float* b = common::bias_data(bias, n_out, "packed_linear");
+  if (K == 0) return common::bias_only(y, bias);
+  const int64_t rows = xc.numel() / K;
   if (rows == 0 || n_out == 0) return y;
   const Product a{xc.data_ptr<float>(), packed.data_ptr<float>(), b, y.data_ptr<float>(), K,
                   n_out};

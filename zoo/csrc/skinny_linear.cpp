@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include "product_common.h"
 #include "skinny_linear.h"
 
 #include <immintrin.h>
@@ -17,12 +18,7 @@
 
 namespace {
 
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using zoo::common::hsum;
 
 // R rows of W (from w, stride n) against M rows of x (from x, stride n): out[m][r].
 template <int R, int M>
@@ -83,16 +79,10 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight,
   const int64_t n = weight.size(1), n_out = weight.size(0);
   TORCH_CHECK(x.size(-1) == n, "skinny_linear: x's last size ", x.size(-1), " is not weight's ", n);
   const at::Tensor xc = x.contiguous();
-  const int64_t rows_x = n == 0 ? 0 : xc.numel() / n;
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = n_out;
-  at::Tensor y = at::empty(shape, x.options());
-  const float* b = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == n_out && bias->is_contiguous(),
-                "skinny_linear: a contiguous float32 bias of ", n_out);
-    b = bias->data_ptr<float>();
-  }
+  at::Tensor y = common::product_output(x, n_out);
+  const float* b = common::bias_data(bias, n_out, "skinny_linear");
+  if (n == 0) return common::bias_only(y, bias);
+  const int64_t rows_x = xc.numel() / n;
   const float *W = weight.data_ptr<float>(), *xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   // one row: eight rows of W at a time (eight streams); more: four, against two of x

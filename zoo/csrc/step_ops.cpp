@@ -8,6 +8,8 @@
 // does; only the softmax stays ATen's (one call per attention, vectorized exp).
 #include "step_ops.h"
 
+#include "product_common.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/ops/_softmax.h>
 #include <ATen/ops/empty.h>
@@ -21,12 +23,7 @@
 
 namespace {
 
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using zoo::common::hsum;
 
 __attribute__((target("avx2,fma"))) inline float dot(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
