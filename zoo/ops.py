@@ -179,11 +179,30 @@ class Linear(nn.Linear):
     def kernel_weight(self) -> torch.Tensor:
         """The weight packed for zoo's native kernel (``torch.ops.zoo.pack_linear_weight``):
         packed on first use and kept until the weight changes or ``train()`` is called."""
-        key = (self.weight.data_ptr(), self.weight._version)
-        cached = self.__dict__.get("_kernel_cache")
+        return self._cached("_kernel_cache", None,
+                            lambda: torch.ops.zoo.pack_linear_weight(self.weight.detach()))
+
+    def takes_native(self, rows: int) -> bool:
+        """True when zoo's native kernels may multiply ``rows`` rows by this layer: at most
+        ``kernel_rows()`` of them (inside ``torch.compile``, at most
+        ``zoo.native.UNPACKED_ROWS``), an fp32 CPU weight, weight and bias contiguous,
+        and the kernels available here."""
+        limit = self.kernel_rows()
+        if torch.compiler.is_compiling():
+            limit = min(limit, native.UNPACKED_ROWS)
+        weight, bias = self.weight, self.bias
+        return (rows <= limit and weight.dtype == torch.float32 and weight.device.type == "cpu"
+                and weight.is_contiguous() and (bias is None or bias.is_contiguous())
+                and native.available())
+
+    def _cached(self, name: str, tag, make):
+        """``make()``, kept in ``__dict__[name]`` while the weight's storage and version
+        (and ``tag``) stay the same."""
+        key = (self.weight.data_ptr(), self.weight._version, tag)
+        cached = self.__dict__.get(name)
         if cached is None or cached[0] != key:
-            cached = (key, torch.ops.zoo.pack_linear_weight(self.weight.detach()))
-            self.__dict__["_kernel_cache"] = cached
+            cached = (key, make())
+            self.__dict__[name] = cached
         return cached[1]
 
     def _cpu_inference(self, x: torch.Tensor) -> bool:
@@ -193,17 +212,11 @@ class Linear(nn.Linear):
                 and self.weight.dtype == torch.float32 and x.numel() > 0)
 
     def _native(self, x: torch.Tensor) -> bool:
-        """True for fp32 CPU inference on at most ``kernel_rows()`` rows (inside
-        ``torch.compile``, at most ``native.UNPACKED_ROWS`` of them) where zoo's native
-        kernels are available."""
-        limit = self.kernel_rows()
-        if torch.compiler.is_compiling():
-            limit = min(limit, native.UNPACKED_ROWS)
+        """True for fp32 CPU inference on rows that zoo's native kernels take
+        (:meth:`takes_native`)."""
         return (self._cpu_inference(x) and x.dtype == torch.float32
-                and x.numel() <= limit * x.shape[-1]
-                and not torch.is_autocast_enabled("cpu") and self.weight.is_contiguous()
-                and (self.bias is None or self.bias.is_contiguous())
-                and native.available())
+                and not torch.is_autocast_enabled("cpu")
+                and self.takes_native(x.numel() // x.shape[-1]))
 
     def _packed_dtype(self, x: torch.Tensor) -> torch.dtype | None:
         """The dtype to multiply in with a packed weight, or None for F.linear: fp32, or
@@ -228,26 +241,27 @@ class Linear(nn.Linear):
         return dtype if _ONEDNN else None
 
     def _packed(self, x: torch.Tensor, dtype: torch.dtype):
-        key = (self.weight.data_ptr(), self.weight._version, dtype)
-        cached = self.__dict__.get("_packed_cache")
-        if cached is None or cached[0] != key:
+        def pack():
             rows = max(1, x.numel() // x.shape[-1])
             weight = self.weight.detach().to(dtype)
             bias = None if self.bias is None else self.bias.detach().to(dtype)
-            cached = (key, torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias)
-            self.__dict__["_packed_cache"] = cached
-        return cached[1], cached[2]
+            return torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias
+
+        return self._cached("_packed_cache", dtype, pack)
+
+    _CACHES = ("_packed_cache", "_kernel_cache")
+    """The packed weights :meth:`_cached` keeps: oneDNN's and zoo's native kernel's."""
 
     def __getstate__(self) -> dict:  # copies and pickles leave the packed weights behind
         state = self.__dict__.copy()
-        state.pop("_packed_cache", None)
-        state.pop("_kernel_cache", None)
+        for name in self._CACHES:
+            state.pop(name, None)
         return state
 
     def train(self, mode: bool = True) -> "Linear":
         """Switch mode; the packed weights are dropped (they are made again when needed)."""
-        self.__dict__.pop("_packed_cache", None)
-        self.__dict__.pop("_kernel_cache", None)
+        for name in self._CACHES:
+            self.__dict__.pop(name, None)
         return super().train(mode)
 
 

@@ -115,10 +115,7 @@ _ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2
 
 
 def _plain_linear(layer: nn.Module, rows: int) -> bool:
-    return (type(layer) is Linear and layer.weight.dtype == torch.float32
-            and layer.weight.is_contiguous() and layer.weight.device.type == "cpu"
-            and (layer.bias is None or layer.bias.is_contiguous())
-            and layer.kernel_rows() >= rows)
+    return type(layer) is Linear and layer.takes_native(rows)
 
 
 def _plain_norm(norm: nn.Module) -> bool:
