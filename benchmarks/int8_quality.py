@@ -28,15 +28,13 @@ from zoo.training.runs import load_run
 
 def _greedy_ids(task, model, batch_size: int = 64) -> list[list[int]]:
     """Greedy outputs of the whole test split, each up to (without) its end token."""
-    from zoo.plugin import greedy
-
     out = []
     pairs = task.references("test")
     for start in range(0, len(pairs), batch_size):
         src = task.collate([(task.parse_input(de), []) for de, _ in
                             pairs[start:start + batch_size]])["src"]
-        ids = greedy(model, src, max_new_tokens=task.decode_limit(src), bos_id=task.bos_id,
-                     eos_id=task.eos_id)
+        ids = zoo.generate(model, src, **task.generation(), num_beams=1,
+                           max_new_tokens=task.decode_limit(src))
         out += [row[: row.index(task.eos_id)] if task.eos_id in row else row
                 for row in ids.tolist()]
     return out

@@ -41,14 +41,15 @@ def main() -> None:
     model = zoo.build("transformer-base", vocab_size=8000).eval()
     one = torch.randint(3, 7999, (1, args.source))
     batch = torch.randint(3, 7999, (args.batch, args.batch_length))
-    kwargs = dict(bos_id=1, eos_id=-1)
+    def full(n: int) -> dict:  # no end token before the last: exactly n new tokens
+        return dict(max_new_tokens=n, min_new_tokens=n)
+
     cases = {
-        "one sentence, greedy (ms)": lambda: model.generate(
-            one, strategy="greedy", max_new_tokens=args.tokens, **kwargs),
-        "one sentence, beam 4 (ms)": lambda: model.generate(
-            one, strategy="beam", beam_size=4, max_new_tokens=args.tokens, **kwargs),
+        "one sentence, greedy (ms)": lambda: model.generate(one, **full(args.tokens)),
+        "one sentence, beam 4 (ms)": lambda: model.generate(one, num_beams=4,
+                                                            **full(args.tokens)),
         f"batch {args.batch}, greedy (tokens/s)": lambda: model.generate(
-            batch, strategy="greedy", max_new_tokens=args.batch_length, **kwargs),
+            batch, **full(args.batch_length)),
     }
     rows = Linear.native_rows  # None: zoo.native.default_rows()
 

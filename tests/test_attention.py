@@ -628,9 +628,8 @@ def test_every_attention_and_position_in_the_seq2seq_model(name, pos):
     full = model(src, tgt)
     if not caps(name).kv_cache:  # decoding re-runs the decoder over the prefix by itself
         assert not model.decodes_incrementally
-        ours = model.generate(src, max_new_tokens=6, bos_id=1, eos_id=2)
-        rerun = zoo.plugin.greedy(model, src, max_new_tokens=6, bos_id=1, eos_id=2,
-                                  use_cache=False)
+        ours = model.generate(src, max_new_tokens=6)
+        rerun = zoo.generate(model, src, max_new_tokens=6, use_cache=False)
         assert torch.equal(ours, rerun)
         return
     memory = model.encode(src)

@@ -1,5 +1,8 @@
-"""Decoding: the cache changes speed, never results; beam search finds the best
-sequence (checked against exhaustive search); sampling filters as defined."""
+"""Decoding, zoo's one engine (zoo.generate): the cache changes speed, never results;
+beam search finds the best sequence (checked against exhaustive search); the rules and
+the sampling filters equal transformers' logits processors on the same logits; the
+sampler draws from the distribution it says (a chi-square test); the old functions
+still work, with a deprecation warning."""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import pytest
 import torch
 
 import zoo
-from zoo.decoding import beam_search, filter_logits, greedy, length_penalty, sample
+from zoo.decoding import GenerationSettings, filter_logits, length_penalty
+from zoo.decoding.rules import Rules
+from zoo.decoding.search import one_per_row
 
 BOS, EOS = 1, 2
 
@@ -23,6 +28,18 @@ def tiny(vocab=8, **kw):
     return model
 
 
+def test_a_built_model_carries_how_it_decodes():
+    model = tiny(16)
+    g = model.generation
+    assert (g.start_id, g.eos_ids, g.pad_id, g.num_beams) == (BOS, (EOS,), 0, 1)
+    assert (g.length_penalty_form, g.length_penalty, g.early_stopping) == ("gnmt", 0.6, "never")
+    src = torch.randint(3, 16, (2, 6))
+    assert torch.equal(model.generate(src), zoo.generate(model, src))
+    assert torch.equal(model.generate(src, num_beams=3, max_new_tokens=5),
+                       zoo.generate(model, src, GenerationSettings(
+                           **{**g.model_dump(), "num_beams": 3, "max_new_tokens": 5})))
+
+
 @pytest.mark.parametrize("attention,static", [("vanilla", True), ("vanilla", False),
                                               ("linear", True), ("sliding-window", True)])
 def test_cache_changes_nothing(attention, static):
@@ -33,19 +50,16 @@ def test_cache_changes_nothing(attention, static):
     model.static_decoding = static
     src = torch.randint(3, 16, (3, 7))
     src[1, 5:] = 0  # padding
-    a = greedy(model, src, max_new_tokens=10, bos_id=BOS, eos_id=EOS)
-    b = greedy(model, src, max_new_tokens=10, bos_id=BOS, eos_id=EOS, use_cache=False)
-    assert torch.equal(a, b)
-    a = beam_search(model, src, beam_size=3, max_new_tokens=8, bos_id=BOS, eos_id=EOS)
-    b = beam_search(model, src, beam_size=3, max_new_tokens=8, bos_id=BOS, eos_id=EOS,
-                    use_cache=False)
-    assert torch.equal(a, b)
+    for beams in (1, 3):
+        a = zoo.generate(model, src, num_beams=beams, max_new_tokens=10)
+        b = zoo.generate(model, src, num_beams=beams, max_new_tokens=10, use_cache=False)
+        assert torch.equal(a, b)
 
 
 def test_greedy_is_the_argmax_of_each_step():
     model = tiny()
     src = torch.randint(3, 8, (2, 5))
-    out = greedy(model, src, max_new_tokens=6, bos_id=BOS, eos_id=EOS)
+    out = zoo.generate(model, src, max_new_tokens=6)
     for b in range(2):
         prefix = [BOS]
         for t in range(out.shape[1]):
@@ -58,7 +72,7 @@ def test_greedy_is_the_argmax_of_each_step():
             prefix.append(want)
 
 
-def _exhaustive_best(model, src, vocab, max_len, alpha):
+def _exhaustive_best(model, src, vocab, max_len, penalty):
     """Score every sequence of up to max_len tokens (ending in EOS, or cut at max_len)."""
     best = (float("-inf"), None)
     tokens = list(range(vocab))
@@ -69,75 +83,250 @@ def _exhaustive_best(model, src, vocab, max_len, alpha):
             tgt_in = torch.tensor([[BOS, *seq[:-1]]])
             logp = torch.log_softmax(model(src, tgt_in)[0].float(), -1)
             score = sum(logp[i, s].item() for i, s in enumerate(seq))
-            norm = score / length_penalty(length, alpha)
+            norm = score / penalty(length)
             if norm > best[0]:
                 best = (norm, list(seq))
     return best
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_beam_search_as_wide_as_the_vocabulary_finds_the_exact_best(alpha):
+@pytest.mark.parametrize("form,alpha", [("gnmt", 0.0), ("gnmt", 0.6), ("transformers", 1.0)])
+def test_beam_search_as_wide_as_the_vocabulary_finds_the_exact_best(form, alpha):
     vocab, max_len = 5, 3
     model = tiny(vocab)
+    penalty = (lambda n: length_penalty(n, alpha)) if form == "gnmt" else (lambda n: n ** alpha)
     for seed in range(3):
         src = torch.randint(3, vocab, (1, 4), generator=torch.Generator().manual_seed(seed))
-        expected_score, expected = _exhaustive_best(model, src, vocab, max_len, alpha)
-        out, scores = beam_search(model, src, beam_size=vocab * vocab, max_new_tokens=max_len,
-                                  bos_id=BOS, eos_id=EOS, alpha=alpha, return_scores=True)
-        got = [t for t in out[0].tolist()]
+        expected_score, expected = _exhaustive_best(model, src, vocab, max_len, penalty)
+        out, scores = zoo.generate(model, src, num_beams=vocab * vocab, max_new_tokens=max_len,
+                                   length_penalty=alpha, length_penalty_form=form,
+                                   early_stopping="never", return_scores=True)
+        got = out[0].tolist()
         got = got[: got.index(EOS) + 1] if EOS in got else got[:max_len]
         assert got == expected
         assert scores[0].item() == pytest.approx(expected_score, rel=1e-3, abs=1e-4)
 
 
-def test_beam_of_one_is_greedy():
-    model = tiny(16)
-    src = torch.randint(3, 16, (4, 6))
-    assert torch.equal(
-        beam_search(model, src, beam_size=1, max_new_tokens=9, bos_id=BOS, eos_id=EOS, alpha=0),
-        greedy(model, src, max_new_tokens=9, bos_id=BOS, eos_id=EOS)[:, :9])
-
-
-def test_batched_beam_equals_one_at_a_time():
+@pytest.mark.parametrize("form", ["gnmt", "transformers"])
+@pytest.mark.parametrize("early", [True, False, "never"])
+def test_batched_beam_equals_one_at_a_time(form, early):
     model = tiny(16)
     src = torch.randint(3, 16, (3, 6))
-    together = beam_search(model, src, beam_size=3, max_new_tokens=7, bos_id=BOS, eos_id=EOS)
+    settings = dict(num_beams=3, max_new_tokens=7, length_penalty_form=form,
+                    early_stopping=early)
+    together = zoo.generate(model, src, **settings)
     for b in range(3):
-        alone = beam_search(model, src[b:b + 1], beam_size=3, max_new_tokens=7, bos_id=BOS,
-                            eos_id=EOS)
+        alone = zoo.generate(model, src[b:b + 1], **settings)
         width = alone.shape[1]
         assert together[b, :width].tolist() == alone[0].tolist()
         assert (together[b, width:] == model.pad_id).all()
 
 
-def test_filter_logits_top_k_and_top_p():
+# -- the rules and filters against transformers' own processors ---------------------------
+def _histories(rows=6, length=5, vocab=24, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab, (rows, length), generator=g)
+    tokens[:, 0] = BOS
+    if length == 5:
+        tokens[0, 1:] = torch.tensor([7, 8, 7, 8])  # a repeated bigram for no_repeat_ngram
+    return tokens, torch.randn(rows, vocab, generator=g) * 3
+
+
+RULES = [
+    dict(repetition_penalty=1.7),
+    dict(repetition_penalty=0.6),
+    dict(no_repeat_ngram_size=2),
+    dict(no_repeat_ngram_size=3),
+    dict(forbidden_ids=(5, 9)),
+    dict(min_length=8),
+    dict(forced_bos_id=4),
+    dict(forced_eos_id=EOS, max_length=6),
+    dict(repetition_penalty=1.2, forbidden_ids=(3,), min_length=9, renormalize=True),
+]
+
+
+def _processors(transformers, settings: dict, length: int):
+    p = transformers.generation.logits_process
+    out = []
+    if "repetition_penalty" in settings:
+        out.append(p.RepetitionPenaltyLogitsProcessor(settings["repetition_penalty"]))
+    if "no_repeat_ngram_size" in settings:
+        out.append(p.NoRepeatNGramLogitsProcessor(settings["no_repeat_ngram_size"]))
+    if "forbidden_ids" in settings:
+        out.append(p.NoBadWordsLogitsProcessor([[i] for i in settings["forbidden_ids"]],
+                                               eos_token_id=EOS))
+    if "min_length" in settings:
+        out.append(p.MinLengthLogitsProcessor(settings["min_length"], EOS))
+    if "forced_bos_id" in settings:
+        out.append(p.ForcedBOSTokenLogitsProcessor(settings["forced_bos_id"]))
+    if "forced_eos_id" in settings:
+        out.append(p.ForcedEOSTokenLogitsProcessor(settings["max_length"], EOS))
+    if settings.get("renormalize"):
+        out.append(p.LogitNormalization())
+    return p.LogitsProcessorList(out)
+
+
+@pytest.mark.parametrize("settings", RULES, ids=lambda s: ",".join(s))
+def test_the_rules_equal_transformers_logits_processors(settings):
+    transformers = pytest.importorskip("transformers")
+    for length in (1, 5):  # right after the start token (forced BOS), and later
+        tokens, scores = _histories(length=length)
+        if "forced_eos_id" in settings:
+            settings = {**settings, "max_length": length + 1}  # its last step
+        rules = Rules(GenerationSettings(start_id=BOS, eos_ids=(EOS,), pad_id=0, **settings), 1)
+        ours = rules.process(tokens, scores)
+        ref = _processors(transformers, settings, length)(tokens, scores.clone())
+        torch.testing.assert_close(ours, ref, rtol=0, atol=1e-6)
+
+
+FILTERS = [dict(temperature=0.5), dict(temperature=1.8), dict(top_k=1), dict(top_k=5),
+           dict(top_p=0.3), dict(top_p=0.92), dict(min_p=0.05), dict(min_p=0.5),
+           dict(temperature=0.7, top_k=8, top_p=0.9, min_p=0.02)]
+
+
+@pytest.mark.parametrize("settings", FILTERS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_the_sampling_filters_equal_transformers_warpers(settings):
+    transformers = pytest.importorskip("transformers")
+    p = transformers.generation.logits_process
+    warpers = []
+    if "temperature" in settings:
+        warpers.append(p.TemperatureLogitsWarper(settings["temperature"]))
+    if "top_k" in settings:
+        warpers.append(p.TopKLogitsWarper(settings["top_k"]))
+    if "top_p" in settings:
+        warpers.append(p.TopPLogitsWarper(settings["top_p"]))
+    if "min_p" in settings:
+        warpers.append(p.MinPLogitsWarper(settings["min_p"]))
+    tokens, scores = _histories(rows=32, vocab=50, seed=3)
+    rules = Rules(GenerationSettings(start_id=BOS, eos_ids=(EOS,), pad_id=0, do_sample=True,
+                                     **settings), 1)
+    ours = rules.warp(scores)
+    ref = p.LogitsProcessorList(warpers)(tokens, scores.clone())
+    assert torch.equal(ours.isfinite(), ref.isfinite())
+    torch.testing.assert_close(ours[ours.isfinite()], ref[ref.isfinite()], rtol=0, atol=1e-6)
+
+
+def test_filter_logits_keeps_what_it_says():
     logits = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.10]]))
-    kept = filter_logits(logits, top_k=2).isfinite()
-    assert kept.tolist() == [[True, True, False, False]]
-    kept = filter_logits(logits, top_p=0.7).isfinite()  # 0.5 < 0.7, 0.75 reaches it
-    assert kept.tolist() == [[True, True, False, False]]
-    kept = filter_logits(logits, top_p=0.5).isfinite()
-    assert kept.tolist() == [[True, False, False, False]]
+    assert filter_logits(logits, top_k=2).isfinite().tolist() == [[True, True, False, False]]
+    # top-p 0.7: the two most likely hold 0.75 and are the smallest such set
+    assert filter_logits(logits, top_p=0.7).isfinite().tolist() == [[True, True, False, False]]
+    # min-p 0.4: at least 0.2, i.e. 0.4 times the most likely's 0.5
+    assert filter_logits(logits, min_p=0.4).isfinite().tolist() == [[True, True, False, False]]
+    assert filter_logits(logits, top_p=0.01).isfinite().tolist() == [[True, False, False, False]]
+
+
+class _FixedStep:
+    """A step whose next-token logits are always the same (the sampler's test)."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(tokens.shape[0], -1)
+
+
+# the chi-square distribution's 0.999 quantiles, for the degrees of freedom used below
+CHI2_999 = {3: 16.27, 5: 20.52, 7: 24.32}
+
+
+@pytest.mark.parametrize("settings,df", [(dict(), 7), (dict(temperature=0.6, top_k=6), 5),
+                                          (dict(top_p=0.8), 3)])
+def test_the_sampler_draws_from_the_filtered_distribution(settings, df):
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.6, 0.3, 0.0, -0.4, -1.0])
+    s = GenerationSettings(start_id=0, eos_ids=(7,), pad_id=0, do_sample=True,
+                           max_new_tokens=1, **settings)
+    rules = Rules(s, 1)
+    probs = rules.warp(logits[None]).softmax(-1)[0]
+    kept = probs > 0
+    assert int(kept.sum()) - 1 == df
+    draws = 40_000
+    first = torch.zeros(draws, 1, dtype=torch.long)
+    (tokens,) = list(one_per_row(_FixedStep(logits), first, Rules(s, 1),
+                                 torch.Generator().manual_seed(7)))
+    counts = torch.bincount(tokens, minlength=len(logits)).double()
+    assert counts[~kept].sum() == 0  # nothing filtered is ever drawn
+    expected = probs[kept].double() * draws
+    chi2 = float(((counts[kept] - expected) ** 2 / expected).sum())
+    assert chi2 < CHI2_999[df], (chi2, counts.tolist(), expected.tolist())
 
 
 def test_sampling_is_seeded_and_low_temperature_is_greedy():
     model = tiny(16)
     src = torch.randint(3, 16, (2, 6))
-    a = sample(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS,
-               generator=torch.Generator().manual_seed(1))
-    b = sample(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS,
-               generator=torch.Generator().manual_seed(1))
-    assert torch.equal(a, b)
-    cold = sample(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS, temperature=1e-4)
-    assert torch.equal(cold, greedy(model, src, max_new_tokens=8, bos_id=BOS, eos_id=EOS))
+    a = zoo.generate(model, src, do_sample=True, seed=1, max_new_tokens=8)
+    b = zoo.generate(model, src, do_sample=True, seed=1, max_new_tokens=8)
+    c = zoo.generate(model, src, do_sample=True, generator=torch.Generator().manual_seed(1),
+                     max_new_tokens=8)
+    assert torch.equal(a, b) and torch.equal(a, c)
+    runs = {tuple(zoo.generate(model, src, do_sample=True, seed=s,
+                               max_new_tokens=8).flatten().tolist()) for s in range(6)}
+    assert len(runs) > 1  # the seed matters
+    cold = zoo.generate(model, src, do_sample=True, temperature=1e-4, max_new_tokens=8)
+    assert torch.equal(cold, zoo.generate(model, src, max_new_tokens=8))
 
 
-def test_model_generate_front_door():
+def test_a_stream_gives_generates_tokens_step_by_step():
+    model = tiny(16)
+    src = torch.randint(3, 16, (3, 6))
+    steps = list(zoo.stream(model, src, max_new_tokens=9))
+    assert all(step.shape == (3,) for step in steps)
+    assert torch.equal(torch.stack(steps, 1), zoo.generate(model, src, max_new_tokens=9))
+    sampled = list(zoo.stream(model, src, do_sample=True, seed=4, max_new_tokens=9))
+    assert torch.equal(torch.stack(sampled, 1),
+                       zoo.generate(model, src, do_sample=True, seed=4, max_new_tokens=9))
+    with pytest.raises(zoo.RecipeError, match="beam search .*chooses only at its end"):
+        next(zoo.stream(model, src, num_beams=4))
+
+
+def test_settings_that_are_wrong_are_refused_by_name():
+    model = tiny(16)
+    src = torch.randint(3, 16, (1, 6))
+    with pytest.raises(zoo.RecipeError, match="'num_beam' is not a generation setting. "
+                                              "Did you mean 'num_beams'"):
+        zoo.generate(model, src, num_beam=3)
+    with pytest.raises(zoo.RecipeError, match="temperature"):
+        zoo.generate(model, src, do_sample=True, temperature=0)
+    with pytest.raises(zoo.RecipeError, match="beam sampling"):
+        zoo.generate(model, src, do_sample=True, num_beams=2)
+    with pytest.raises(zoo.RecipeError, match=r"token ids \[40\], past the model's vocabulary"):
+        zoo.generate(model, src, eos_ids=(40,))
+    vit = zoo.build("vit-tiny-patch4-28")
+    with pytest.raises(zoo.RecipeError, match="does not generate"):
+        zoo.generate(vit, src)
+
+
+def test_the_settings_travel_with_a_saved_model(tmp_path):
+    model = tiny(16)
+    model.generation = model.generation.model_copy(update={"num_beams": 3, "eos_ids": (5,)})
+    zoo.save_pretrained(model, tmp_path / "m")
+    loaded = zoo.build(f"local-dir:{tmp_path / 'm'}")
+    assert loaded.generation == model.generation
+    src = torch.randint(3, 16, (2, 6))
+    assert torch.equal(loaded.generate(src), model.generate(src))
+
+
+def test_the_first_functions_still_work_and_say_what_replaced_them():
     model = tiny(16)
     src = torch.randint(3, 16, (2, 6))
-    assert torch.equal(model.generate(src, max_new_tokens=5, bos_id=BOS, eos_id=EOS),
-                       greedy(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS))
-    with pytest.raises(ValueError, match="unknown decoding strategy 'beem'"):
+    with pytest.warns(DeprecationWarning, match="zoo.decoding.greedy is deprecated"):
+        old = zoo.plugin.greedy(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS)
+    assert torch.equal(old, zoo.generate(model, src, max_new_tokens=5))
+    with pytest.warns(DeprecationWarning, match="beam_search is deprecated"):
+        old = zoo.plugin.beam_search(model, src, beam_size=3, max_new_tokens=5, bos_id=BOS,
+                                     eos_id=EOS, alpha=0.2)
+    assert torch.equal(old, zoo.generate(model, src, num_beams=3, max_new_tokens=5,
+                                         length_penalty=0.2))
+    with pytest.warns(DeprecationWarning, match="old names"):
+        old = model.generate(src, strategy="beam", beam_size=3, max_new_tokens=5, bos_id=BOS,
+                             eos_id=EOS)
+    assert torch.equal(old, zoo.generate(model, src, num_beams=3, max_new_tokens=5))
+    with pytest.warns(DeprecationWarning, match="sample is deprecated"):
+        old = zoo.plugin.sample(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS,
+                                generator=torch.Generator().manual_seed(2), top_k=4)
+    assert torch.equal(old, zoo.generate(model, src, do_sample=True, top_k=4, max_new_tokens=5,
+                                         generator=torch.Generator().manual_seed(2)))
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError,
+                                                         match="unknown decoding strategy 'beem'"):
         model.generate(src, strategy="beem")
 
 

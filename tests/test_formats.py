@@ -15,7 +15,6 @@ pytest.importorskip("transformers")
 
 import zoo
 from zoo.export import export
-from zoo.generation import generate_with
 
 from .conftest import run_zoo
 from .formats import build_vit, marian_with_tokenizer, padded_batch, save_family
@@ -63,16 +62,35 @@ def _cut(seq: list[int], eos: int) -> list[int]:
 def test_generate_gives_transformers_tokens_with_the_models_settings(variant, beams, tmp_path):
     hf, pad = save_family(variant, tmp_path / variant, generate=True)
     model = zoo.build(f"local-dir:{tmp_path / variant}").eval()
-    settings = model.imported.generation
-    assert settings.start_id == hf.generation_config.decoder_start_token_id
+    assert model.generation == model.imported.generation  # the model's own settings
+    assert model.generation.start_id == hf.generation_config.decoder_start_token_id
     src, mask = padded_batch(pad)
     with torch.no_grad():
         ref = hf.generate(input_ids=src, attention_mask=mask, num_beams=beams)
-    out = generate_with(model, src, settings, num_beams=beams)
+    out = model.generate(src, num_beams=beams)
     eos = EOS[variant]
     expected = [_cut(row, eos) for row in ref[:, 1:].tolist()]
     assert [_cut(row, eos) for row in out.tolist()] == expected
     assert len({t for row in expected for t in row}) > 1  # not one token over and over
+
+
+@pytest.mark.parametrize("variant", ["opus-mt", "bart"])
+def test_sampling_draws_transformers_tokens_from_the_same_seed(variant, tmp_path):
+    # both draw with torch.multinomial from torch's global generator: from one seed,
+    # the same filtered distributions give the same tokens
+    hf, pad = save_family(variant, tmp_path / variant, generate=True)
+    model = zoo.build(f"local-dir:{tmp_path / variant}").eval()
+    src, mask = padded_batch(pad)
+    sampling = dict(do_sample=True, temperature=0.7, top_k=12, top_p=0.9,
+                    repetition_penalty=1.3, num_beams=1)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            ref = hf.generate(input_ids=src, attention_mask=mask, **sampling)
+        torch.manual_seed(seed)
+        out = zoo.generate(model, src, **sampling)
+        eos = EOS[variant]
+        assert [_cut(r, eos) for r in out.tolist()] == [_cut(r, eos) for r in ref[:, 1:].tolist()]
 
 
 def test_the_generation_settings_are_the_models_own(tmp_path):
@@ -194,7 +212,7 @@ def test_pulled_from_the_hub_end_to_end(hub, tmp_path):
     src, mask = padded_batch(pad)
     with torch.no_grad():
         ref = hf.generate(input_ids=src, attention_mask=mask)
-    out = generate_with(model, src, model.imported.generation)
+    out = model.generate(src)
     assert [_cut(r, 0) for r in out.tolist()] == [_cut(r, 0) for r in ref[:, 1:].tolist()]
 
 

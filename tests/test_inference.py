@@ -141,7 +141,7 @@ def test_ctranslate2_export_gives_zoos_tokens_and_log_probabilities(tmp_path, va
     src = torch.randint(4, 40, (4, 7))
     src[1, 4:] = 0  # a shorter sentence: CTranslate2 pads it itself
     sources = [[vocab[i] for i in row if i != 0] for row in src.tolist()]
-    ours = model.generate(src, max_new_tokens=10, bos_id=BOS, eos_id=EOS)
+    ours = model.generate(src, max_new_tokens=10, start_id=BOS, eos_ids=(EOS,))
     theirs = translator.translate_batch(sources, beam_size=1, max_decoding_length=10)
     for row, result in zip(ours.tolist(), theirs):
         ids = row[: row.index(EOS)] if EOS in row else row

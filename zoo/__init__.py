@@ -44,6 +44,8 @@ _LAZY = {
     "list_train_recipes": "zoo.training.config",
     "TrainRecipe": "zoo.training.config",
     "generate": "zoo.decoding",
+    "stream": "zoo.decoding",
+    "GenerationSettings": "zoo.decoding",
     "quantize": "zoo.quantization",
     "KVCache": "zoo.cache",
     "DecoderCache": "zoo.cache",

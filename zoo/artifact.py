@@ -52,16 +52,21 @@ MAX_CONFIG_BYTES = 1 << 20
 
 
 # -- config ------------------------------------------------------------------------------------
-def artifact_config(recipe: Recipe, components: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """What ``config.json`` holds: the recipe, zoo's version and each component's origin
-    (``components``: slot -> family, name, plugin, distribution, version)."""
-    return {
+def artifact_config(recipe: Recipe, components: dict[str, dict[str, Any]],
+                    generation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``config.json`` holds: the recipe, zoo's version, each component's origin
+    (``components``: slot -> family, name, plugin, distribution, version) and, for a model
+    that generates, how it decodes (``generation``: ``model.generation`` as data)."""
+    config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "zoo_version": __version__,
         "recipe": recipe.to_dict(),
         "components": components,
     }
+    if generation is not None:
+        config["generation"] = generation
+    return config
 
 
 def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:

@@ -26,6 +26,7 @@ from .foreign import file_patterns, foreign_config, foreign_recipe, read_foreign
 from ._text import quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .convert import CONVERTERS
+from .decoding import parse_settings
 from .errors import ArtifactError, CorruptFileError, MemoryBudgetError, RecipeError
 from .files import recover
 from .quantization import MODES as QUANTIZE_MODES
@@ -255,6 +256,7 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
         model = _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
                           source=saved.name)
         model.imported = imported
+        model.generation = imported.generation
         return model
     folder = saved.files_folder() if weights else config_folder
     recipe, config = read_config(folder, saved.name)
@@ -263,6 +265,13 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
                       source=saved.name)
     if weights:  # after the strict load, whose errors name the tensors
         check_digests(folder, config, saved.name)
+    if config.get("generation") is not None:
+        try:
+            model.generation = parse_settings(config["generation"], "generation settings")
+        except RecipeError as exc:
+            raise ArtifactError(f"{saved.name}: config.json's \"generation\" cannot be used "
+                                f"({exc}); remove it to decode by the architecture's "
+                                "defaults.") from None
     return model
 
 

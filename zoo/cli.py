@@ -357,10 +357,10 @@ def add_translate(sub) -> None:
                    "zoo save / zoo push (local-dir:PATH, hf-hub:OWNER/NAME), or a "
                    "transformers model folder (hf-hub:Helsinki-NLP/opus-mt-de-en)")
     p.add_argument("text", nargs="+", help="one or more inputs")
-    p.add_argument("--beam", type=int, help="beam size (1: greedy); default 4, or an "
-                   "imported model's own")
-    p.add_argument("--max-new-tokens", type=int, help="default 128, or an imported "
-                   "model's own maximum length")
+    p.add_argument("--beam", type=int, help="beam size (1: greedy); default the model's "
+                   "own (a run's task's, an imported model's generation settings)")
+    p.add_argument("--max-new-tokens", type=int, help="default the model's own (a run's "
+                   "task's limit for the input's length, an imported model's max_length)")
     p.add_argument("--device")
     p.add_argument("--int8", action="store_true", help="decode with the model quantized to "
                    "int8 (zoo.quantize: int8 linear layers, CPU)")
@@ -379,7 +379,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if model is not None:
         changes = {} if args.beam is None else {"num_beams": args.beam}
         if args.max_new_tokens is not None:
-            changes["max_length"] = args.max_new_tokens + 1  # transformers counts the start
+            changes["max_new_tokens"] = args.max_new_tokens
         for line in model.imported.translate(model, args.text, **changes):
             print(line)
         return 0
@@ -392,8 +392,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         from .quantization import quantize
 
         model = quantize(model)  # on the CPU: --device was checked above
-    for line in run.task.translate(model, args.text, beam_size=args.beam or 4,
-                                   max_new_tokens=args.max_new_tokens or 128):
+    for line in run.task.translate(model, args.text, beam_size=args.beam,
+                                   max_new_tokens=args.max_new_tokens):
         print(line)
     return 0
 
@@ -481,7 +481,7 @@ def cmd_attention_map(args: argparse.Namespace) -> int:
     """Decode an input greedily and draw the attention weights, one PNG per layer asked."""
     import torch
 
-    from .decoding import greedy
+    from .decoding import generate
     from .plots import attention_weights, plot_attention
     from .training.runs import load_run
 
@@ -492,8 +492,8 @@ def cmd_attention_map(args: argparse.Namespace) -> int:
                          f"{run.recipe.task.name} run")
     device = next(model.parameters()).device
     src = torch.tensor([task.parse_input(args.text)], device=device)
-    out = greedy(model, src, max_new_tokens=args.max_new_tokens, bos_id=task.bos_id,
-                 eos_id=task.eos_id)[0].tolist()
+    out = generate(model, src, num_beams=1, do_sample=False,
+                   max_new_tokens=args.max_new_tokens)[0].tolist()
     if task.eos_id in out:
         out = out[: out.index(task.eos_id) + 1]
     tgt_in = torch.tensor([[task.bos_id, *out[:-1]]] if out else [[task.bos_id]], device=device)

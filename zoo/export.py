@@ -219,11 +219,13 @@ def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = Non
 
 def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
                    quantization: str | None = None, vocabulary: Sequence[str] | None = None,
-                   source_vocabulary: Sequence[str] | None = None, bos_id: int = 1,
-                   eos_id: int = 2, unk_id: int = 3, force: bool = False) -> Path:
+                   source_vocabulary: Sequence[str] | None = None, bos_id: int | None = None,
+                   eos_id: int | None = None, unk_id: int = 3, force: bool = False) -> Path:
     """Write ``model`` as a CTranslate2 model in ``folder`` (``ctranslate2.Translator``
     loads it); ``quantization`` is CTranslate2's (``int8``, ``int8_float32``, ...) or None
-    for fp32. Returns the folder."""
+    for fp32. The start and end tokens are the model's own (``model.generation``: an
+    imported model's, a run's task's) unless ``bos_id`` and ``eos_id`` say. Returns the
+    folder."""
     try:
         import ctranslate2  # noqa: F401
     except ImportError as exc:
@@ -231,12 +233,11 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
                           "pip install 'zoo-transformers[export]'") from None
     imported = getattr(model, "imported", None)
     if imported is not None and imported.generation is not None and vocabulary is None:
-        # a model from the Hub: its own tokenizer names the ids, its settings the start
-        # (Marian's is the pad) and end tokens
+        # a model from the Hub: its own tokenizer names the ids
         tokenizer = imported.tokenizer()
         vocabulary = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
-        g = imported.generation
-        bos_id, eos_id, unk_id = g.start_id, g.eos_ids[0], tokenizer.unk_token_id
+        unk_id = tokenizer.unk_token_id
+    bos_id, eos_id = _start_and_end(model, bos_id, eos_id)
     spec = ctranslate2_spec(model, vocabulary=vocabulary, source_vocabulary=source_vocabulary,
                             bos_id=bos_id, eos_id=eos_id, unk_id=unk_id)
     spec.validate()
@@ -337,12 +338,24 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18
 
 
 # -- transformers ------------------------------------------------------------------------------
-def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id: int = 1,
-                    eos_id: int = 2, force: bool = False) -> Path:
+def _start_and_end(model: nn.Module, bos_id: int | None, eos_id: int | None) -> tuple[int, int]:
+    """The decoder's start and end tokens: as given, else the model's own
+    (``model.generation``), else zoo's tasks' (1 and 2)."""
+    g = getattr(model, "generation", None)
+    if bos_id is None:
+        bos_id = g.start_id if g is not None else 1
+    if eos_id is None:
+        eos_id = g.eos_ids[0] if g is not None else 2
+    return bos_id, eos_id
+
+
+def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
+                    bos_id: int | None = None, eos_id: int | None = None,
+                    force: bool = False) -> Path:
     """Write ``model`` as a transformers folder through the first ``format`` plugin that
-    exports and can express it (an imported model's own format first). ``bos_id`` and
-    ``eos_id`` are the decoder's start and end tokens of a zoo-trained model (an
-    imported one keeps its own generation settings)."""
+    exports and can express it (an imported model's own format first), with the model's
+    own generation settings (``model.generation``; ``bos_id`` and ``eos_id`` replace its
+    start and end tokens)."""
     from safetensors.torch import save_file
 
     from .registry import registry
@@ -350,9 +363,12 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *, bos_id:
     if is_quantized(model):
         raise ExportError("export the fp32 model: a transformers folder holds full weights")
     imported = getattr(model, "imported", None)
-    generation = getattr(imported, "generation", None)
-    generation = generation.model_dump(mode="json") if generation is not None else {
-        "start_id": bos_id, "eos_ids": [eos_id], "pad_id": model.settings.pad_id}
+    own = getattr(model, "generation", None)
+    start, end = _start_and_end(model, bos_id, eos_id)
+    generation = own.model_dump(mode="json") if own is not None else {
+        "pad_id": model.settings.pad_id}
+    generation.update(start_id=start, eos_ids=[end] + [i for i in generation.get("eos_ids", ())
+                                                        if i != end])
     writers = sorted((c for c in registry.list("format") if c.capabilities.exports),
                      key=lambda c: c.name != getattr(imported, "format", None))
     recipe = model.recipe.to_dict()

@@ -24,7 +24,7 @@ from ._text import quoted, short_repr
 from .artifact import CONFIG_NAME, INDEX_NAME, MAX_CONFIG_BYTES, PICKLE_SUFFIXES, WEIGHTS_NAME
 from .artifact import read_weights, weight_files
 from .errors import ArtifactError, CorruptFileError, FormatError
-from .generation import GenerationSettings
+from .decoding import GenerationSettings, generate
 from .recipe import Recipe
 from .registry import Component, registry
 
@@ -53,17 +53,15 @@ class Imported:
         return load_tokenizer(self.folder, self.source)
 
     def translate(self, model, texts: list[str], **changes: Any) -> list[str]:
-        """``texts`` decoded by ``model`` with its own tokenizer and generation settings
-        (``changes``: ``num_beams=1``, ``max_length=64``, ...)."""
-        from .generation import generate_with
-
-        if self.generation is None:
+        """``texts`` decoded by ``model`` (``zoo.generate``, by ``model.generation``) with its
+        own tokenizer (``changes``: ``num_beams=1``, ``max_new_tokens=64``, ...)."""
+        if getattr(model, "generation", None) is None:
             raise FormatError(f"{self.source} is not a model that generates text.")
         tokenizer = self.tokenizer()
         device = next(model.parameters()).device
         batch = tokenizer(list(texts), return_tensors="pt", padding=True)["input_ids"]
         with torch.no_grad():
-            out = generate_with(model.eval(), batch.to(device), self.generation, **changes)
+            out = generate(model.eval(), batch.to(device), **changes)
         return tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
 
 

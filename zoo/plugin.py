@@ -21,7 +21,16 @@ from .attention import (
     relative_positions,
 )
 from .cache import DecoderCache, KVCache
-from .decoding import beam_search, filter_logits, generate, greedy, length_penalty, sample
+from .decoding import (
+    GenerationSettings,
+    beam_search,
+    filter_logits,
+    generate,
+    greedy,
+    length_penalty,
+    sample,
+    stream,
+)
 from .errors import (
     CapabilityError,
     FormatError,
@@ -59,7 +68,8 @@ __all__ = [
     # architectures
     "Slot",
     # decoding
-    "generate", "greedy", "beam_search", "sample", "filter_logits", "length_penalty",
+    "generate", "stream", "GenerationSettings", "filter_logits", "length_penalty",
+    "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
     # tasks
     "Task", "TaskDataError", "missing_debian_package",
     # capabilities

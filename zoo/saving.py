@@ -81,7 +81,10 @@ def save_pretrained(
             raise ArtifactError(f"{run} is not a run folder (no {runs.TRAIN_RECIPE}).")
         train, results = folder_of_run.train_recipe(), folder_of_run.results()
         extra = folder_of_run.published_files()
-    config = artifact.artifact_config(recipe, provenance(recipe))
+    generation = getattr(model, "generation", None)
+    config = artifact.artifact_config(
+        recipe, provenance(recipe),
+        generation.model_dump(mode="json") if generation is not None else None)
     card = model_card(config, model, train=train, results=results, repo_id=repo_id)
     return artifact.write_artifact(model, folder, config=config, card=str(card),
                                    extra_files=extra, max_shard_size=max_shard_size)

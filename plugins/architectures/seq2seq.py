@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from zoo.plugin import DecoderCache, Dropout, Linear, Slot, layer_dropped
+from zoo.plugin import DecoderCache, Dropout, GenerationSettings, Linear, Slot, layer_dropped
 
 # Bounds far past any model one machine holds: a typo (d_model=10**9, 10**6 layers) is
 # refused at once instead of being counted for minutes or passed to torch as an overflow.
@@ -28,6 +28,8 @@ MAX_WIDTH, MAX_HEADS, MAX_FF = 2**16, 2**10, 2**18
 MAX_LAYERS, MAX_VOCAB, MAX_LENGTH = 2**10, 2**31, 2**20
 
 SELF_ATTENTION = {"causal": True, "padding_mask": True}
+START, END = 1, 2
+"""The start and end tokens of zoo's own sequence tasks (``<s>`` and ``</s>``; 0 pads)."""
 CROSS_ATTENTION = {"cross_attention": True, "padding_mask": True}
 
 
@@ -150,6 +152,14 @@ class Seq2Seq(nn.Module):
             for slot in ("attention", "cross_attention") if slot in parts.parts)
         """False when an attention of the decoder has no KV cache: decoding then re-runs the
         decoder over the prefix at each step (zoo.decoding does so by itself)."""
+        self.generation = GenerationSettings(
+            start_id=START, eos_ids=(END,), pad_id=END if s.pad_id is None else s.pad_id,
+            max_new_tokens=128, length_penalty=0.6, length_penalty_form="gnmt",
+            early_stopping="never")
+        """How the model decodes (``zoo.generate``) unless told otherwise: greedy, zoo's
+        tasks' token ids, 128 new tokens at most, and for beams GNMT's length penalty
+        (alpha 0.6) with the exact stopping bound. An imported model's own settings, or a
+        trained run's task's, replace these."""
         self.drops_layers = bool(s.encoder_layerdrop or s.decoder_layerdrop)
         """Whole layers may be skipped in training (distributed runs must allow unused
         parameters)."""
@@ -266,13 +276,14 @@ class Seq2Seq(nn.Module):
         """An empty cache for incremental decoding with :meth:`decode`."""
         return DecoderCache(len(self.decoder.layers))
 
-    def generate(self, src: torch.Tensor, *, strategy: str = "greedy", **kwargs) -> torch.Tensor:
-        """Decode ``src`` (B, Ls): ``greedy``, ``beam`` or ``sample`` (see zoo.decoding);
-        e.g. ``model.generate(src, strategy="beam", beam_size=4, max_new_tokens=64,
-        bos_id=1, eos_id=2)``."""
+    def generate(self, src: torch.Tensor, settings: GenerationSettings | None = None,
+                 **changes) -> torch.Tensor:
+        """``zoo.generate(self, src, settings, **changes)``: decode ``src`` (B, Ls) by the
+        model's own settings (``self.generation``) with ``changes``, e.g.
+        ``model.generate(src, num_beams=4, max_new_tokens=64)``."""
         from zoo.plugin import generate
 
-        return generate(self, src, strategy=strategy, **kwargs)
+        return generate(self, src, settings, **changes)
 
     def forward(
         self,

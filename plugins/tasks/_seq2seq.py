@@ -3,6 +3,8 @@ sequence accuracy."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -42,26 +44,31 @@ class Seq2SeqTask:
         """New tokens allowed for a batch of sources (B, Ls) when not told."""
         return 128
 
+    def generation(self) -> dict[str, Any]:
+        """How a model trained on this task decodes, as generation settings by name
+        (``zoo.generate``): the task's start, end and pad ids, and its beam. A run's model
+        carries them (``model.generation``)."""
+        return {"start_id": self.bos_id, "eos_ids": (self.eos_id,), "pad_id": self.pad_id,
+                "num_beams": self.default_beam}
+
     @torch.no_grad()
     def translate(self, model, texts: list[str], *, beam_size: int | None = None,
                   batch_size: int = 64, device=None, max_new_tokens: int | None = None
                   ) -> list[str]:
-        """Decode ``texts`` (parsed with ``parse_input``) in batches; greedy for beam 1."""
-        from zoo.plugin import beam_search, greedy
+        """Decode ``texts`` (parsed with ``parse_input``) in batches through
+        ``zoo.generate``, by the task's settings; greedy for beam 1."""
+        from zoo.plugin import generate
 
-        beam = self.default_beam if beam_size is None else beam_size
+        changes = self.generation()
+        if beam_size is not None:
+            changes["num_beams"] = beam_size
         device = device or next(model.parameters()).device
         out = []
         for start in range(0, len(texts), batch_size):
             chunk = texts[start:start + batch_size]
             src = self.collate([(self.parse_input(t), []) for t in chunk])["src"].to(device)
-            limit = max_new_tokens or self.decode_limit(src)
-            if beam > 1:
-                ids = beam_search(model, src, beam_size=beam, max_new_tokens=limit,
-                                  bos_id=self.bos_id, eos_id=self.eos_id)
-            else:
-                ids = greedy(model, src, max_new_tokens=limit, bos_id=self.bos_id,
-                             eos_id=self.eos_id)
+            changes["max_new_tokens"] = max_new_tokens or self.decode_limit(src)
+            ids = generate(model, src, **changes)
             out += [self.render_output(row) for row in ids]
         return out
 

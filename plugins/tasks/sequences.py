@@ -107,13 +107,13 @@ class SequenceTask(Seq2SeqTask):
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int = 256, limit: int | None = None,
                  device=None) -> dict[str, float]:
-        from zoo.plugin import greedy
+        from zoo.plugin import generate
 
         metrics = self.token_accuracy(model, self.batches(split, batch_size, device, limit))
         right = total = 0
         for batch in self.batches(split, batch_size, device, limit):
-            out = greedy(model, batch["src"], max_new_tokens=self.settings.seq_len + 1,
-                         bos_id=self.bos_id, eos_id=self.eos_id)
+            out = generate(model, batch["src"], **self.generation(), num_beams=1,
+                           max_new_tokens=self.settings.seq_len + 1)
             want = batch["tgt_out"]
             width = min(out.shape[1], want.shape[1])
             same = (out[:, :width] == want[:, :width]).all(1) & (out.shape[1] >= want.shape[1])

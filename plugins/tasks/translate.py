@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -220,7 +221,8 @@ class TranslateDeEn(Seq2SeqTask):
                              "and generation settings (a transformers folder)")
         tokenizer = imported.tokenizer()
         g = imported.generation
-        pretrained = _Pretrained(tokenizer, pad=g.pad_id, start=g.start_id, eos=g.eos_ids[0])
+        pretrained = _Pretrained(tokenizer, pad=g.pad_id, start=g.start_id, eos=g.eos_ids[0],
+                                 generation=g.model_dump(mode="json"))
         if self.workdir is not None:
             pretrained.save(self.workdir / PRETRAINED_TOKENIZER)
         self._adopt(pretrained)
@@ -228,6 +230,16 @@ class TranslateDeEn(Seq2SeqTask):
     def _adopt(self, pretrained: "_Pretrained") -> None:
         self.pretrained = self.tokenizer = pretrained
         self.pad_id, self.bos_id, self.eos_id = pretrained.pad, pretrained.start, pretrained.eos
+
+    def generation(self) -> dict[str, Any]:
+        """The task's ids and beam; fine-tuning an imported model, that model's own
+        generation settings (forbidden tokens, length penalty, ...) with the task's beam."""
+        if self.tokenizer is None:  # a run's saved tokenizer says whether it fine-tuned
+            self.tokenizer = self._saved_tokenizer()
+        own = self.pretrained.generation if self.pretrained is not None else None
+        if own is None:
+            return super().generation()
+        return {**own, "num_beams": self.default_beam}
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text).ids
@@ -352,8 +364,12 @@ class _Pretrained:
         def __init__(self, ids: list[int]) -> None:
             self.ids = ids
 
-    def __init__(self, tokenizer, *, pad: int, start: int, eos: int) -> None:
+    def __init__(self, tokenizer, *, pad: int, start: int, eos: int,
+                 generation: dict | None = None) -> None:
         self.tokenizer, self.pad, self.start, self.eos = tokenizer, pad, start, eos
+        self.generation = generation
+        """The imported model's generation settings, as data (None in runs saved before
+        zoo kept them: the ids alone then)."""
 
     def encode(self, text: str) -> "_Pretrained._Ids":
         return self._Ids(self.tokenizer(text)["input_ids"])
@@ -376,7 +392,8 @@ class _Pretrained:
 
         self.tokenizer.save_pretrained(str(folder))
         (folder / "zoo-ids.json").write_text(json.dumps(
-            {"pad": self.pad, "start": self.start, "eos": self.eos}))
+            {"pad": self.pad, "start": self.start, "eos": self.eos,
+             "generation": self.generation}))
 
     @classmethod
     def load(cls, folder: Path) -> "_Pretrained":

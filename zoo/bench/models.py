@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -222,7 +221,7 @@ def _ct2_translators(models: dict[str, nn.Module], sources: dict[str, torch.Tens
 
 def _decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens: int, *,
              dtype: str = "fp32", device: str = "cpu"):
-    # no end token can occur (-1), so every implementation makes exactly new_tokens
+    # no end token before the last, so every implementation makes exactly new_tokens
     run = _plain_decoder(name, m, src, beams, new_tokens)
     if run is None or dtype != "bf16":
         return run
@@ -235,12 +234,9 @@ def _decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens:
 
 
 def _plain_decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens: int):
-    if name == "zoo":
-        kwargs: dict[str, Any] = dict(max_new_tokens=new_tokens, bos_id=1, eos_id=-1)
-        if beams == 1:
-            return torch.no_grad()(lambda: m.generate(src, strategy="greedy", **kwargs))
-        return torch.no_grad()(lambda: m.generate(src, strategy="beam", beam_size=beams,
-                                                  **kwargs))
+    if name == "zoo":  # the model's own settings (an imported model's), as zoo translate
+        return lambda: m.generate(src, num_beams=beams, do_sample=False,
+                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens)
     if name == "marian":
         hf = m.model
         return torch.no_grad()(lambda: hf.generate(

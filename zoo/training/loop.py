@@ -43,7 +43,15 @@ from .checkpoint import (
 )
 from .config import TrainRecipe, apply_train_overrides, get_train_recipe
 from .dist import Dist, is_distributed_failure, restart_count
-from .runs import TENSORBOARD, RunFolder, build_loss, build_task, is_run, new_run_dir
+from .runs import (
+    TENSORBOARD,
+    RunFolder,
+    adopt_task_generation,
+    build_loss,
+    build_task,
+    is_run,
+    new_run_dir,
+)
 from .setup import (
     _autocast,
     _device,
@@ -280,6 +288,7 @@ class Trainer:
         task.prepare()
         if model is None:
             model = build_model(recipe, task, device)
+        adopt_task_generation(model, task)
         if recipe.activation_checkpointing:
             model.gradient_checkpointing = True
         trainer = cls(recipe, run, dist, device, task, model, criterion,

@@ -25,6 +25,7 @@ from ..builder import (
     memory_available,
     saved_model,
 )
+from ..decoding import settings_for
 from ..errors import MemoryBudgetError, RecipeError
 from ..files import atomic_write, atomic_write_text
 from ..recipe import Recipe, dump_recipe, load_recipe
@@ -199,6 +200,15 @@ def build_loss(recipe: TrainRecipe, task: Any) -> Any:
     return component.build(recipe.loss.settings)
 
 
+def adopt_task_generation(model: Any, task: Any) -> Any:
+    """``model`` decoding as its task says (``task.generation()``: the task's token ids and
+    beam, as generation settings by name), for a task and model that generate."""
+    settings = getattr(task, "generation", None)
+    if callable(settings) and getattr(model, "generation", None) is not None:
+        model.generation = settings_for(model, **settings())
+    return model
+
+
 @dataclass
 class Run:
     """A run loaded back: its folder, training recipe, trained model and task."""
@@ -228,7 +238,7 @@ def load_run(path: str | Path, device: str | None = None) -> Run:
         raise RecipeError(f"{run.path} has no trained weights yet (no {WEIGHTS} and no "
                           "checkpoint).")
     artifact.load_weights_file(model, weights)
-    return Run(run.path, recipe, model.eval(), task)
+    return Run(run.path, recipe, adopt_task_generation(model.eval(), task), task)
 
 
 def _load_saved_run(saved: SavedModel, device: str | None) -> Run:
@@ -242,4 +252,4 @@ def _load_saved_run(saved: SavedModel, device: str | None) -> Run:
     recipe = load_train_recipe(folder / TRAIN_RECIPE)
     task = build_task(recipe, folder)  # reads what the run's task saved (tokenizer.json)
     model = load_artifact(folder, source=saved.name, device=device)
-    return Run(folder, recipe, model.eval(), task)
+    return Run(folder, recipe, adopt_task_generation(model.eval(), task), task)

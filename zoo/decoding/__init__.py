@@ -1,0 +1,187 @@
+"""zoo's one decoding engine, and its one entrance: :func:`generate`.
+
+Every model built by zoo carries how it decodes as ``model.generation`` (a
+:class:`GenerationSettings`): an imported model its own files' settings, a trained run
+its task's, a recipe's model its architecture's defaults. ``generate(model, src)``
+decodes by them; any setting can be changed for one call by name::
+
+    zoo.generate(model, src)                                   # the model's own way
+    zoo.generate(model, src, num_beams=1, max_new_tokens=64)   # greedy, 64 tokens at most
+    zoo.generate(model, src, do_sample=True, temperature=0.7, top_p=0.9, seed=0)
+
+``model.generate``, ``translate`` (a task's, an imported model's), ``zoo translate``,
+the exports and ``zoo bench decode`` all go through it. :func:`stream` gives the same
+tokens one step at a time. Greedy and sampled decoding, and beam search with
+transformers' or GNMT's length penalty, are settings of the same engine
+(:mod:`zoo.decoding.search`); the rules on each step's scores follow transformers'
+logits processors (:mod:`zoo.decoding.rules`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ..errors import RecipeError
+from .rules import Rules, filter_logits
+from .search import beam_search as search_beams
+from .search import length_penalty, one_per_row
+from .settings import OLD_NAMES, GenerationSettings, parse_settings, settings_with
+from .steps import Seq2SeqSteps
+
+__all__ = ["generate", "stream", "GenerationSettings", "settings_for", "filter_logits",
+           "length_penalty", "greedy", "beam_search", "sample", "parse_settings"]
+
+
+def _renamed(changes: dict[str, Any]) -> dict[str, Any]:
+    """``changes`` with the first decoding functions' keywords (``strategy``,
+    ``beam_size``, ``bos_id``, ``eos_id``, ``alpha``) in today's names, said once."""
+    old = {k: changes.pop(k) for k in list(changes) if k in OLD_NAMES}
+    if not old:
+        return changes
+    warnings.warn(f"generate({', '.join(f'{k}=' for k in old)}) are the old names; they are "
+                  f"now settings: {', '.join(f'{k} -> {OLD_NAMES[k]}' for k in old)} "
+                  "(zoo.decoding.GenerationSettings)", DeprecationWarning, stacklevel=4)
+    strategy = old.pop("strategy", None)
+    if strategy is not None and strategy not in ("greedy", "beam", "sample"):
+        raise RecipeError(f"unknown decoding strategy {strategy!r}; one of 'beam', 'greedy', "
+                          "'sample' (today: num_beams=N, or do_sample=True)")
+    beams = old.pop("beam_size", None)
+    if strategy == "beam" or (beams is not None and strategy is None):
+        changes["num_beams"] = beams if beams is not None else 4
+    elif strategy is not None:
+        changes.update(num_beams=1, do_sample=strategy == "sample")
+    if "bos_id" in old:
+        changes["start_id"] = old["bos_id"]
+    if "eos_id" in old:
+        changes["eos_ids"] = (old["eos_id"],)
+    if "alpha" in old:
+        changes["length_penalty"] = old["alpha"]
+    return changes
+
+
+def settings_for(model, settings: GenerationSettings | dict | None = None,
+                 **changes: Any) -> GenerationSettings:
+    """The settings a call decodes ``model`` by: ``settings`` (else ``model.generation``)
+    with ``changes``; one RecipeError naming a setting that is unknown or wrong."""
+    changes = _renamed(changes)
+    base = settings if settings is not None else getattr(model, "generation", None)
+    if base is None:
+        name = type(model).__name__
+        if not callable(getattr(model, "decode", None)):
+            raise RecipeError(f"a {name} does not generate text: zoo decodes models with "
+                              "encode and decode (architecture seq2seq).")
+        missing = [k for k in ("start_id", "eos_ids") if k not in changes]
+        if missing:
+            raise RecipeError(f"this {name} carries no generation settings "
+                              f"(model.generation); give {' and '.join(missing)} (or "
+                              "settings=GenerationSettings(...)).")
+        pad = getattr(model, "pad_id", None)
+        base = {"pad_id": pad if pad is not None else tuple(changes["eos_ids"])[0]}
+        return parse_settings({**base, **changes}, "generation settings")
+    return settings_with(parse_settings(base, "generation settings"), changes)
+
+
+def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bool):
+    """The step for ``model``, its first tokens and their rules."""
+    if not all(callable(getattr(model, f, None)) for f in ("encode", "decode", "padding_mask")):
+        raise RecipeError(f"a {type(model).__name__} cannot be decoded: zoo's decoding "
+                          "serves models with encode, decode and padding_mask (architecture "
+                          "seq2seq).")
+    rules = Rules(settings, start=1)
+    beams = settings.num_beams
+    step = Seq2SeqSteps(model, src, use_cache=use_cache, beams=beams,
+                        steps=rules.max_length - 1)
+    first = torch.full((src.shape[0] * beams, 1), settings.start_id, dtype=torch.long,
+                       device=src.device)
+    return step, first, rules
+
+
+def _generator(settings: GenerationSettings, generator: torch.Generator | None,
+               device: torch.device) -> torch.Generator | None:
+    if generator is None and settings.do_sample and settings.seed is not None:
+        generator = torch.Generator(device=device).manual_seed(settings.seed)
+    return generator
+
+
+@torch.no_grad()
+def generate(model, src: torch.Tensor, settings: GenerationSettings | dict | None = None, *,
+             use_cache: bool = True, generator: torch.Generator | None = None,
+             return_scores: bool = False, **changes: Any):
+    """(B, Ls) source ids -> (B, T) new tokens (the start token left out; the pad id after
+    a sequence's end), decoded by ``settings`` (else ``model.generation``) with
+    ``changes`` (any :class:`GenerationSettings` field by name).
+
+    ``use_cache=False`` re-runs the decoder over the prefix at every step (the same
+    tokens, slower); ``generator`` draws the samples (else one seeded by ``seed``, else
+    torch's global one); ``return_scores`` (beam search) also returns each best
+    hypothesis' normalised score (B,)."""
+    settings = settings_for(model, settings, **changes)
+    step, first, rules = _steps(model, src, settings, use_cache)
+    if settings.num_beams > 1:
+        out, scores = search_beams(step, first, rules, sources=src.shape[0])
+        return (out, scores) if return_scores else out
+    if return_scores:
+        raise RecipeError("return_scores is for beam search (num_beams > 1)")
+    pieces = list(one_per_row(step, first, rules, _generator(settings, generator, src.device)))
+    return torch.stack(pieces, dim=1)
+
+
+@torch.no_grad()
+def stream(model, src: torch.Tensor, settings: GenerationSettings | dict | None = None, *,
+           use_cache: bool = True, generator: torch.Generator | None = None,
+           **changes: Any) -> Iterator[torch.Tensor]:
+    """The tokens :func:`generate` makes, one step at a time: (B,) new tokens per step, as
+    soon as they are chosen (the pad id for a sequence that has ended). Beam search
+    chooses only at its end, so a stream decodes one sequence per source."""
+    settings = settings_for(model, settings, **changes)
+    if settings.num_beams > 1:
+        raise RecipeError(f"stream gives tokens as they are chosen; beam search "
+                          f"(num_beams={settings.num_beams}) chooses only at its end. Stream "
+                          "with num_beams=1 (greedy or do_sample), or generate with beams.")
+    step, first, rules = _steps(model, src, settings, use_cache)
+    yield from one_per_row(step, first, rules, _generator(settings, generator, src.device))
+
+
+# -- the first decoding functions, kept for plugins that call them ----------------------------
+def _deprecated(name: str) -> None:
+    warnings.warn(f"zoo.decoding.{name} is deprecated: call zoo.generate(model, src, ...) "
+                  "with settings by name (num_beams, do_sample, start_id, eos_ids, "
+                  "max_new_tokens, length_penalty)", DeprecationWarning, stacklevel=3)
+
+
+def greedy(model, src: torch.Tensor, *, max_new_tokens: int, bos_id: int, eos_id: int,
+           use_cache: bool = True) -> torch.Tensor:
+    """Deprecated: ``generate(model, src, num_beams=1, ...)``."""
+    _deprecated("greedy")
+    return generate(model, src, use_cache=use_cache, num_beams=1, do_sample=False,
+                    max_new_tokens=max_new_tokens, start_id=bos_id, eos_ids=(eos_id,))
+
+
+def beam_search(model, src: torch.Tensor, *, beam_size: int = 4, max_new_tokens: int,
+                bos_id: int, eos_id: int, alpha: float = 0.6, use_cache: bool = True,
+                return_scores: bool = False):
+    """Deprecated: ``generate(model, src, num_beams=4, length_penalty_form="gnmt", ...)``
+    (GNMT's penalty and the exact bound, as this function always had)."""
+    _deprecated("beam_search")
+    if beam_size == 1:  # zoo's first beam search of one beam was greedy's tokens
+        out = generate(model, src, use_cache=use_cache, num_beams=1, do_sample=False,
+                       max_new_tokens=max_new_tokens, start_id=bos_id, eos_ids=(eos_id,))
+        return (out, None) if return_scores else out
+    return generate(model, src, use_cache=use_cache, return_scores=return_scores,
+                    num_beams=beam_size, do_sample=False, max_new_tokens=max_new_tokens,
+                    start_id=bos_id, eos_ids=(eos_id,), length_penalty=alpha,
+                    length_penalty_form="gnmt", early_stopping="never")
+
+
+def sample(model, src: torch.Tensor, *, max_new_tokens: int, bos_id: int, eos_id: int,
+           temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """Deprecated: ``generate(model, src, do_sample=True, ...)``."""
+    _deprecated("sample")
+    return generate(model, src, generator=generator, num_beams=1, do_sample=True,
+                    max_new_tokens=max_new_tokens, start_id=bos_id, eos_ids=(eos_id,),
+                    temperature=temperature, top_k=top_k, top_p=1.0 if top_p is None else top_p)

@@ -1,0 +1,146 @@
+"""How a model decodes: :class:`GenerationSettings`, the one description of a decoding
+that every built model carries as ``model.generation``.
+
+A model imported from the Hub takes them from its ``generation_config.json`` (its start
+and end tokens, beams, length penalty, forbidden tokens, sampling), a trained run from
+its task (the task's token ids and beam), and a model built from a zoo recipe has its
+architecture's defaults. :func:`zoo.generate` decodes by them; a call changes any of
+them by name (``zoo.generate(model, src, num_beams=1, max_new_tokens=64)``).
+
+The names are transformers' ``GenerationConfig`` names where zoo follows the same rule,
+so a user of ``generate`` there reads them without a table: lengths count the start
+token (``max_length`` 512 allows 511 new tokens) unless ``max_new_tokens`` is given.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .._text import describe_validation_error, did_you_mean
+from ..errors import RecipeError
+
+OLD_NAMES = {"strategy": "num_beams / do_sample", "beam_size": "num_beams",
+             "bos_id": "start_id", "eos_id": "eos_ids", "alpha": "length_penalty"}
+"""The keyword arguments of zoo's first decoding functions, and the settings that took
+their place; ``generate`` still takes them, with a DeprecationWarning."""
+
+
+class GenerationSettings(BaseModel):
+    """How a model decodes by default (transformers' ``generation_config.json``, in zoo's
+    names where they differ: ``start_id``, ``eos_ids``, ``forbidden_ids``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start_id: int = Field(ge=0)
+    """The decoder's first token (``decoder_start_token_id``)."""
+    eos_ids: tuple[int, ...] = Field(min_length=1)
+    """Tokens that end a sequence (``eos_token_id``, one or several)."""
+    pad_id: int = Field(ge=0)
+    """What fills a sequence after its end (``pad_token_id``)."""
+    max_length: int = Field(20, gt=1)
+    """The longest output, the start token counted (``max_length``)."""
+    max_new_tokens: int | None = Field(None, ge=1)
+    """The most new tokens, the start token not counted; when set it takes the place of
+    ``max_length`` (as in transformers)."""
+    min_length: int = Field(0, ge=0)
+    """No end token before this length, the start token counted (``min_length``)."""
+    min_new_tokens: int | None = Field(None, ge=0)
+    """No end token before this many new tokens; takes the place of ``min_length``."""
+
+    num_beams: int = Field(1, ge=1)
+    """1: one sequence per source (greedy, or sampled with ``do_sample``); more: beam
+    search."""
+    length_penalty: float = 1.0
+    """Beam search ranks a finished hypothesis by its summed log-probability over a
+    penalty of its length (the new tokens, the end token counted): ``length **
+    length_penalty`` (transformers' form), or GNMT's ``((5 + length) / 6) **
+    length_penalty`` (``length_penalty_form="gnmt"``, Wu et al. 2016, eq. 14)."""
+    length_penalty_form: Literal["transformers", "gnmt"] = "transformers"
+    """Which penalty, and which hypotheses may finish: with ``"transformers"`` an ending
+    candidate joins the finished ones only when it is among the ``num_beams`` best of the
+    step, as transformers' ``generate`` does; with ``"gnmt"`` (zoo's trained models)
+    every ending candidate the search looked at does, so that with
+    ``early_stopping="never"`` a beam as wide as the candidates finds the exact best."""
+    early_stopping: bool | Literal["never"] = False
+    """When beam search stops (transformers' flag): ``True`` once ``num_beams``
+    hypotheses have finished; ``False`` once the best running one, at its present
+    length, cannot beat the worst of them; ``"never"`` once it cannot at any length
+    left (an exact bound: the search then returns what an unbounded one would)."""
+
+    do_sample: bool = False
+    """Draw each next token from the model's distribution (after the rules and the
+    filters below) instead of taking the most likely."""
+    temperature: float = Field(1.0, gt=0)
+    """Divides the logits before sampling: below 1 sharper, above 1 flatter."""
+    top_k: int | None = Field(None, ge=1)
+    """Sample among the ``top_k`` most likely tokens only (None: all)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Sample among the smallest set of most likely tokens whose probability reaches
+    ``top_p`` (nucleus sampling, Holtzman et al. 2020; 1: all)."""
+    min_p: float | None = Field(None, ge=0, le=1)
+    """Sample among the tokens at least ``min_p`` times as likely as the most likely."""
+    seed: int | None = None
+    """Seeds the sampler's own generator, so that a sampled run repeats exactly (None:
+    torch's global generator)."""
+
+    repetition_penalty: float = Field(1.0, gt=0)
+    """A token already in the sequence has its logit divided by this when positive and
+    multiplied when negative (Keskar et al. 2019, CTRL; 1: off)."""
+    forbidden_ids: tuple[int, ...] = ()
+    """Tokens never generated (``bad_words_ids`` of one token each: Marian's pad)."""
+    forced_bos_id: int | None = None
+    """The token forced right after the start token (BART, mBART-50's language)."""
+    forced_eos_id: int | None = None
+    """The token forced at the last step, when the maximum length is reached."""
+    no_repeat_ngram_size: int = Field(0, ge=0)
+    """No n-gram of this size occurs twice in a sequence (0: off)."""
+    renormalize: bool = False
+    """Normalise the log-probabilities again after the rules (``renormalize_logits``)."""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "GenerationSettings":
+        if self.do_sample and self.num_beams > 1:
+            raise ValueError("do_sample with num_beams > 1 (beam sampling) is not one of "
+                             "zoo's decodings: sample with num_beams=1, or search with "
+                             "do_sample=False")
+        return self
+
+    def length_limit(self, start: int) -> int:
+        """The longest sequence, counted with its ``start`` tokens (the start token, or a
+        prompt)."""
+        return start + self.max_new_tokens if self.max_new_tokens is not None else self.max_length
+
+    def min_length_for(self, start: int) -> int:
+        """No end token in a sequence shorter than this, its ``start`` tokens counted."""
+        return start + self.min_new_tokens if self.min_new_tokens is not None else self.min_length
+
+
+def settings_with(settings: GenerationSettings, changes: dict[str, Any],
+                  where: str = "generation settings") -> GenerationSettings:
+    """``settings`` with ``changes`` applied, validated: one RecipeError naming an unknown
+    or wrong setting and the known ones."""
+    if not changes:
+        return settings
+    unknown = [k for k in changes if k not in GenerationSettings.model_fields]
+    if unknown:
+        key = unknown[0]
+        known = list(GenerationSettings.model_fields)
+        raise RecipeError(f"{key!r} is not a generation setting.{did_you_mean(key, known)} "
+                          f"The settings are: {', '.join(known)}.")
+    try:
+        return GenerationSettings.model_validate({**settings.model_dump(), **changes})
+    except ValidationError as exc:
+        raise RecipeError(describe_validation_error(exc, where, GenerationSettings)) from None
+
+
+def parse_settings(data: Any, where: str) -> GenerationSettings:
+    """Generation settings from plain data (a saved config's, a format's), or one
+    RecipeError naming what is wrong."""
+    if isinstance(data, GenerationSettings):
+        return data
+    try:
+        return GenerationSettings.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(describe_validation_error(exc, where, GenerationSettings)) from None

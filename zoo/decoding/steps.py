@@ -1,0 +1,76 @@
+"""One decoding step of a model: the next token's logits for every sequence so far.
+
+:class:`Seq2SeqSteps` serves any model with ``encode(src, mask)``, ``decode(tgt,
+memory, memory_padding_mask, cache=)``, ``init_cache()`` and ``padding_mask(src)`` (the
+``seq2seq`` architecture), through the attention family's caches, so a new token costs
+one decoder step; ``use_cache=False`` re-runs the decoder over the whole prefix instead
+(slower, the same results: a test holds them equal). A model that offers
+``static_decoder(memory, mask, groups=, length=)`` decodes in preallocated buffers (and,
+where zoo's kernels are built, in C++).
+
+The searches (:mod:`zoo.decoding.search`) ask a step only for ``step(tokens)`` and
+``step.reorder(index)``, so another kind of model (a decoder-only one, reading a prompt)
+needs only another step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _repeat(x: torch.Tensor | None, times: int) -> torch.Tensor | None:
+    return x.repeat_interleave(times, 0) if x is not None and times > 1 else x
+
+
+class Seq2SeqSteps:
+    """Next-token logits of an encoder-decoder model for the sources ``src``.
+
+    With ``beams`` > 1 the rows are ``beams`` hypotheses per source. They all begin with
+    the same token, so with the cache the first step runs once per source (projecting
+    each source's memory for cross-attention once, not once per beam) and its caches are
+    then copied to every beam.
+
+    ``steps`` (the most the caller will take) lets a model with a static decoder decode
+    in buffers of that length; it gives None when its parts need the general path."""
+
+    def __init__(self, model, src: torch.Tensor, *, use_cache: bool = True, beams: int = 1,
+                 steps: int | None = None) -> None:
+        self.model = model
+        mask = model.padding_mask(src)
+        memory = model.encode(src, mask)
+        # a model whose attention cannot decode with a cache re-runs over the prefix
+        use_cache = use_cache and getattr(model, "decodes_incrementally", True)
+        make_static = getattr(model, "static_decoder", None) if use_cache and steps else None
+        self.static = make_static(memory, mask, groups=beams, length=steps) \
+            if make_static is not None else None
+        self.cache = model.init_cache() if use_cache and self.static is None else None
+        self.pending = beams if self.cache is not None else 1
+        if self.pending == 1 and self.static is None:
+            memory, mask = _repeat(memory, beams), _repeat(mask, beams)
+        self.memory, self.mask = memory, mask
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N, T) sequences so far -> (N, V) float32 logits of their next token."""
+        if self.static is not None:
+            logits = self.static(tokens[:, -1:])
+        elif self.cache is None:
+            logits = self.model.decode(tokens, self.memory, self.mask)
+        elif self.pending > 1:
+            beams, self.pending = self.pending, 1
+            logits = self.model.decode(tokens[::beams, -1:], self.memory, self.mask,
+                                       cache=self.cache)
+            self.cache.spread(beams)
+            self.memory, self.mask = _repeat(self.memory, beams), _repeat(self.mask, beams)
+            logits = logits.repeat_interleave(beams, 0)
+        else:
+            logits = self.model.decode(tokens[:, -1:], self.memory, self.mask, cache=self.cache)
+        return logits[:, -1].float()
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows ``index``, each taken from a beam of the same source: the memory, its
+        mask and the cross-attention caches are the same for every beam of a source, so
+        only the decoder's own caches move."""
+        if self.static is not None:
+            self.static.reorder(index)
+        elif self.cache is not None:
+            self.cache.reorder(index, within_groups=True)
