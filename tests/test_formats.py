@@ -149,9 +149,41 @@ def test_an_option_zoo_cannot_express_is_refused_by_name_before_the_weights(
 def test_a_generation_setting_zoo_cannot_follow_is_refused_by_name(tmp_path):
     save_family("opus-mt", tmp_path / "m")
     path = tmp_path / "m" / "generation_config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "repetition_penalty": 1.3}))
-    with pytest.raises(zoo.FormatError, match="repetition_penalty"):
+    kept = json.loads(path.read_text())
+    path.write_text(json.dumps({**kept, "num_beam_groups": 2, "diversity_penalty": 0.5}))
+    with pytest.raises(zoo.FormatError, match="num_beam_groups"):
         zoo.build(f"local-dir:{tmp_path / 'm'}")
+    # sampling and the repetition penalty are followed now, and read as they are
+    path.write_text(json.dumps({**kept, "repetition_penalty": 1.3, "do_sample": True,
+                                "num_beams": 1, "top_p": 0.8}))
+    g = zoo.build(f"local-dir:{tmp_path / 'm'}").generation
+    assert (g.repetition_penalty, g.do_sample, g.top_p, g.top_k) == (1.3, True, 0.8, 50)
+
+
+def test_transformers_bookkeeping_keys_are_inert(tmp_path):
+    # facebook/mbart-large-50-many-to-many-mmt and others of its age keep _num_labels
+    save_family("mbart", tmp_path / "m")
+    path = tmp_path / "m" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "_num_labels": 3}))
+    assert zoo.build(f"local-dir:{tmp_path / 'm'}").imported.format == "mbart"
+
+
+def test_a_folder_without_tokenizer_files_says_which_files_it_needs(tmp_path):
+    save_family("opus-mt", tmp_path / "m")
+    model = zoo.build(f"local-dir:{tmp_path / 'm'}")
+    with pytest.raises(zoo.FormatError, match="no tokenizer files .*tokenizer.json.*"
+                                              "AutoTokenizer"):
+        model.imported.tokenizer()
+    result = run_zoo("translate", f"local-dir:{tmp_path / 'm'}", "Guten Morgen")
+    assert result.returncode != 0 and "no tokenizer files" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_imported_vit_is_not_written_as_a_transformers_seq2seq(tmp_path):
+    build_vit(tmp_path / "vit")
+    model = zoo.build(f"local-dir:{tmp_path / 'vit'}")
+    with pytest.raises(zoo.ZooError, match="no generation settings.*--format onnx"):
+        export(model, tmp_path / "out", "transformers")
 
 
 def test_an_unknown_model_type_names_the_formats_zoo_reads(tmp_path):
@@ -182,6 +214,32 @@ def test_a_crafted_pickle_is_refused_unopened_with_the_converting_command(tmp_pa
     assert not ran.exists()
     pickle.loads((tmp_path / "m" / "pytorch_model.bin").read_bytes()).close()
     assert ran.exists()  # the payload is real: unpickling it runs it
+
+
+def test_the_converting_command_gives_a_folder_zoo_loads_with_its_head(tmp_path):
+    import shlex
+    import subprocess
+    import sys
+
+    hf, tokenizer = marian_with_tokenizer(tmp_path / "m", _lines()[:400], vocab_size=90)
+    (tmp_path / "m" / "model.safetensors").unlink()  # the weights as an older save kept them
+    torch.save(hf.state_dict(), tmp_path / "m" / "pytorch_model.bin")
+    with pytest.raises(zoo.FormatError) as info:
+        zoo.build(f"local-dir:{tmp_path / 'm'}")
+    command = str(info.value).split("with: ", 1)[1]
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "-c"]
+    done = subprocess.run([sys.executable, "-c", argv[2]], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = zoo.build(f"local-dir:{tmp_path / 'm'}-safetensors").eval()
+    src = tokenizer(["Guten Morgen", "Wie geht es dir?"], return_tensors="pt", padding=True)
+    tgt = torch.tensor([[hf.config.decoder_start_token_id, 5, 7]] * 2)
+    with torch.no_grad():
+        ref = hf(**src, decoder_input_ids=tgt).logits  # the head's logits, not hidden states
+        torch.testing.assert_close(model(src["input_ids"], tgt), ref, rtol=0, atol=1e-5)
+    assert model.imported.tokenizer()("Guten Morgen")["input_ids"] == \
+        tokenizer("Guten Morgen")["input_ids"]
 
 
 def _serve(hub, folder, repo: str) -> str:

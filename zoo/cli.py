@@ -423,18 +423,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
     from .training.runs import is_run, load_run
 
-    vocabulary = None
+    vocabulary = tokenizer = None
     if is_run(args.source.removeprefix("local-dir:")):
         run = load_run(args.source)
         model = run.model
         if args.format == "ctranslate2" and hasattr(run.task, "token_strings"):
             vocabulary = run.task.token_strings(range(model.settings.vocab_size))
+        tokenizer = getattr(run.task, "tokenizer_files", lambda: None)()
     else:
         from .builder import build
 
         model = build(args.source, pretrained=args.pretrained or None, **_parse_sets(args.set))
     kwargs = {"vocabulary": vocabulary, "quantization": args.quantization} \
-        if args.format == "ctranslate2" else {}
+        if args.format == "ctranslate2" else {"tokenizer": tokenizer} \
+        if args.format == "transformers" else {}
     if args.format == "transformers" and args.quantization:
         raise SystemExit("zoo export: --quantization is CTranslate2's; a transformers folder "
                          "holds fp32 weights")

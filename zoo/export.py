@@ -349,13 +349,24 @@ def _start_and_end(model: nn.Module, bos_id: int | None, eos_id: int | None) -> 
     return bos_id, eos_id
 
 
+def _tokenizer_file(name: str) -> bool:
+    """A transformers tokenizer's file: SentencePiece models (``source.spm``,
+    ``spiece.model``), BPE merges, and the JSON files of the tokenizer and its vocabulary
+    (``tokenizer.json``, ``tokenizer_config.json``, ``vocab.json``, ...)."""
+    suffix = Path(name).suffix
+    return suffix in (".spm", ".model", ".txt") or (
+        suffix == ".json" and ("token" in name or "vocab" in name))
+
+
 def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
                     bos_id: int | None = None, eos_id: int | None = None,
+                    tokenizer: str | os.PathLike[str] | None = None,
                     force: bool = False) -> Path:
     """Write ``model`` as a transformers folder through the first ``format`` plugin that
     exports and can express it (an imported model's own format first), with the model's
     own generation settings (``model.generation``; ``bos_id`` and ``eos_id`` replace its
-    start and end tokens)."""
+    start and end tokens) and its tokenizer's files: an imported model's, or those in
+    the folder ``tokenizer`` (a run fine-tuned from an imported model keeps them)."""
     from safetensors.torch import save_file
 
     from .registry import registry
@@ -364,9 +375,12 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
         raise ExportError("export the fp32 model: a transformers folder holds full weights")
     imported = getattr(model, "imported", None)
     own = getattr(model, "generation", None)
+    if own is None:
+        raise ExportError(f"--format transformers writes models that generate text (zoo's "
+                          f"seq2seq as Marian); this {type(model).__name__} has no generation "
+                          "settings. Export it with --format onnx.")
     start, end = _start_and_end(model, bos_id, eos_id)
-    generation = own.model_dump(mode="json") if own is not None else {
-        "pad_id": model.settings.pad_id}
+    generation = own.model_dump(mode="json")
     generation.update(start_id=start, eos_ids=[end] + [i for i in generation.get("eos_ids", ())
                                                         if i != end])
     writers = sorted((c for c in registry.list("format") if c.capabilities.exports),
@@ -388,10 +402,10 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(settings, indent=2) + "\n")
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        if imported is not None:
-            for path in imported.folder.iterdir():
-                if path.is_file() and path.suffix in (".spm", ".model", ".txt", ".json") \
-                        and path.name not in ("config.json", "generation_config.json"):
+        source = imported.folder if imported is not None else tokenizer
+        if source is not None:
+            for path in Path(source).iterdir():
+                if path.is_file() and _tokenizer_file(path.name):
                     (tmp / path.name).write_bytes(path.read_bytes())
         _describe(tmp, model, "transformers", {"family": component.name,
                                                "load": "AutoModelForSeq2SeqLM.from_pretrained"})

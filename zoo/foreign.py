@@ -134,9 +134,14 @@ def file_patterns(config: dict[str, Any], source: str) -> list[str]:
 
 def convert_command(folder: str) -> str:
     """The command that rewrites a transformers folder's pickled weights as safetensors
-    (transformers loads them with torch's weights-only unpickler)."""
-    return ("python -c \"from transformers import AutoModel as M; "
-            f"M.from_pretrained('{folder}').save_pretrained('{folder}-safetensors')\"")
+    (transformers loads them with torch's weights-only unpickler): the class its
+    ``config.json`` names (its head included: ``AutoModel`` would drop it), then the
+    tokenizer beside it."""
+    return ("python -c \"import json, transformers as t; d = '" + folder + "'; o = d + "
+            "'-safetensors'; c = json.load(open(d + '/config.json')); "
+            "getattr(t, (c.get('architectures') or ['AutoModel'])[0])"
+            ".from_pretrained(d).save_pretrained(o); "
+            "t.AutoTokenizer.from_pretrained(d).save_pretrained(o)\"")
 
 
 def foreign_weight_files(folder: Path, source: str) -> list[Path]:
@@ -182,9 +187,20 @@ def read_foreign(folder: Path, config: dict[str, Any], source: str, *,
     return recipe, state, Imported(component.name, source, folder, config, generation)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt",
+                   "source.spm", "spiece.model", "sentencepiece.bpe.model")
+"""The files of which a transformers tokenizer has at least one."""
+
+
 def load_tokenizer(folder: Path, source: str):
     """transformers' ``AutoTokenizer`` over a foreign folder: the model's own tokenizer
     (SentencePiece for Marian and T5, byte-level BPE for BART)."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise FormatError(
+            f"{source} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}) beside "
+            "its config.json, so its text cannot be read or written. Save the model's "
+            "tokenizer there: python -c \"from transformers import AutoTokenizer; "
+            f"AutoTokenizer.from_pretrained('NAME').save_pretrained('{folder}')\"")
     try:
         from transformers import AutoTokenizer
     except ImportError:
@@ -195,6 +211,6 @@ def load_tokenizer(folder: Path, source: str):
     except ImportError as exc:
         raise FormatError(f"{source}: its tokenizer needs a package that is not installed "
                           f"({short_repr(exc, 200)}): pip install '{EXTRA}'.") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise FormatError(f"{source}: its tokenizer could not be read ({short_repr(exc, 300)}); "
                           "the folder needs the tokenizer's files beside config.json.") from None

@@ -20,7 +20,7 @@ BOOKKEEPING = {
     "mask_token_id", "decoder_start_token_id", "_attn_implementation_autoset",
     "layer_types", "output_scores", "return_dict_in_generate", "classifier_dropout",
     "classif_dropout", "num_hidden_layers", "is_encoder_decoder", "tf_legacy_loss",
-    "use_bfloat16", "_from_model_config",
+    "use_bfloat16", "_from_model_config", "_num_labels",
 }
 """Keys that change nothing zoo computes: names, bookkeeping, initialisation, the token
 ids (read with the generation settings), heads zoo's model has no use for."""

@@ -112,8 +112,8 @@ class SequenceTask(Seq2SeqTask):
         metrics = self.token_accuracy(model, self.batches(split, batch_size, device, limit))
         right = total = 0
         for batch in self.batches(split, batch_size, device, limit):
-            out = generate(model, batch["src"], **self.generation(), num_beams=1,
-                           max_new_tokens=self.settings.seq_len + 1)
+            out = generate(model, batch["src"], **{**self.generation(), "num_beams": 1,
+                                                   "max_new_tokens": self.settings.seq_len + 1})
             want = batch["tgt_out"]
             width = min(out.shape[1], want.shape[1])
             same = (out[:, :width] == want[:, :width]).all(1) & (out.shape[1] >= want.shape[1])

@@ -241,6 +241,12 @@ class TranslateDeEn(Seq2SeqTask):
             return super().generation()
         return {**own, "num_beams": self.default_beam}
 
+    def tokenizer_files(self) -> Path | None:
+        """The folder of a fine-tuned imported model's tokenizer (transformers' files, for
+        ``zoo export --format transformers``), or None for the task's own BPE."""
+        folder = self.workdir / PRETRAINED_TOKENIZER if self.workdir is not None else None
+        return folder if folder is not None and folder.is_dir() else None
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text).ids
 
