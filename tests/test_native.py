@@ -224,6 +224,38 @@ def test_a_failed_build_warns_once_and_falls_back_and_is_not_retried(tmp_path):
     assert not list(folder.glob("*.so"))
     again = _in_a_fresh_process(env)
     assert "available False" in again.stdout and "compiling its" not in again.stderr
+    said = subprocess.run([sys.executable, "-m", "zoo", "native", "status"], capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=300)
+    assert said.returncode == 1 and f"failed in {folder}" in said.stdout
+    assert str(folder / "build.log") in said.stdout
+    # another compiler (here: another --version at another path) is tried anew
+    other = tmp_path.parent / f"{tmp_path.name}-cxx"
+    other.write_text("#!/bin/sh\necho 'another compiler 2.0'\nexit 1\n")
+    other.chmod(0o755)
+    retried = _in_a_fresh_process({**env, "CXX": str(other)})
+    assert "compiling its" in retried.stderr and "available False" in retried.stdout
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_zoo_env_and_zoo_native_report_the_kernels_without_compiling(tmp_path):
+    import json
+
+    if not native.available():
+        pytest.skip("zoo's kernels do not run here")
+    report = subprocess.run([sys.executable, "-m", "zoo", "env", "--json"], capture_output=True,
+                            text=True, timeout=300)
+    kernels = json.loads(report.stdout)["native_kernels"]
+    assert kernels["state"] == "built" and kernels["folder"] == native.status()["folder"]
+    assert kernels["missing"] == []
+    # a cache of its own has none yet: said, and nothing compiled
+    env = {**os.environ, "ZOO_KERNEL_CACHE": str(tmp_path)}
+    said = subprocess.run([sys.executable, "-m", "zoo", "native", "status"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert said.returncode == 0 and "not built" in said.stdout
+    assert not list(tmp_path.iterdir())
+    text = subprocess.run([sys.executable, "-m", "zoo", "env"], capture_output=True, text=True,
+                          env=env, timeout=300).stdout
+    assert "zoo's native kernels: not built" in text and "zoo native build" in text
 
 
 def test_zoo_native_0_turns_it_off(tmp_path):

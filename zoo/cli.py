@@ -300,6 +300,38 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- zoo native ----------------------------------------------------------------------------------
+def add_native(sub) -> None:
+    """``zoo native build|status``."""
+    p = sub.add_parser("native", help="zoo's C++ kernels for CPU decoding: build them ahead of "
+                       "time (about a minute, once), or say where they stand")
+    p.add_argument("action", choices=["build", "status"])
+    p.set_defaults(func=cmd_native)
+
+
+def cmd_native(args: argparse.Namespace) -> int:
+    """Compile zoo's native kernels now (``build``), or report them (``status``)."""
+    import warnings
+
+    from . import native
+
+    if args.action == "build":
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            native.available()
+        for warning in said:
+            print(f"zoo: {warning.message}", file=sys.stderr)
+    state = native.status()
+    where = f" in {state['folder']}" if state["folder"] else ""
+    print(f"zoo's native kernels: {state['state']}{where}"
+          + (f"; the compiler's output: {state['log']}" if state["log"] else ""))
+    if state["missing"]:
+        print(f"zoo: error: this installation lacks {', '.join(state['missing'])}",
+              file=sys.stderr)
+    return 0 if state["state"] in ("loaded", "built", "off", "unsupported") or (
+        args.action == "status" and state["state"] == "not built") else 1
+
+
 # -- zoo train -----------------------------------------------------------------------------------
 def add_train(sub) -> None:
     """``zoo train RECIPE`` or ``zoo train --resume RUN``."""
@@ -577,8 +609,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 # -- the parser ----------------------------------------------------------------------------------
 COMMANDS = (add_list, add_save, add_push, add_pull, add_components, add_info, add_plugins,
-            add_env, add_train, add_translate, add_export, add_plot, add_attention_map,
-            add_plot_positions, add_experiment, add_bench)
+            add_env, add_native, add_train, add_translate, add_export, add_plot,
+            add_attention_map, add_plot_positions, add_experiment, add_bench)
 """Each adds one subcommand (its arguments and its handler), in ``zoo --help``'s order."""
 
 

@@ -10,14 +10,15 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from . import hardware
+from . import hardware, native
 from .registry import list_plugins
 from .version import __version__
 
 PACKAGES = ("huggingface_hub", "safetensors", "pydantic", "pluggy", "numpy", "timm",
             "transformers", "xformers", "tokenizers", "sacrebleu")
 """Packages whose versions a report shows (absent ones as null)."""
-SETTINGS = ("ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD", "OMP_NUM_THREADS",
+SETTINGS = ("ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD", "ZOO_NATIVE", "ZOO_KERNEL_CACHE",
+            "OMP_NUM_THREADS",
             "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "CUDA_VISIBLE_DEVICES")
 """Environment variables that change what zoo does."""
 
@@ -57,6 +58,7 @@ def report() -> dict[str, Any]:
         "plugins": [{"name": i.name, "distribution": i.distribution, "version": i.version,
                      "ok": i.ok, "error": i.error} for i in list_plugins()],
         "hub": _hub(),
+        "native_kernels": native.status(),
         "packages": {name: _version(name) for name in PACKAGES},
         "settings": {name: os.environ.get(name) for name in SETTINGS},
     }
@@ -68,7 +70,7 @@ def _yes(flag: bool) -> str:
 
 def as_text(data: dict[str, Any]) -> str:
     """The report as lines to paste into a bug report."""
-    cpu, cuda, hub = data["cpu"], data["cuda"], data["hub"]
+    cpu, cuda, hub, kernels = data["cpu"], data["cuda"], data["hub"], data["native_kernels"]
     gpus = "; ".join(f"{g['index']}: {g['name']} (sm {g['capability'][0]}{g['capability'][1]}, "
                      f"{g['memory_gib']} GiB, bf16 {_yes(g['bf16'])})" for g in data["gpus"])
     plugins = ", ".join(
@@ -83,6 +85,10 @@ def as_text(data: dict[str, Any]) -> str:
         f"- CPU: {cpu['name']}; capability {cpu['capability']}; bf16 units: {_yes(cpu['bf16'])};"
         f" AMX: {_yes(cpu['amx'])}; {cpu['cores']} cores, {cpu['threads']} torch threads",
         f"- GPUs: {gpus or 'none'}",
+        f"- zoo's native kernels: {kernels['state']}"
+        + (f" ({kernels['folder']})" if kernels["folder"] else "")
+        + (f"; log {kernels['log']}" if kernels["log"] else "")
+        + (" (zoo native build compiles them)" if kernels["state"] == "not built" else ""),
         f"- Plugins: {plugins or 'none'}",
         f"- Hub: huggingface_hub {hub['huggingface_hub']}, endpoint {hub['endpoint']}, cache "
         f"{hub['cache']}, offline: {_yes(hub['offline'])}, token set: {_yes(hub['token_set'])}",

@@ -26,7 +26,10 @@ installed torch into one library kept on disk, registered as ``torch.ops.zoo.*``
   before.
 - **Without a compiler**, or when compiling fails, zoo warns once (naming the cause and
   the log) and falls back; a failed build is remembered in its folder, so later
-  processes do not try again until the folder is deleted.
+  processes do not try again until the folder is deleted, the sources change or the
+  compiler does (its ``--version`` is part of the folder's key).
+- **Ahead of time:** ``zoo native build`` compiles them (or says where they are) and
+  ``zoo env`` reports them (:func:`status`), without compiling.
 
 The kernels need AVX2 and FMA; on other CPUs, and when PyTorch is told to dispatch
 below AVX2 (``ATEN_CPU_CAPABILITY=default``), they are not used.
@@ -75,24 +78,71 @@ def _compiler() -> str | None:
             or shutil.which("clang++"))
 
 
-def _command(torch, cxx: str, out: Path) -> list[str]:
+def _command(torch, cxx: str, out: Path, sources=SOURCES) -> list[str]:
     root = Path(torch.__file__).parent
     include, libdir = str(root / "include"), str(root / "lib")  # ATen, c10, library.h; libtorch_cpu
     abi = int(torch.compiled_with_cxx11_abi())
     return [cxx, "-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp",
-            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-isystem", include, *map(str, SOURCES),
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-isystem", include, *map(str, sources),
             "-o", str(out),
             f"-L{libdir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{libdir}"]
 
 
+HEADERS = ("packed_linear.h", "product_common.h", "skinny_linear.h", "step_ops.h")
+"""The headers the sources include: they ship beside them (``pyproject.toml``'s package
+data), and a test builds the wheel and loads the kernels from it."""
+
+
+def _compiler_version(cxx: str) -> str:
+    try:
+        done = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.splitlines()[0] if done.stdout else ""
+
+
 def build_folder(torch, cxx: str) -> Path:
-    """The folder of this build: these sources, this torch, this compiler."""
+    """The folder of this build: these sources and headers, this torch, this compiler
+    (its path, flags and version)."""
     key = hashlib.sha256()
-    for source in (*SOURCES, *sorted(CSRC.glob("*.h"))):
-        key.update(source.read_bytes())
-    key.update("\0".join(_command(torch, cxx, Path("out"))).encode())
+    for source in (*SOURCES, *(CSRC / h for h in HEADERS)):
+        key.update(source.name.encode() + b"\0")
+        key.update(source.read_bytes() if source.is_file() else b"(missing)")
+    # the sources by name: a wheel's copy and a checkout's share one build
+    key.update("\0".join(_command(torch, cxx, Path("out"), [s.name for s in SOURCES])).encode())
+    key.update(_compiler_version(cxx).encode())
     key.update(torch.__version__.encode())
     return cache_root() / f"zoo_kernels-{key.hexdigest()[:16]}"
+
+
+def status() -> dict:
+    """Where zoo's kernels stand here, without compiling anything: ``state`` is
+    ``loaded`` (in this process), ``built`` (compiled, not yet loaded), ``not built``,
+    ``failed`` (see ``log``), ``off`` (ZOO_NATIVE=0), ``unsupported`` (not Linux with
+    AVX2) or ``no compiler``; with the ``folder`` they are kept in."""
+    import torch
+
+    out: dict = {"state": None, "folder": None, "log": None,
+                 "missing": [str(p.name) for p in (*SOURCES, *(CSRC / h for h in HEADERS))
+                             if not p.is_file()]}
+    cxx = _compiler()
+    if not enabled():
+        out["state"] = "off"
+    elif not (sys.platform.startswith("linux") and torch.backends.cpu.get_cpu_capability()
+              in ("AVX2", "AVX512")):
+        out["state"] = "unsupported"
+    elif cxx is None:
+        out["state"] = "no compiler"
+    else:
+        folder = build_folder(torch, cxx)
+        out["folder"] = str(folder)
+        if (folder / "zoo_kernels.so").exists():
+            out["state"] = "loaded" if _loaded else "built"
+        elif (folder / "FAILED").exists():
+            out["state"], out["log"] = "failed", str(folder / "build.log")
+        else:
+            out["state"] = "not built"
+    return out
 
 
 def _build(torch, cxx: str, folder: Path) -> Path:
