@@ -74,6 +74,12 @@ def plugin_site(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def old_plugin_site(tmp_path_factory) -> Path:
+    """A plugin of last month whose ``geglu`` a later built-in took, in a folder of its own."""
+    return pip_install(tmp_path_factory.mktemp("old-site"), "zoo-plugin-old")
+
+
+@pytest.fixture(scope="session")
 def nonconforming_site(tmp_path_factory) -> Path:
     """The plugin that claims a KV cache it does not honour, in a folder of its own."""
     return pip_install(tmp_path_factory.mktemp("bad-site"), "zoo-plugin-nonconforming")

@@ -16,7 +16,7 @@ import torch
 import zoo
 from zoo import hookspecs
 from zoo.families import FAMILIES
-from zoo.registry import registry
+from zoo.registry import PluginNameWarning, registry
 
 from .conftest import run_zoo
 
@@ -283,3 +283,55 @@ def test_same_entry_point_name_in_two_distributions_loads_both(tmp_path, monkeyp
     finally:
         monkeypatch.undo()
         registry.reset()
+
+
+def test_a_built_in_that_takes_a_plugins_name_leaves_both_reachable(old_plugin_site,
+                                                                     monkeypatch):
+    # zoo-plugin-old registers its own ffn 'geglu' (and a cosine attention) from before
+    # zoo had one; loading it beside the built-in must not lose either
+    monkeypatch.syspath_prepend(str(old_plugin_site))
+    registry.reset()
+    try:
+        with pytest.warns(PluginNameWarning) as said:
+            infos = {i.name: i for i in zoo.list_plugins()}
+        (warning,) = [w for w in said if "geglu" in str(w.message)]
+        text = str(warning.message)
+        assert "'cosine'" in text and "'ffn'" in text and "'cosine:geglu'" in text
+        assert infos["cosine"].ok and infos["ffn"].ok
+        assert infos["cosine"].registered == [("attention", "cosine"), ("ffn", "geglu")]
+        # the plain name keeps the built-in's meaning (zoo's own recipes and formats use it)
+        assert zoo.get_component("ffn", "geglu").plugin == "ffn"
+        assert zoo.get_component("ffn", "ffn:geglu").plugin == "ffn"
+        theirs = zoo.get_component("ffn", "cosine:geglu")
+        assert theirs.plugin == "cosine" and theirs.load().__name__ == "PlainGEGLU"
+        # the plugin's other component works, and its geglu is one recipe word away
+        model = zoo.build("transformer-tiny", attention="cosine", ffn="cosine:geglu",
+                          dropout=0.0).eval()
+        layer = model.encoder.layers[0]
+        assert type(layer.attn).__name__ == "CosineAttention"
+        assert type(layer.ffn).__name__ == "PlainGEGLU"
+        src = torch.randint(3, 100, (2, 5))
+        assert model(src, src).shape == (2, 5, model.settings.vocab_size)
+        built_in = zoo.build("transformer-tiny", ffn="geglu")
+        assert type(built_in.encoder.layers[0].ffn).__name__ == "GEGLUFFN"
+        assert "cosine:geglu" in [c.qualified_name for c in registry.qualified("ffn")]
+        with pytest.raises(zoo.UnknownNameError, match="qualified name is PLUGIN:NAME"):
+            zoo.get_component("ffn", "nobody:geglu")
+    finally:
+        monkeypatch.undo()
+        for name in [m for m in sys.modules if m.startswith("zoo_plugin_")]:
+            del sys.modules[name]
+        registry.reset()
+
+
+def test_a_plugin_that_fails_gives_a_shared_name_back(fresh_registry):
+    # a plugin registers 'relu' (taken by the built-in), then fails: the built-in keeps it
+    def hook(register):
+        register("relu", "zoo.plugins.ffn.relu:ReLUFFN")
+        raise RuntimeError("half-way")
+
+    plugin = types.SimpleNamespace(register_ffns=zoo.hookimpl(hook))
+    with pytest.warns(PluginNameWarning), pytest.raises(zoo.PluginError, match="half-way"):
+        zoo.register_plugin(plugin, name="halfway")
+    assert zoo.get_component("ffn", "relu").plugin == "ffn"
+    assert "halfway:relu" not in [c.qualified_name for c in registry.qualified("ffn")]

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ValidationError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 """Component names: lower-case letters, digits and dashes (``sliding-window``)."""
+QUALIFIED_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*:[a-z0-9][a-z0-9-]*$")
+"""A component's qualified name, ``plugin:name`` (``cosine:geglu``): the plugin's
+entry-point name, then the component's."""
 RECIPE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 """Recipe names: also dots and underscores (``vit-small-patch16-224``)."""
 

@@ -60,8 +60,9 @@ Register = Callable[..., Any]
 """``register(family, name, target, *, plugin, description=, capabilities=, override=)``."""
 RegisterRecipe = Callable[..., Any]
 """``register_recipe(name, source, *, plugin, override=)``."""
-Unregister = Callable[[str, str], None]
-"""``unregister(kind, name)``: undo one registration (kind: a family, or ``recipe``)."""
+Unregister = Callable[..., None]
+"""``unregister(kind, name, plugin)``: undo one registration of ``plugin`` (kind: a
+family, or ``recipe``)."""
 RECIPE_HOOK = "register_recipes"
 
 
@@ -160,7 +161,7 @@ class PluginManager:
                 except Exception as exc:
                     info.error = _describe(exc, f"{hook}()")
                     for kind, name in info.registered:
-                        self._unregister_component(kind, name)
+                        self._unregister_component(kind, name, info.name)
                     info.registered.clear()
                     self.pm.unregister(plugin)
                     return

@@ -31,6 +31,7 @@ from ._text import (
     validate_plain,
     DISTRIBUTION_RE,
     NAME_RE,
+    QUALIFIED_RE,
     RECIPE_NAME_RE,
     describe_validation_error,
     is_git_ref,
@@ -65,11 +66,11 @@ class ComponentRef(BaseModel):
     @field_validator("name")
     @classmethod
     def _registry_name(cls, name: str) -> str:
-        if not NAME_RE.match(name):
+        if not NAME_RE.match(name) and not QUALIFIED_RE.match(name):
             raise ValueError(
                 f"{name!r} is not a component name: recipes name registered components "
-                "(lower-case letters, digits and dashes, e.g. 'rmsnorm'), never Python "
-                "paths, files or code"
+                "(lower-case letters, digits and dashes, e.g. 'rmsnorm', or PLUGIN:NAME for "
+                "one plugin's, e.g. 'ffn:geglu'), never Python paths, files or code"
             )
         return name
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from ._text import (
     validate_plain,
     NAME_RE,
+    QUALIFIED_RE,
     RECIPE_NAME_RE,
     closest,
     describe_validation_error,
@@ -35,6 +37,17 @@ from ._text import (
 from .errors import DuplicateComponentError, PluginError, RecipeError, UnknownNameError
 from .families import FAMILIES, Capabilities, Family
 from .plugin_manager import PluginInfo, PluginManager
+
+RUNTIME = "<runtime>"
+"""The plugin of components registered by hand (``zoo.register_component``)."""
+BUILTIN_DISTRIBUTION = "zoo-transformers"
+"""The distribution of zoo's own plugins."""
+
+
+class PluginNameWarning(UserWarning):
+    """Two plugins registered one name in a family: both stay reachable by their
+    qualified names (``plugin:name``), and the plain name is the built-in's (or the
+    first's)."""
 
 
 @dataclass
@@ -49,6 +62,11 @@ class Component:
     plugin: str
     origin: str
     _loaded: Any = field(default=None, repr=False)
+
+    @property
+    def qualified_name(self) -> str:
+        """``plugin:name``: this component even where another plugin's takes its name."""
+        return f"{self.plugin}:{self.name}"
 
     def load(self) -> Any:
         """The class or builder, importing it on first use."""
@@ -134,6 +152,9 @@ class Registry:
 
     def __init__(self, *, entry_points: bool = False) -> None:
         self._components: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
+        self._qualified: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
+        """Every plugin's components by ``plugin:name``, those whose plain name another
+        plugin's component holds among them."""
         self._recipes: dict[str, RecipeEntry] = {}
         self._entry_points = entry_points
         self.plugins = self._new_manager()
@@ -156,7 +177,7 @@ class Registry:
 
     def reset(self) -> None:
         """Forget every component and plugin; the entry points load again on next use."""
-        for members in self._components.values():
+        for members in (*self._components.values(), *self._qualified.values()):
             members.clear()
         self._recipes.clear()
         self.plugins = self._new_manager()
@@ -171,9 +192,13 @@ class Registry:
         description: str = "",
         capabilities: Capabilities | dict[str, Any] | None = None,
         override: bool = False,
-        plugin: str = "<runtime>",
+        plugin: str = RUNTIME,
     ) -> Component:
-        """Add a component; a name already taken raises unless ``override=True``."""
+        """Add a component; a name already taken raises unless ``override=True``, or
+        unless another plugin took it: then both stay reachable as ``plugin:name``, the
+        plain name is the built-in's (or, between two other plugins, the first's), and a
+        :class:`PluginNameWarning` names both. A release of zoo that adds a built-in of a
+        name a plugin already uses so never stops that plugin from loading."""
         fam = self._family(family)
         if not isinstance(name, str) or not NAME_RE.match(name):
             raise ValueError(
@@ -200,7 +225,9 @@ class Registry:
             )
         origin = _caller_origin()
         existing = self._components[family].get(name)
-        if existing is not None and not override:
+        shared = (existing is not None and not override and plugin != existing.plugin
+                  and RUNTIME not in (plugin, existing.plugin))
+        if existing is not None and not override and not shared:
             raise DuplicateComponentError(
                 f"{family} {name!r} is already registered by plugin {existing.plugin!r} "
                 f"(at {existing.origin}); the second registration came from plugin {plugin!r} "
@@ -211,17 +238,51 @@ class Registry:
             doc = inspect.getdoc(loaded) if loaded is not None else None
             description = doc.splitlines()[0] if doc else ""
         component = Component(family, name, target, description, capabilities, plugin, origin)
-        self._components[family][name] = component
+        if plugin != RUNTIME:
+            self._qualified[family][component.qualified_name] = component
+        if shared:
+            self._share(existing, component)
+        else:
+            self._components[family][name] = component
         return component
 
-    def unregister(self, family: str, name: str) -> None:
-        """Remove a component, or with ``family="recipe"`` a recipe (nothing happens when it
-        is not there)."""
+    def _builtin(self, plugin: str) -> bool:
+        info = self.plugins.infos.get(plugin)
+        return info is not None and info.distribution == BUILTIN_DISTRIBUTION
+
+    def _share(self, first: Component, second: Component) -> None:
+        """One name, two plugins: the built-in's (else the first's) keeps the plain name."""
+        plain, other = first, second
+        if self._builtin(second.plugin) and not self._builtin(first.plugin):
+            plain, other = second, first
+        self._components[first.family][first.name] = plain
+        warnings.warn(PluginNameWarning(
+            f"{first.family} {first.name!r} is registered by plugin {first.plugin!r} and by "
+            f"plugin {second.plugin!r}. Both load: {first.name!r} names plugin "
+            f"{plain.plugin!r}'s ({plain.qualified_name!r}), and {other.qualified_name!r} "
+            f"names plugin {other.plugin!r}'s; write the qualified name in a recipe to "
+            "choose."), stacklevel=2)
+
+    def unregister(self, family: str, name: str, plugin: str | None = None) -> None:
+        """Remove a component (``plugin``'s, when given: another plugin's of the same name
+        then takes the plain name back), or with ``family="recipe"`` a recipe (nothing
+        happens when it is not there)."""
         if family == "recipe":
             self._recipes.pop(name, None)
             return
         self._family(family)
-        self._components[family].pop(name, None)
+        members, qualified = self._components[family], self._qualified[family]
+        if plugin is None:
+            gone = members.pop(name, None)
+            if gone is not None:
+                qualified.pop(gone.qualified_name, None)
+            return
+        qualified.pop(f"{plugin}:{name}", None)
+        if name in members and members[name].plugin == plugin:
+            del members[name]
+            heir = next((c for c in qualified.values() if c.name == name), None)
+            if heir is not None:
+                members[name] = heir
 
     def register_recipe(self, name: str, source: Any, *, plugin: str = "<runtime>",
                         override: bool = False) -> RecipeEntry:
@@ -283,8 +344,13 @@ class Registry:
             return members[name]
         except KeyError:
             pass
+        if isinstance(name, str) and name in self._qualified[family]:
+            return self._qualified[family][name]
         hint = did_you_mean(name, members)
-        if isinstance(name, str) and (":" in name or "." in name or "/" in name):
+        if isinstance(name, str) and QUALIFIED_RE.match(name):
+            hint += (f" A qualified name is PLUGIN:NAME; {family} components by plugin: "
+                     f"{quoted(sorted(self._qualified[family], key=natural_key))}.")
+        elif isinstance(name, str) and (":" in name or "." in name or "/" in name):
             hint += " Recipes name registered components, never Python paths or files."
         raise UnknownNameError(
             f"Unknown {family} {name!r}.{hint} Known {family} components: "
@@ -313,10 +379,18 @@ class Registry:
                 f"Families: {quoted(FAMILIES)}."
             ) from None
 
+    def qualified(self, family: str) -> list[Component]:
+        """Every plugin's members of ``family``, those another plugin's shadows included,
+        by qualified name (``plugin:name``)."""
+        self._family(family)
+        self._ensure_loaded()
+        return [self._qualified[family][k] for k in sorted(self._qualified[family],
+                                                            key=natural_key)]
+
     def __contains__(self, key: tuple[str, str]) -> bool:
         family, name = key
         self._ensure_loaded()
-        return name in self._components.get(family, {})
+        return name in self._components.get(family, {}) or name in self._qualified.get(family, {})
 
 
 registry = Registry(entry_points=True)
