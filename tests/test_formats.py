@@ -445,3 +445,44 @@ def test_onnx_export_of_an_imported_marian_gives_transformers_logits(tmp_path):
     with torch.no_grad():
         ref = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
     torch.testing.assert_close(torch.from_numpy(logits), ref, atol=1e-4, rtol=1e-4)
+
+
+class _Brittle:
+    """A third party's format that trips over a folder it does not expect."""
+
+    files = ()
+
+    def __init__(self, settings=None) -> None:
+        pass
+
+    def recipe(self, config):
+        return {"name": "x", "architecture": config["no_such_key"]}  # KeyError
+
+
+def _format_plugin(name: str, capabilities: dict):
+    import types
+
+    def hook(register):
+        register(name, _Brittle, capabilities=capabilities)
+
+    return types.SimpleNamespace(register_formats=zoo.hookimpl(hook))
+
+
+def test_two_formats_claiming_one_model_type_are_refused_unless_one_overrides(
+        tmp_path, fresh_registry):
+    save_family("opus-mt", tmp_path / "m")
+    zoo.register_plugin(_format_plugin("my-marian", {"model_types": ["marian"]}), name="mine")
+    with pytest.raises(zoo.FormatError, match="'marian' is claimed by 2 formats, 'marian' "
+                                              r"\(plugin 'formats'\), 'my-marian' \(plugin "
+                                              "'mine'\\), and none says it overrides"):
+        zoo.build(f"local-dir:{tmp_path / 'm'}")
+
+
+def test_a_formats_own_exception_names_the_format_and_its_plugin(tmp_path, fresh_registry):
+    save_family("opus-mt", tmp_path / "m")
+    zoo.register_plugin(_format_plugin("brittle", {"model_types": ["marian"],
+                                                   "overrides": ["marian"]}), name="thirdparty")
+    with pytest.raises(zoo.FormatError, match="format 'brittle' \\(plugin 'thirdparty'\\) "
+                                              "failed in recipe\\(\\): KeyError") as info:
+        zoo.build(f"local-dir:{tmp_path / 'm'}")
+    assert isinstance(info.value.__cause__, KeyError)

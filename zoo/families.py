@@ -129,6 +129,9 @@ class FormatCapabilities(Capabilities):
     """The ``model_type`` values of a transformers ``config.json`` it reads (``marian``)."""
     exports: bool = False
     """Writes a zoo model back out in this format (``zoo export --format transformers``)."""
+    overrides: tuple[str, ...] = ()
+    """The ``model_type`` values it reads in place of another format that lists them too
+    (two formats claiming one type are refused unless one says it overrides)."""
 
 
 class TaskCapabilities(Capabilities):

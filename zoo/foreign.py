@@ -23,7 +23,7 @@ import torch
 from ._text import quoted, short_repr
 from .artifact import CONFIG_NAME, INDEX_NAME, MAX_CONFIG_BYTES, PICKLE_SUFFIXES, WEIGHTS_NAME
 from .artifact import read_weights, weight_files
-from .errors import ArtifactError, CorruptFileError, FormatError
+from .errors import ArtifactError, CorruptFileError, FormatError, ZooError
 from .decoding import GenerationSettings, generate
 from .recipe import Recipe
 from .registry import Component, registry
@@ -99,10 +99,28 @@ def foreign_config(folder: Path, source: str) -> dict[str, Any] | None:
     return None
 
 
+def _readers_of(model_type: str, source: str) -> Component | None:
+    """The one format that reads ``model_type``: the one that says it overrides when
+    several claim it; two that claim it and none (or both) overriding are refused."""
+    claims = [c for c in registry.list("format") if model_type in c.capabilities.model_types]
+    if len(claims) <= 1:
+        return claims[0] if claims else None
+    overriding = [c for c in claims if model_type in c.capabilities.overrides]
+    if len(overriding) == 1:
+        return overriding[0]
+    named = ", ".join(f"{c.name!r} (plugin {c.plugin!r})" for c in claims)
+    raise FormatError(
+        f"{source}: model_type {model_type!r} is claimed by {len(claims)} formats, {named}, "
+        f"and {'both say' if overriding else 'none says'} it overrides the other. Uninstall "
+        "one, or have the one to use list the type in its capabilities' overrides.")
+
+
 def format_for(config: dict[str, Any], source: str) -> Component:
     """The format component that reads ``config``'s ``model_type``."""
     model_type = config.get("model_type")
     known = {t: c for c in registry.list("format") for t in c.capabilities.model_types}
+    if isinstance(model_type, str) and model_type in known:
+        return _readers_of(model_type, source)
     if not isinstance(model_type, str) or model_type not in known:
         raise FormatError(
             f"{source}: {CONFIG_NAME} is a transformers config of model_type "
@@ -112,9 +130,44 @@ def format_for(config: dict[str, Any], source: str) -> Component:
     return known[model_type]
 
 
+class _Guarded:
+    """A format's reader whose hooks raise only zoo's errors: anything else a hook raises
+    becomes one FormatError naming the format, its plugin and the hook."""
+
+    def __init__(self, component: Component, reader: Any, source: str) -> None:
+        self._component, self._reader, self._source = component, reader, source
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._reader, name)
+        if not callable(value):
+            return value
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return value(*args, **kwargs)
+            except ZooError:
+                raise
+            except Exception as exc:
+                c = self._component
+                raise FormatError(
+                    f"{self._source}: format {c.name!r} (plugin {c.plugin!r}) failed in "
+                    f"{name}(): {type(exc).__name__}: {short_repr(exc, 300)}. The folder may "
+                    "hold what the format does not expect; if it is a transformers folder "
+                    f"transformers loads, report it to the plugin's authors.") from exc
+        return guarded
+
+
 def _reader(config: dict[str, Any], source: str) -> tuple[Component, Any]:
     component = format_for(config, source)
-    return component, component.load()(None)
+    try:
+        reader = component.load()(None)
+    except ZooError:
+        raise
+    except Exception as exc:
+        raise FormatError(f"{source}: format {component.name!r} (plugin {component.plugin!r}) "
+                          f"could not be made: {type(exc).__name__}: {short_repr(exc, 300)}"
+                          ) from exc
+    return component, _Guarded(component, reader, source)
 
 
 def foreign_recipe(config: dict[str, Any], source: str) -> Recipe:
@@ -128,8 +181,9 @@ def file_patterns(config: dict[str, Any], source: str) -> list[str]:
     """The files of a foreign repository that building it needs (weights, tokenizer,
     generation settings), as patterns."""
     _, reader = _reader(config, source)
+    files = getattr(reader, "files", ())
     return sorted({CONFIG_NAME, GENERATION_NAME, WEIGHTS_NAME, INDEX_NAME,
-                   "model-*.safetensors", *reader.files})
+                   "model-*.safetensors", *(files() if callable(files) else files)})
 
 
 def convert_command(folder: str) -> str:
