@@ -224,6 +224,22 @@ def architecture(name: str) -> str:
                       *(_fields(settings) if settings else ["*none*"])])
 
 
+def weights(recipe: str) -> str:
+    """The tensor names a model of ``recipe`` loads (layer numbers as ``{i}``), with their
+    shapes there: what a format's ``weights()`` maps to."""
+    import zoo
+    from zoo.artifact import weights_to_save
+
+    model = zoo.build(recipe)
+    rows, seen = ["| zoo's tensor | shape in `" + recipe + "` |", "|---|---|"], set()
+    for key, value in weights_to_save(model).items():
+        name = re.sub(r"\.\d+\.", ".{i}.", key)
+        if name not in seen:
+            seen.add(name)
+            rows.append(f"| `{name}` | {tuple(value.shape)} |")
+    return "\n".join(rows)
+
+
 def experiment(name: str) -> str:
     """The report ``zoo experiment NAME --out docs/experiments`` wrote, and its figure."""
     report = DOCS / "experiments" / f"{name}.md"
@@ -235,7 +251,8 @@ def experiment(name: str) -> str:
 
 
 KINDS = {"components": components, "recipes": recipes, "capabilities": capabilities,
-         "checks": checks, "api": api, "architecture": architecture, "experiment": experiment}
+         "checks": checks, "api": api, "architecture": architecture, "experiment": experiment,
+         "weights": weights}
 
 
 def refresh(markdown: str, *, build: bool = True) -> str:

@@ -31,6 +31,13 @@ from .decoding import (
     sample,
     stream,
 )
+from .format_base import (
+    BOOKKEEPING,
+    Format,
+    Options,
+    generation_json,
+    generation_settings,
+)
 from .errors import (
     CapabilityError,
     FormatError,
@@ -70,6 +77,8 @@ __all__ = [
     # decoding
     "generate", "stream", "GenerationSettings", "filter_logits", "length_penalty",
     "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
+    # formats
+    "Format", "Options", "BOOKKEEPING", "generation_settings", "generation_json",
     # tasks
     "Task", "TaskDataError", "missing_debian_package",
     # capabilities

@@ -348,6 +348,10 @@ class Registry:
             return self._qualified[family][name]
         hint = did_you_mean(name, members)
         if isinstance(name, str) and QUALIFIED_RE.match(name):
+            plugin = name.split(":", 1)[0]
+            if plugin not in self.plugins.infos:
+                hint += (f" {plugin!r} is no installed plugin: recipes name registered "
+                         "components, never Python paths or code.")
             hint += (f" A qualified name is PLUGIN:NAME; {family} components by plugin: "
                      f"{quoted(sorted(self._qualified[family], key=natural_key))}.")
         elif isinstance(name, str) and (":" in name or "." in name or "/" in name):

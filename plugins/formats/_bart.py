@@ -18,10 +18,17 @@ way out. Everything else is a rename:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 
+from zoo.plugin import Format, Options
+
 from ._kv import KeysValues, finish
+
+ACTIVATIONS = {"swish": ("silu", {}), "silu": ("silu", {}), "relu": ("relu", {}),
+               "gelu": ("gelu", {}), "gelu_new": ("gelu", {"approximate": "tanh"}),
+               "gelu_pytorch_tanh": ("gelu", {"approximate": "tanh"})}
 
 LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.(\d+)\.(\w+)\.(?:(\w+)\.)?(weight|bias)$")
 SUBLAYERS = {
@@ -101,3 +108,77 @@ def from_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool) -> dic
             out["final_logits_bias"] = value[None]
     out.setdefault("final_logits_bias", torch.zeros(1, state["tgt_embed.weight"].shape[0]))
     return {k: v.detach().contiguous().clone() for k, v in out.items()}
+
+
+def ffn_of(options: Options) -> dict[str, Any]:
+    """The ffn slot for ``activation_function``; the encoder and decoder widths must agree."""
+    act = options.need("activation_function", tuple(ACTIVATIONS), "gelu",
+                       "the activations zoo has as feed-forward components")
+    options.need("decoder_ffn_dim", options.get("encoder_ffn_dim", 4096), 4096,
+                 "one feed-forward width for both stacks")
+    name, settings = ACTIVATIONS[act]
+    return {"name": name, "settings": settings}
+
+
+def stack_sizes(options: Options) -> dict[str, Any]:
+    """Widths, heads and layers of a BART-layout config (one head count for both stacks)."""
+    heads = options.get("encoder_attention_heads", 16)
+    options.need("decoder_attention_heads", heads, 16, "one head count for both stacks")
+    return {
+        "d_model": options.get("d_model", 1024), "n_heads": heads,
+        "d_ff": options.get("encoder_ffn_dim", 4096),
+        "encoder_layers": options.get("encoder_layers", 12),
+        "decoder_layers": options.get("decoder_layers", 12),
+        "dropout": options.get("dropout", 0.1),
+        "attention_dropout": options.get("attention_dropout", 0.0),
+        "activation_dropout": options.get("activation_dropout", 0.0),
+        "encoder_layerdrop": options.get("encoder_layerdrop", 0.0),
+        "decoder_layerdrop": options.get("decoder_layerdrop", 0.0),
+        "max_len": options.get("max_position_embeddings", 1024),
+    }
+
+
+class BartLayoutFormat(Format):
+    """The base of the families in BART's layout (Marian, BART, mBART; CTranslate2's
+    converters share one loader for them too): the weights' renames, the stacks'
+    sizes and feed-forward, the model's settings on top of the family's own."""
+
+    learned_positions = True
+    """Positions are a learned table (BART, mBART), not computed sinusoids (Marian)."""
+
+    def embeddings(self, options: Options) -> tuple[bool, bool]:
+        """(source and target share embeddings, the output is tied to them)."""
+        return True, True
+
+    def architecture(self, options: Options) -> dict[str, Any]:
+        """The family's own seq2seq settings, beside :func:`stack_sizes`."""
+        raise NotImplementedError
+
+    def positional(self) -> dict[str, Any]:
+        return {"name": "learned", "settings": {"offset": 2}}
+
+    def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The zoo recipe of the family's config."""
+        options = self.options(config)
+        settings = {**stack_sizes(options), **self.architecture(options)}
+        ffn = ffn_of(options)
+        options.done(self.legacy)
+        return {
+            "name": self.family,
+            "description": f"A {self.family} model imported from its transformers folder.",
+            "architecture": {"name": "seq2seq", "settings": settings},
+            "components": {
+                "attention": "vanilla", "cross_attention": "vanilla", "kernel": "sdpa",
+                "positional": self.positional(),
+                "norm": {"name": "layernorm", "settings": {"eps": 1e-5}}, "ffn": ffn,
+                "encoder_block": "encoder", "decoder_block": "decoder",
+            },
+        }
+
+    def weights(self, state: dict[str, torch.Tensor],
+                config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The family's tensors in zoo's names (Marian's sinusoid tables dropped: zoo
+        computes them)."""
+        shared, tied = self.embeddings(self.options(config))
+        return to_zoo(state, shared=shared, tied=tied, learned_positions=self.learned_positions,
+                      family=self.family)

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+from zoo.plugin import Options
 
 from . import _bart
-from ._generation import generation_settings
-from ._options import Options
-from .marian import ffn_of, stack_sizes
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "sentencepiece.bpe.model")
@@ -28,49 +25,24 @@ LEGACY = {"normalize_before", "add_final_layer_norm", "normalize_embedding",
 """Keys of older BART configs that transformers' BART classes do not read."""
 
 
-class BartFormat:
+class BartFormat(_bart.BartLayoutFormat):
     """Reads transformers' BART folders."""
 
     family = "bart"
     pre_norm = False
     files = TOKENIZER_FILES
+    legacy = frozenset(LEGACY)
 
-    def __init__(self, settings: None = None) -> None:
-        pass
-
-    def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
-        """The zoo recipe of a BART (or mBART) config."""
-        options = Options(config, self.family)
-        vocab = options.get("vocab_size", 50265)
+    def architecture(self, options: Options) -> dict[str, Any]:
         options.need("tie_word_embeddings", True, True, "the output tied to the embeddings")
-        settings = {
-            "vocab_size": vocab, **stack_sizes(options),
+        return {
+            "vocab_size": options.get("vocab_size", 50265),
             "norm_placement": "pre" if self.pre_norm else "post", "final_norm": self.pre_norm,
             "share_embeddings": True, "tie_output": True,
             "scale_embeddings": options.get("scale_embedding", False),
             "separate_positions": True, "embedding_norm": True, "output_bias": True,
             "pad_id": options.get("pad_token_id", 1),
         }
-        ffn = ffn_of(options, self.family)
-        options.done(LEGACY)
-        return {
-            "name": self.family,
-            "description": f"A {self.family} model imported from its transformers folder.",
-            "architecture": {"name": "seq2seq", "settings": settings},
-            "components": {
-                "attention": "vanilla", "cross_attention": "vanilla", "kernel": "sdpa",
-                "positional": {"name": "learned", "settings": {"offset": 2}},
-                "norm": {"name": "layernorm", "settings": {"eps": 1e-5}}, "ffn": ffn,
-                "encoder_block": "encoder", "decoder_block": "decoder",
-            },
-        }
-
-    def weights(self, state: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return _bart.to_zoo(state, shared=True, tied=True, learned_positions=True,
-                            family=self.family)
-
-    def generation(self, config: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
-        return generation_settings(config, generation, self.family)
 
 
 class MBartFormat(BartFormat):

@@ -15,13 +15,10 @@ from typing import Any
 
 import torch
 
-from . import _bart
-from ._generation import generation_json, generation_settings
-from ._options import Options
+from zoo.plugin import Options, generation_json
 
-ACTIVATIONS = {"swish": ("silu", {}), "silu": ("silu", {}), "relu": ("relu", {}),
-               "gelu": ("gelu", {}), "gelu_new": ("gelu", {"approximate": "tanh"}),
-               "gelu_pytorch_tanh": ("gelu", {"approximate": "tanh"})}
+from . import _bart
+
 LEGACY = {"normalize_before", "normalize_embedding", "static_position_embeddings",
           "add_bias_logits", "add_final_layer_norm", "extra_pos_embeddings"}
 """BART-era keys that older Marian configs carry and transformers' Marian does not read
@@ -30,41 +27,13 @@ TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "target_vocab.json"
                    "tokenizer_config.json", "special_tokens_map.json")
 
 
-def ffn_of(options: Options, family: str) -> dict[str, Any]:
-    """The ffn slot for ``activation_function``; the encoder and decoder widths must agree."""
-    act = options.need("activation_function", tuple(ACTIVATIONS), "gelu",
-                       "the activations zoo has as feed-forward components")
-    options.need("decoder_ffn_dim", options.get("encoder_ffn_dim", 4096), 4096,
-                 "one feed-forward width for both stacks")
-    name, settings = ACTIVATIONS[act]
-    return {"name": name, "settings": settings}
-
-
-def stack_sizes(options: Options) -> dict[str, Any]:
-    """Widths, heads and layers of a BART-layout config (one head count for both stacks)."""
-    heads = options.get("encoder_attention_heads", 16)
-    options.need("decoder_attention_heads", heads, 16, "one head count for both stacks")
-    return {
-        "d_model": options.get("d_model", 1024), "n_heads": heads,
-        "d_ff": options.get("encoder_ffn_dim", 4096),
-        "encoder_layers": options.get("encoder_layers", 12),
-        "decoder_layers": options.get("decoder_layers", 12),
-        "dropout": options.get("dropout", 0.1),
-        "attention_dropout": options.get("attention_dropout", 0.0),
-        "activation_dropout": options.get("activation_dropout", 0.0),
-        "encoder_layerdrop": options.get("encoder_layerdrop", 0.0),
-        "decoder_layerdrop": options.get("decoder_layerdrop", 0.0),
-        "max_len": options.get("max_position_embeddings", 1024),
-    }
-
-
-class MarianFormat:
+class MarianFormat(_bart.BartLayoutFormat):
     """Reads (and writes) transformers' Marian folders."""
 
+    family = "marian"
     files = TOKENIZER_FILES
-
-    def __init__(self, settings: None = None) -> None:
-        pass
+    legacy = frozenset(LEGACY)
+    learned_positions = False
 
     @staticmethod
     def _vocabularies(options: Options) -> tuple[int, int, bool]:
@@ -76,42 +45,21 @@ class MarianFormat:
                                  f"vocabulary (vocab_size {src})")
         return src, tgt, shared
 
-    def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
-        """The zoo recipe of a Marian config."""
-        options = Options(config, "marian")
+    def embeddings(self, options: Options) -> tuple[bool, bool]:
+        return self._vocabularies(options)[2], options.get("tie_word_embeddings", True)
+
+    def architecture(self, options: Options) -> dict[str, Any]:
         src, tgt, shared = self._vocabularies(options)
-        tied = options.get("tie_word_embeddings", True)
-        settings = {
+        return {
             "vocab_size": tgt, "src_vocab_size": None if shared else src,
-            **stack_sizes(options), "norm_placement": "post",
-            "share_embeddings": shared, "tie_output": tied,
+            "norm_placement": "post", "share_embeddings": shared,
+            "tie_output": options.get("tie_word_embeddings", True),
             "scale_embeddings": options.get("scale_embedding", False),
             "output_bias": True, "pad_id": options.get("pad_token_id", tgt - 1),
         }
-        ffn = ffn_of(options, "marian")
-        options.done(LEGACY)
-        return {
-            "name": "marian",
-            "description": "A Marian (opus-mt) model imported from its transformers folder.",
-            "architecture": {"name": "seq2seq", "settings": settings},
-            "components": {
-                "attention": "vanilla", "cross_attention": "vanilla", "kernel": "sdpa",
-                "positional": {"name": "sinusoidal", "settings": {"layout": "concatenated"}},
-                "norm": {"name": "layernorm", "settings": {"eps": 1e-5}}, "ffn": ffn,
-                "encoder_block": "encoder", "decoder_block": "decoder",
-            },
-        }
 
-    def weights(self, state: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Marian's tensors in zoo's names (the sinusoid tables some files hold are
-        dropped: zoo computes them)."""
-        options = Options(config, "marian")
-        _, _, shared = self._vocabularies(options)
-        return _bart.to_zoo(state, shared=shared, tied=options.get("tie_word_embeddings", True),
-                            learned_positions=False, family="marian")
-
-    def generation(self, config: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
-        return generation_settings(config, generation, "marian")
+    def positional(self) -> dict[str, Any]:
+        return {"name": "sinusoidal", "settings": {"layout": "concatenated"}}
 
     # -- back out ------------------------------------------------------------------------------
     def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],

@@ -17,11 +17,9 @@ from typing import Any
 
 import torch
 
-from zoo.plugin import FormatError
+from zoo.plugin import Format, FormatError, Options
 
-from ._generation import generation_settings
 from ._kv import KeysValues, finish
-from ._options import Options
 
 FFN = {"relu": ("relu", {"bias": False}), "gelu": ("gelu", {"bias": False}),
        "gated-gelu": ("geglu", {"approximate": "tanh"}), "gated-silu": ("swiglu", {})}
@@ -40,13 +38,11 @@ def _untied(options: Options) -> bool:
             or options.get("scale_decoder_outputs", True) is False)
 
 
-class T5Format:
+class T5Format(Format):
     """Reads transformers' T5 folders."""
 
+    family = "t5"
     files = TOKENIZER_FILES
-
-    def __init__(self, settings: None = None) -> None:
-        pass
 
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
         options = Options(config, "t5")
@@ -130,5 +126,3 @@ class T5Format:
                 unknown.append(key)
         return finish(out, kv, unknown, untied=untied)
 
-    def generation(self, config: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
-        return generation_settings(config, generation, "t5")

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
+from zoo.plugin import Format, Options
+
 from ._kv import KeysValues, finish
-from ._options import Options
 
 ACTIVATIONS = {"gelu": {}, "gelu_new": {"approximate": "tanh"},
                "gelu_pytorch_tanh": {"approximate": "tanh"}}
@@ -29,13 +30,12 @@ TOP = {"vit.embeddings.cls_token": "cls_token",
        "classifier.weight": "head.weight", "classifier.bias": "head.bias"}
 
 
-class ViTFormat:
+class ViTFormat(Format):
     """Reads transformers' ViT image classifiers."""
 
+    family = "vit"
     files = ("preprocessor_config.json",)
-
-    def __init__(self, settings: None = None) -> None:
-        pass
+    generates = False
 
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
         options = Options(config, "vit")
@@ -88,5 +88,3 @@ class ViTFormat:
         return finish(out, kv, unknown, what="zoo's vit (ViTForImageClassification without "
                       "a pooler)")
 
-    def generation(self, config: dict[str, Any], generation: dict[str, Any]) -> None:
-        return None

@@ -1,0 +1,249 @@
+"""The ``format`` family's base: :class:`Format`, what a reader of a foreign folder (a
+transformers ``config.json`` and its safetensors) subclasses, and what every such
+reader shares: :class:`Options` (a config read key by key, any key nobody read refused
+by name), :data:`BOOKKEEPING` (transformers' keys that change nothing a model
+computes) and the generation settings' two directions (:func:`generation_settings`,
+:func:`generation_json`).
+
+The docstrings of :class:`Format` are the family's contract; ``docs/contract/format.md``
+is generated from them. zoo (:mod:`zoo.foreign`) calls the hooks: it reads the files
+(bounded JSON, safetensors only), builds nothing until the recipe is mapped, and turns
+anything but a zoo error raised in a hook into one :class:`~zoo.errors.FormatError`
+naming the format and its plugin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .errors import FormatError
+
+BOOKKEEPING = {
+    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
+    "_name_or_path", "_commit_hash", "use_cache", "return_dict", "output_attentions",
+    "output_hidden_states", "torchscript", "use_return_dict", "pruned_heads",
+    "chunk_size_feed_forward", "tie_encoder_decoder", "is_decoder", "add_cross_attention",
+    "finetuning_task", "problem_type", "tokenizer_class", "prefix", "task_specific_params",
+    "id2label", "label2id", "num_labels", "gradient_checkpointing", "init_std",
+    "initializer_range", "initializer_factor", "cross_attention_hidden_size",
+    "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "unk_token_id",
+    "mask_token_id", "decoder_start_token_id", "_attn_implementation_autoset",
+    "layer_types", "output_scores", "return_dict_in_generate", "classifier_dropout",
+    "classif_dropout", "num_hidden_layers", "is_encoder_decoder", "tf_legacy_loss",
+    "use_bfloat16", "_from_model_config", "_num_labels",
+}
+"""Keys that change nothing zoo computes: names, bookkeeping, initialisation, the token
+ids (read with the generation settings), heads zoo's model has no use for."""
+
+GENERATION_KEYS = {
+    "max_length", "min_length", "num_beams", "length_penalty", "early_stopping",
+    "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size",
+    "renormalize_logits", "do_sample", "temperature", "top_k", "top_p",
+    "num_return_sequences", "repetition_penalty", "diversity_penalty", "num_beam_groups",
+    "encoder_no_repeat_ngram_size", "max_new_tokens", "min_new_tokens", "typical_p",
+    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "forced_decoder_ids", "remove_invalid_values", "output_past", "pad_token_id", "min_p",
+}
+"""Generation keys that older configs keep in config.json (read as generation settings)."""
+
+
+class Options:
+    """A config read key by key; ``done()`` refuses the keys nobody read."""
+
+    def __init__(self, config: dict[str, Any], family: str) -> None:
+        self.config, self.family, self.read = config, family, set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key`` (``default`` when it is absent or null), marked read."""
+        self.read.add(key)
+        value = self.config.get(key, default)
+        return default if value is None else value
+
+    def need(self, key: str, allowed: Any, default: Any = None, why: str = "") -> Any:
+        """The value of ``key``, refused unless it is ``allowed`` (a value or a tuple)."""
+        value = self.get(key, default)
+        ok = value in allowed if isinstance(allowed, tuple) else value == allowed
+        if not ok:
+            raise self.refuse(key, value, f"zoo maps {allowed!r}" + (f" ({why})" if why else ""))
+        return value
+
+    def refuse(self, key: str, value: Any, what: str) -> FormatError:
+        """The error that refuses ``key=value`` by name, saying what zoo expresses."""
+        return FormatError(f"{self.family} config option {key}={value!r} is not one zoo can "
+                           f"express: {what}. Nothing was loaded.")
+
+    def done(self, known: set[str] = frozenset()) -> None:
+        """Refuse, by name, the keys that were neither read nor known to change nothing."""
+        left = sorted(set(self.config) - self.read - BOOKKEEPING - GENERATION_KEYS - set(known))
+        if left:
+            raise FormatError(
+                f"{self.family} config options zoo does not know: {left}. zoo maps only "
+                "options whose effect it reproduces; nothing was loaded.")
+
+
+# -- generation settings ---------------------------------------------------------------------------
+KEPT = {"_from_model_config", "transformers_version", "use_cache", "output_attentions",
+        "output_hidden_states", "return_dict_in_generate", "output_scores", "output_logits",
+        "is_assistant", "cache_implementation"}
+DEFAULTS = {"num_return_sequences": 1, "num_beam_groups": 1, "diversity_penalty": 0.0,
+            "encoder_no_repeat_ngram_size": 0, "exponential_decay_length_penalty": None,
+            "suppress_tokens": None, "begin_suppress_tokens": None, "forced_decoder_ids": None,
+            "typical_p": 1.0, "remove_invalid_values": False}
+"""Settings zoo's decoding does not have, at the values that make them change nothing
+(``typical_p`` is inert while do_sample is false)."""
+SAMPLING = {"typical_p"}
+READ = {"decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id",
+        "max_length", "min_length", "max_new_tokens", "min_new_tokens", "num_beams",
+        "length_penalty", "early_stopping", "bad_words_ids", "forced_bos_token_id",
+        "forced_eos_token_id", "no_repeat_ngram_size", "renormalize_logits", "do_sample",
+        "temperature", "top_k", "top_p", "min_p", "repetition_penalty"}
+TOP_K = 50
+"""transformers' top_k when a config names none (0 there: no top-k filter)."""
+
+
+def generation_settings(config: dict[str, Any], generation: dict[str, Any],
+                        family: str) -> dict[str, Any]:
+    """``generation`` (generation_config.json; empty: the keys of ``config``) as zoo's
+    generation settings; a setting zoo's decoding cannot follow is refused by name."""
+    source = generation or {k: v for k, v in config.items() if k in READ or k in DEFAULTS}
+    for key, value in source.items():
+        inert = key in SAMPLING and not source.get("do_sample")
+        if key in DEFAULTS and not inert and value != DEFAULTS[key] and not (
+                key == "num_return_sequences" and value is None):
+            raise FormatError(f"{family} generation setting {key}={value!r} is not one zoo's "
+                              f"decoding follows (it follows {sorted(READ)}).")
+        if generation and key not in READ and key not in DEFAULTS and key not in KEPT:
+            raise FormatError(f"{family} generation setting {key!r} is not one zoo knows.")
+
+    def get(key: str, default: Any = None) -> Any:
+        value = source.get(key)
+        return default if value is None else value
+
+    eos = get("eos_token_id")
+    if eos is None:
+        raise FormatError(f"{family}: the generation settings name no eos_token_id; zoo "
+                          "needs the token that ends a sequence.")
+    eos = [eos] if isinstance(eos, int) else list(eos)
+    start = get("decoder_start_token_id", get("bos_token_id"))
+    if start is None:
+        raise FormatError(f"{family}: the generation settings name no decoder_start_token_id.")
+    forbidden = []
+    for words in get("bad_words_ids", []):
+        if len(words) != 1:
+            raise FormatError(f"{family} generation setting bad_words_ids holds {words!r}; zoo "
+                              "forbids single tokens only.")
+        forbidden.append(words[0])
+    early = get("early_stopping", False)
+    top_k = get("top_k", TOP_K)
+    return {
+        "start_id": start, "eos_ids": eos, "pad_id": get("pad_token_id", eos[0]),
+        # transformers' default: 20 new tokens after the start token
+        "max_length": get("max_length", 21), "min_length": get("min_length", 0),
+        "num_beams": get("num_beams", 1), "length_penalty": get("length_penalty", 1.0),
+        "early_stopping": early, "forbidden_ids": forbidden,
+        "forced_bos_id": get("forced_bos_token_id"), "forced_eos_id": get("forced_eos_token_id"),
+        "no_repeat_ngram_size": get("no_repeat_ngram_size", 0),
+        "renormalize": get("renormalize_logits", False),
+        "max_new_tokens": get("max_new_tokens"), "min_new_tokens": get("min_new_tokens"),
+        "do_sample": get("do_sample", False), "temperature": get("temperature", 1.0),
+        "top_k": top_k or None, "top_p": get("top_p", 1.0), "min_p": get("min_p"),
+        "repetition_penalty": get("repetition_penalty", 1.0),
+    }
+
+
+def generation_json(settings: dict[str, Any]) -> dict[str, Any]:
+    """zoo's ``GenerationSettings`` data (at least ``start_id``, ``eos_ids``, ``pad_id``)
+    as ``generation_config.json``: :func:`generation_settings` backwards."""
+    get = settings.get
+    out = {"decoder_start_token_id": settings["start_id"],
+           "eos_token_id": list(settings["eos_ids"]), "pad_token_id": settings["pad_id"]}
+    # GNMT's length penalty is not transformers': such a model's beams stay zoo's, and
+    # the folder decodes greedily by default, as transformers' own default
+    beams = get("num_beams", 1) if get("length_penalty_form", "transformers") != "gnmt" else 1
+    if "max_length" in settings:
+        out.update(max_length=settings["max_length"], num_beams=beams)
+    if beams > 1:
+        out.update(length_penalty=get("length_penalty", 1.0),
+                   early_stopping=get("early_stopping", False))
+    if get("do_sample"):
+        out.update(do_sample=True, temperature=get("temperature", 1.0),
+                   top_k=get("top_k") or 0, top_p=get("top_p", 1.0))
+    if get("repetition_penalty", 1.0) != 1.0:
+        out["repetition_penalty"] = get("repetition_penalty")
+    optional = {"min_length": get("min_length"), "no_repeat_ngram_size": get("no_repeat_ngram_size"),
+                "max_new_tokens": get("max_new_tokens"), "min_new_tokens": get("min_new_tokens"),
+                "min_p": get("min_p"),
+                "forced_bos_token_id": get("forced_bos_id"),
+                "forced_eos_token_id": get("forced_eos_id"),
+                "bad_words_ids": [[i] for i in get("forbidden_ids") or ()],
+                "renormalize_logits": get("renormalize")}
+    out.update({k: v for k, v in optional.items() if v or (v == 0 and "forced" in k)})
+    return out
+
+# -- the base class --------------------------------------------------------------------------------
+class Format:
+    """A reader (and, with the ``exports`` capability, a writer) of one kind of foreign
+    folder. Register a subclass in the ``format`` family with the ``model_types`` it
+    reads among its capabilities; zoo makes it with ``cls(None)``."""
+
+    family: str = ""
+    """The name errors call this kind of folder by (``marian``); also the recipe's name."""
+    files: tuple[str, ...] = ()
+    """File patterns building needs besides ``config.json``, ``generation_config.json``
+    and the safetensors (the tokenizer's files: ``source.spm``, ``vocab.json``, ...)."""
+    generates: bool = True
+    """False for a model that generates no text (ViT): :meth:`generation` gives None."""
+    legacy: frozenset[str] = frozenset()
+    """Keys of older configs that the family's transformers class does not read: inert,
+    beside the shared :data:`BOOKKEEPING`."""
+
+    def __init__(self, settings: None = None) -> None:
+        """Formats take no settings (the folder is the input)."""
+
+    def options(self, config: dict[str, Any]) -> Options:
+        """``config`` to read key by key, errors naming :attr:`family`; end with
+        ``options.done(self.legacy)``."""
+        return Options(config, self.family)
+
+    def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The zoo recipe of ``config`` (``config.json`` as read), as data:
+        ``{"name": ..., "description": ..., "architecture": {"name": "seq2seq",
+        "settings": {...}}, "components": {slot: name or {"name", "settings"}}}``
+        (``requires`` may be left out: zoo fills it). Every key of ``config`` is
+        mapped, checked, or inert; any other key, and any value zoo cannot reproduce,
+        raises :class:`~zoo.errors.FormatError` naming it, before a weight is read."""
+        raise NotImplementedError(f"format {self.family!r} maps no config (recipe())")
+
+    def weights(self, state: dict[str, torch.Tensor],
+                config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """``state`` (every tensor of the folder's safetensors, in the family's names) in
+        zoo's names for the recipe's architecture (``docs/contract/format.md`` lists
+        them). zoo then loads strictly: a tensor left over or missing is an error, and a
+        tied matrix is given once (``tgt_embed.weight``; ``lm_head.weight`` only when the
+        recipe unties it). The default keeps the names as they are."""
+        return dict(state)
+
+    def generation(self, config: dict[str, Any],
+                   generation: dict[str, Any]) -> dict[str, Any] | None:
+        """How the model decodes, as :class:`~zoo.decoding.GenerationSettings` data, or
+        None when it generates nothing. ``generation`` is ``generation_config.json``
+        as read, ``{}`` when the folder has none: then the generation keys of an older
+        ``config.json`` count. The default is :func:`generation_settings`: transformers'
+        names mapped to zoo's, a setting zoo's decoding does not follow refused by
+        name."""
+        if not self.generates:
+            return None
+        return generation_settings(config, generation, self.family)
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any]) -> tuple[dict, dict, dict[str, torch.Tensor]]:
+        """With the ``exports`` capability: a zoo recipe, its state dict and generation
+        settings (as data) as the family's ``config.json``, ``generation_config.json``
+        and state dict; what the family cannot express raises FormatError naming it."""
+        raise FormatError(f"format {self.family!r} reads folders; it does not write them")
+
+
+__all__ = ["Format", "Options", "BOOKKEEPING", "GENERATION_KEYS", "generation_settings",
+           "generation_json"]
