@@ -223,12 +223,12 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "format",
-            "Foreign model formats (a transformers folder, say): an object built as "
-            "cls(None) with files (the patterns to fetch), recipe(config, generation) -> "
-            "a recipe as data, weights(state, config) -> the state dict in zoo's names, "
-            "generation(config, generation) -> zoo's generation settings as data; and, "
-            "with exports, export(recipe, state, generation) -> (config, generation_config, "
-            "state).",
+            "Foreign model formats (a transformers folder, say): a subclass of "
+            "zoo.plugin.Format, built as cls(None), with files (the patterns to fetch), "
+            "recipe(config) -> a recipe as data, weights(state, config) -> the state dict "
+            "in zoo's names, generation(config, generation) -> zoo's generation settings "
+            "as data; and, with exports, export(recipe, state, generation) -> (config, "
+            "generation_config, state). The contract: docs/contract/format.md.",
             FormatCapabilities,
             "register_formats",
         ),
