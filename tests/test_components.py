@@ -274,6 +274,40 @@ def test_learned_positions_refuse_beyond_max_len():
         pos(torch.zeros(1, 5, D))
 
 
+@pytest.mark.parametrize("cache_length", [0, 3])
+def test_learned_positions_counting_real_tokens_are_robertas(cache_length):
+    transformers = pytest.importorskip("transformers")
+    positions = transformers.models.roberta.modeling_roberta.RobertaEmbeddings \
+        .create_position_ids_from_input_ids
+    pad = 1  # RoBERTa's pad id: real tokens from row 2, padding at row 1
+    pos = zoo.get_component("positional", "learned").build(
+        {"offset": pad + 1, "count": "real"}, d_model=D, max_len=16)
+    ids = torch.tensor([[5, 6, 7, 8, 9], [pad, pad, 6, 7, 8], [5, 6, pad, pad, pad]])
+    x = torch.randn(3, 5, D)
+    rows = positions(ids, pad, cache_length)
+    expected = x + pos.weight[rows]
+    torch.testing.assert_close(pos(x, offset=cache_length, padding_mask=ids.eq(pad)), expected)
+    # a sentence padded on the left gets the positions it gets alone
+    alone = pos(x[1:2, 2:], padding_mask=ids[1:2, 2:].eq(pad))
+    torch.testing.assert_close(pos(x[1:2], padding_mask=ids[1:2].eq(pad))[:, 2:], alone)
+    # every place counted (the default): the mask changes nothing
+    every = zoo.get_component("positional", "learned").build({"offset": 2}, d_model=D,
+                                                              max_len=16)
+    torch.testing.assert_close(every(x, padding_mask=ids.eq(pad)), every(x))
+
+
+def test_a_seq2seq_model_gives_padding_aware_positions_its_padding():
+    model = zoo.build("transformer-tiny", positional={"name": "learned",
+                                                      "settings": {"count": "real"}},
+                      dropout=0.0).eval()
+    assert model.positions_see_padding
+    src = torch.randint(3, 1000, (1, 6))
+    left = torch.cat([torch.zeros(1, 3, dtype=torch.long), src], 1)  # pad id 0 on the left
+    tgt = torch.randint(3, 1000, (1, 4))
+    with torch.no_grad():
+        torch.testing.assert_close(model(left, tgt), model(src, tgt), rtol=1e-5, atol=1e-5)
+
+
 # -- blocks ---------------------------------------------------------------------------------------
 def _block(name, norm_first):
     role = zoo.get_component("block", name).capabilities.role

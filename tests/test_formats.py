@@ -53,6 +53,25 @@ def test_logits_equal_transformers_on_padded_batches(variant, tmp_path):
     torch.testing.assert_close(out[keep], ref[keep], rtol=0, atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("variant", ["bart", "mbart"])
+def test_bart_positions_hold_for_left_padding_too(variant, tmp_path):
+    # transformers' BART numbers every place (padding included), as zoo's learned
+    # positions with offset 2 do: sources padded on the left give its logits too
+    hf, pad = save_family(variant, tmp_path / variant)
+    model = zoo.build(f"local-dir:{tmp_path / variant}").eval()
+    right, _ = padded_batch(pad)
+    left = torch.stack([torch.cat([row[row == pad], row[row != pad]]) for row in right])
+    assert (left[:, 0] == pad).any() and not (left[:, -1] == pad).any()
+    tgt, tgt_mask = _decoder_inputs(pad, hf.generation_config.decoder_start_token_id)
+    tgt_mask[:, 0] = 1
+    with torch.no_grad():
+        ref = hf(input_ids=left, attention_mask=left.ne(pad).long(), decoder_input_ids=tgt,
+                 decoder_attention_mask=tgt_mask).logits
+        out = model(left, tgt)
+    keep = tgt_mask.bool()
+    torch.testing.assert_close(out[keep], ref[keep], rtol=0, atol=1e-5)
+
+
 def _cut(seq: list[int], eos: int) -> list[int]:
     return seq[: seq.index(eos) + 1] if eos in seq else seq
 

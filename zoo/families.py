@@ -79,6 +79,11 @@ class PositionalCapabilities(Capabilities):
     per_layer: bool = False
     """Inside-attention kinds: one module (own parameters) per attention layer, rather
     than one shared by all layers of a stack (as T5 shares its bias)."""
+    padding_aware: bool = False
+    """Absolute kinds: ``forward`` also takes ``padding_mask=`` (B, L), True at padding,
+    and the architecture gives it, so positions may count the real tokens only
+    (fairseq's, RoBERTa's, M2M100's); without it a component sees only the embeddings
+    and the offset."""
 
 
 class NormCapabilities(Capabilities):

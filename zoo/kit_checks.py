@@ -305,6 +305,27 @@ def _offset(component, settings):
 
 
 @_check("positional")
+def _padding_mask(component, settings):
+    """padding_aware: module(x, offset=, padding_mask=) takes the mask; no padding (an
+    all-False mask) changes nothing, and a row's real tokens do not depend on what its
+    padding holds."""
+    if not component.capabilities.padding_aware:
+        raise Skip("does not claim padding_aware")
+    with _Seed(0):
+        module = _positional(component, settings)
+        x = torch.randn(2, 10, D)
+        mask = torch.zeros(2, 10, dtype=torch.bool)
+        _close(module(x, offset=2, padding_mask=mask), module(x, offset=2),
+               "module(x, offset=2, padding_mask=<no padding>)")
+        mask[1, :3] = True  # left padding
+        other = x.clone()
+        other[1, :3] = torch.randn(3, D)
+    _shape(module(x, padding_mask=mask), (2, 10, D), "module(x, padding_mask=mask)")
+    _close(module(other, padding_mask=mask)[1, 3:], module(x, padding_mask=mask)[1, 3:],
+           "real tokens beside other padding")
+
+
+@_check("positional")
 def _inside_interface(component, settings):
     """rotary: rotate(x, positions) keeps shapes and norms, and q·k depends only on the
     offset; bias: bias(rel) is (H, Lq, Lk); relative: scores, content_query and values_term

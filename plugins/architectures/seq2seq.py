@@ -160,6 +160,10 @@ class Seq2Seq(nn.Module):
         tasks' token ids, 128 new tokens at most, and for beams GNMT's length penalty
         (alpha 0.6) with the exact stopping bound. An imported model's own settings, or a
         trained run's task's, replace these."""
+        self.positions_see_padding = any(
+            parts.parts[slot].component.capabilities.padding_aware
+            for slot in ("positional",) if slot in parts.parts)
+        """The positional component takes the padding mask (its ``padding_aware``)."""
         self.drops_layers = bool(s.encoder_layerdrop or s.decoder_layerdrop)
         """Whole layers may be skipped in training (distributed runs must allow unused
         parameters)."""
@@ -208,8 +212,14 @@ class Seq2Seq(nn.Module):
         return None if self.pad_id is None else tokens.eq(self.pad_id)
 
     def _embed(self, embed: nn.Embedding, stack: Stack, positional: nn.Module,
-               tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        x = positional(embed(tokens) * self.embed_scale, offset=offset)
+               tokens: torch.Tensor, offset: int = 0,
+               padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = embed(tokens) * self.embed_scale
+        if self.positions_see_padding:
+            mask = self.padding_mask(tokens) if padding_mask is None else padding_mask
+            x = positional(x, offset=offset, padding_mask=mask)
+        else:
+            x = positional(x, offset=offset)
         return self.drop(stack.embed_norm(x) if stack.embed_norm is not None else x)
 
     # -- the two halves -------------------------------------------------------------------------
@@ -217,7 +227,7 @@ class Seq2Seq(nn.Module):
         """src (B, Ls) token ids -> memory (B, Ls, d)."""
         mask = self.padding_mask(src) if src_padding_mask is None else src_padding_mask
         positional = self.positional if self.src_positional is None else self.src_positional
-        x = self._embed(self.src_embed, self.encoder, positional, src)
+        x = self._embed(self.src_embed, self.encoder, positional, src, padding_mask=mask)
         for layer in self.encoder.layers:
             if layer_dropped(self.settings.encoder_layerdrop, self.training):
                 continue
@@ -242,7 +252,8 @@ class Seq2Seq(nn.Module):
         are padded on the right, where the causal mask already hides the padding from
         every real token, and the start token of Marian and T5 *is* the pad token."""
         offset = cache.offset if cache is not None else 0
-        x = self._embed(self.tgt_embed, self.decoder, self.positional, tgt, offset)
+        x = self._embed(self.tgt_embed, self.decoder, self.positional, tgt, offset,
+                        tgt_padding_mask)
         for i, layer in enumerate(self.decoder.layers):
             if cache is None and layer_dropped(self.settings.decoder_layerdrop, self.training):
                 continue

@@ -15,7 +15,8 @@ def register_positionals(register):
         "learned",
         "zoo.plugins.positional.learned:LearnedPositions",
         description="A learned vector per position (BERT, GPT-2, ViT)",
-        capabilities={"kind": "absolute", "learned": True, "max_length": True},
+        capabilities={"kind": "absolute", "learned": True, "max_length": True,
+                      "padding_aware": True},
     )
     register(
         "none",

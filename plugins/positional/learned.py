@@ -2,9 +2,17 @@
 
 ``offset`` keeps that many rows in front of position 0: BART and mBART (Lewis et al.
 2020) look position p up in row p + 2, a leftover of fairseq's padding-aware
-positions, so their tables have ``max_len + 2`` rows."""
+positions, so their tables have ``max_len + 2`` rows.
+
+``count: real`` numbers only the real tokens, as fairseq and RoBERTa (Liu et al. 2019)
+do (``cumsum(tokens != pad)``): a sentence padded on the left gets the positions it
+gets alone, and padding takes row ``offset - 1`` (RoBERTa's pad row, with ``offset:
+2`` for its pad id 1). ``count: every`` (the default) numbers every place, padding
+included, as BERT, GPT-2, BART and ViT do."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,15 +27,23 @@ class LearnedPositions(nn.Module):
         init_std: float = Field(0.02, ge=0.0)
         offset: int = Field(0, ge=0, le=2**16)
         """Rows before position 0's (BART's 2): position p is row p + offset."""
+        count: Literal["every", "real"] = "every"
+        """``every``: positions count every place; ``real``: only the real tokens, padding
+        skipped (fairseq, RoBERTa)."""
 
     def __init__(self, settings: Settings, *, d_model: int, max_len: int) -> None:
         super().__init__()
-        self.offset = settings.offset
+        self.offset, self.count = settings.offset, settings.count
         self.weight = nn.Parameter(torch.empty(max_len + self.offset, d_model))
         nn.init.trunc_normal_(self.weight, std=settings.init_std)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x (B, L, d) -> x + P[offset : offset + L] (rows shifted by the setting's offset)."""
+    def forward(self, x: torch.Tensor, offset: int = 0,
+                padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, d) -> x + P[offset : offset + L] (rows shifted by the setting's offset);
+        with ``count: real`` and ``padding_mask`` (B, L, True at padding), each real token
+        gets ``offset`` plus the number of real tokens before it."""
+        if self.count == "real" and padding_mask is not None:
+            return x + self._real_positions(padding_mask, offset).to(x.dtype)
         start = offset + self.offset
         end = start + x.shape[1]
         if end > self.weight.shape[0]:
@@ -37,3 +53,14 @@ class LearnedPositions(nn.Module):
                 "'sinusoidal'"
             )
         return x + self.weight[start:end].to(x.dtype)
+
+    def _real_positions(self, padding_mask: torch.Tensor, offset: int) -> torch.Tensor:
+        real = ~padding_mask
+        rows = offset + self.offset + real.long().cumsum(1) - 1
+        if real.any() and int(rows[real].max()) >= self.weight.shape[0]:
+            raise ValueError(
+                f"positions up to {int(rows[real].max()) + 1 - self.offset} asked of learned "
+                f"positions trained for {self.weight.shape[0] - self.offset}; raise max_len "
+                "in the recipe")
+        rows = rows.masked_fill(padding_mask, max(self.offset - 1, 0))
+        return self.weight[rows]
