@@ -3,6 +3,7 @@ plugin packages installed (really, with pip) into a temporary folder."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -85,16 +86,26 @@ def nonconforming_site(tmp_path_factory) -> Path:
     return pip_install(tmp_path_factory.mktemp("bad-site"), "zoo-plugin-nonconforming")
 
 
+@contextlib.contextmanager
+def plugins_from(site: Path, monkeypatch):
+    """The plugin packages installed in ``site`` importable in this process, the registry
+    reloaded with them; all undone after."""
+    monkeypatch.syspath_prepend(str(site))
+    registry.reset()
+    try:
+        yield site
+    finally:
+        monkeypatch.undo()
+        for name in [m for m in sys.modules if m.startswith("zoo_plugin_")]:
+            del sys.modules[name]
+        registry.reset()
+
+
 @pytest.fixture
 def with_plugins(plugin_site, monkeypatch):
     """The fixture plugins importable in this process, the registry reloaded."""
-    monkeypatch.syspath_prepend(str(plugin_site))
-    registry.reset()
-    yield plugin_site
-    monkeypatch.undo()
-    for name in [m for m in sys.modules if m.startswith("zoo_plugin_")]:
-        del sys.modules[name]
-    registry.reset()
+    with plugins_from(plugin_site, monkeypatch):
+        yield plugin_site
 
 
 def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | None = None):

@@ -15,7 +15,7 @@ import zoo
 import zoo.testing
 from zoo.plugin import MultiHeadAttention, boolean_mask
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, plugins_from
 
 EVERY_CASE = [pytest.param(case, id=str(case))
               for family in zoo.testing.CHECKS
@@ -51,11 +51,7 @@ def test_the_example_plugin_passes_the_kit_in_its_own_tests(plugin_site):
 
 
 def test_the_kit_catches_a_kv_cache_claimed_and_not_honoured(nonconforming_site, monkeypatch):
-    monkeypatch.syspath_prepend(str(nonconforming_site))
-    from zoo.registry import registry
-
-    registry.reset()
-    try:
+    with plugins_from(nonconforming_site, monkeypatch):
         with pytest.raises(zoo.testing.ConformanceError) as err:
             zoo.testing.check_component("attention", "forgetful")
         message = str(err.value)
@@ -64,11 +60,6 @@ def test_the_kit_catches_a_kv_cache_claimed_and_not_honoured(nonconforming_site,
         assert "decoded with a KVCache: differs by up to" in message
         outcomes = {c.check.name: c for c in zoo.testing.cases("attention", "forgetful")}
         assert outcomes["causal"]() == "passed" and outcomes["padding_mask"]() == "passed"
-    finally:
-        monkeypatch.undo()
-        for name in [m for m in sys.modules if m.startswith("zoo_plugin_")]:
-            del sys.modules[name]
-        registry.reset()
 
 
 # -- each clause can fail: components that break one on purpose ---------------------------------

@@ -144,37 +144,40 @@ RULES = [
 ]
 
 
-def _processors(transformers, settings: dict, length: int):
-    p = transformers.generation.logits_process
-    out = []
-    if "repetition_penalty" in settings:
-        out.append(p.RepetitionPenaltyLogitsProcessor(settings["repetition_penalty"]))
-    if "no_repeat_ngram_size" in settings:
-        out.append(p.NoRepeatNGramLogitsProcessor(settings["no_repeat_ngram_size"]))
-    if "forbidden_ids" in settings:
-        out.append(p.NoBadWordsLogitsProcessor([[i] for i in settings["forbidden_ids"]],
-                                               eos_token_id=EOS))
-    if "min_length" in settings:
-        out.append(p.MinLengthLogitsProcessor(settings["min_length"], EOS))
-    if "forced_bos_id" in settings:
-        out.append(p.ForcedBOSTokenLogitsProcessor(settings["forced_bos_id"]))
-    if "forced_eos_id" in settings:
-        out.append(p.ForcedEOSTokenLogitsProcessor(settings["max_length"], EOS))
-    if settings.get("renormalize"):
-        out.append(p.LogitNormalization())
-    return p.LogitsProcessorList(out)
+PROCESSORS = {  # each setting's transformers processor
+    "repetition_penalty": lambda p, s: p.RepetitionPenaltyLogitsProcessor(s["repetition_penalty"]),
+    "no_repeat_ngram_size": lambda p, s: p.NoRepeatNGramLogitsProcessor(
+        s["no_repeat_ngram_size"]),
+    "forbidden_ids": lambda p, s: p.NoBadWordsLogitsProcessor(
+        [[i] for i in s["forbidden_ids"]], eos_token_id=EOS),
+    "min_length": lambda p, s: p.MinLengthLogitsProcessor(s["min_length"], EOS),
+    "forced_bos_id": lambda p, s: p.ForcedBOSTokenLogitsProcessor(s["forced_bos_id"]),
+    "forced_eos_id": lambda p, s: p.ForcedEOSTokenLogitsProcessor(s["max_length"], EOS),
+    "temperature": lambda p, s: p.TemperatureLogitsWarper(s["temperature"]),
+    "top_k": lambda p, s: p.TopKLogitsWarper(s["top_k"]),
+    "top_p": lambda p, s: p.TopPLogitsWarper(s["top_p"]),
+    "min_p": lambda p, s: p.MinPLogitsWarper(s["min_p"]),
+    "renormalize": lambda p, s: p.LogitNormalization(),
+}
+
+
+def _transformers_processors(settings: dict):
+    """transformers' processors for ``settings``, in the order transformers applies them
+    (PROCESSORS is written in that order)."""
+    p = pytest.importorskip("transformers").generation.logits_process
+    return p.LogitsProcessorList([make(p, settings) for key, make in PROCESSORS.items()
+                                  if key in settings])
 
 
 @pytest.mark.parametrize("settings", RULES, ids=lambda s: ",".join(s))
 def test_the_rules_equal_transformers_logits_processors(settings):
-    transformers = pytest.importorskip("transformers")
     for length in (1, 5):  # right after the start token (forced BOS), and later
         tokens, scores = _histories(length=length)
         if "forced_eos_id" in settings:
             settings = {**settings, "max_length": length + 1}  # its last step
         rules = Rules(GenerationSettings(start_id=BOS, eos_ids=(EOS,), pad_id=0, **settings), 1)
         ours = rules.process(tokens, scores)
-        ref = _processors(transformers, settings, length)(tokens, scores.clone())
+        ref = _transformers_processors(settings)(tokens, scores.clone())
         torch.testing.assert_close(ours, ref, rtol=0, atol=1e-6)
 
 
@@ -183,24 +186,14 @@ FILTERS = [dict(temperature=0.5), dict(temperature=1.8), dict(top_k=1), dict(top
            dict(temperature=0.7, top_k=8, top_p=0.9, min_p=0.02)]
 
 
-@pytest.mark.parametrize("settings", FILTERS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+@pytest.mark.parametrize("settings", FILTERS,
+                         ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_the_sampling_filters_equal_transformers_warpers(settings):
-    transformers = pytest.importorskip("transformers")
-    p = transformers.generation.logits_process
-    warpers = []
-    if "temperature" in settings:
-        warpers.append(p.TemperatureLogitsWarper(settings["temperature"]))
-    if "top_k" in settings:
-        warpers.append(p.TopKLogitsWarper(settings["top_k"]))
-    if "top_p" in settings:
-        warpers.append(p.TopPLogitsWarper(settings["top_p"]))
-    if "min_p" in settings:
-        warpers.append(p.MinPLogitsWarper(settings["min_p"]))
     tokens, scores = _histories(rows=32, vocab=50, seed=3)
     rules = Rules(GenerationSettings(start_id=BOS, eos_ids=(EOS,), pad_id=0, do_sample=True,
                                      **settings), 1)
     ours = rules.warp(scores)
-    ref = p.LogitsProcessorList(warpers)(tokens, scores.clone())
+    ref = _transformers_processors(settings)(tokens, scores.clone())
     assert torch.equal(ours.isfinite(), ref.isfinite())
     torch.testing.assert_close(ours[ours.isfinite()], ref[ref.isfinite()], rtol=0, atol=1e-6)
 

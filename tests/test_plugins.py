@@ -18,7 +18,7 @@ from zoo import hookspecs
 from zoo.families import FAMILIES
 from zoo.registry import PluginNameWarning, registry
 
-from .conftest import run_zoo
+from .conftest import plugins_from, run_zoo
 
 ROOT = Path(__file__).parents[1]
 BUILTIN = {"architectures", "attention", "blocks", "ffn", "kernels", "norm", "positional", "tasks",
@@ -289,9 +289,7 @@ def test_a_built_in_that_takes_a_plugins_name_leaves_both_reachable(old_plugin_s
                                                                      monkeypatch):
     # zoo-plugin-old registers its own ffn 'geglu' (and a cosine attention) from before
     # zoo had one; loading it beside the built-in must not lose either
-    monkeypatch.syspath_prepend(str(old_plugin_site))
-    registry.reset()
-    try:
+    with plugins_from(old_plugin_site, monkeypatch):
         with pytest.warns(PluginNameWarning) as said:
             infos = {i.name: i for i in zoo.list_plugins()}
         (warning,) = [w for w in said if "geglu" in str(w.message)]
@@ -317,11 +315,6 @@ def test_a_built_in_that_takes_a_plugins_name_leaves_both_reachable(old_plugin_s
         assert "cosine:geglu" in [c.qualified_name for c in registry.qualified("ffn")]
         with pytest.raises(zoo.UnknownNameError, match="qualified name is PLUGIN:NAME"):
             zoo.get_component("ffn", "nobody:geglu")
-    finally:
-        monkeypatch.undo()
-        for name in [m for m in sys.modules if m.startswith("zoo_plugin_")]:
-            del sys.modules[name]
-        registry.reset()
 
 
 def test_a_plugin_that_fails_gives_a_shared_name_back(fresh_registry):

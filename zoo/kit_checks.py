@@ -304,13 +304,11 @@ def _offset(component, settings):
         _close(full, x, "module(x) for a position inside attention")
 
 
-@_check("positional")
-def _padding_mask(component, settings):
+@_check("positional", "padding_aware")
+def _positions_see_padding(component, settings):
     """padding_aware: module(x, offset=, padding_mask=) takes the mask; no padding (an
     all-False mask) changes nothing, and a row's real tokens do not depend on what its
     padding holds."""
-    if not component.capabilities.padding_aware:
-        raise Skip("does not claim padding_aware")
     with _Seed(0):
         module = _positional(component, settings)
         x = torch.randn(2, 10, D)
