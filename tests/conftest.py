@@ -122,12 +122,12 @@ def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | No
 
 
 def pytest_sessionstart(session):
-    """Build (or find) zoo's native kernel before any test runs, in each worker (they take
-    turns on its lock): its one-time compile message then never lands in the output of a
-    test's own ``zoo`` process."""
+    """Build (or find) zoo's native libraries before any test runs, as ``zoo native
+    build`` does, in each worker (they take turns on its lock): no command builds them by
+    itself, and the tests of the native paths need them."""
     from zoo import native
 
-    native.available()
+    native.build()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,6 +9,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -207,34 +208,101 @@ def _in_a_fresh_process(env: dict[str, str]) -> subprocess.CompletedProcess:
                           env={**os.environ, **env}, timeout=300)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("false") is None,
-                    reason="uses /bin/false as a compiler that fails")
-def test_a_failed_build_warns_once_and_falls_back_and_is_not_retried(tmp_path):
-    env = {"CXX": shutil.which("false"), "ZOO_KERNEL_CACHE": str(tmp_path), "ZOO_NATIVE": "1"}
-    first = _in_a_fresh_process(env)
+def _zoo(args: list[str], env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zoo", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=timeout)
+
+
+def _fake_compiler(path, body: str) -> str:
+    """A compiler that answers --version at once and does ``body`` otherwise."""
+    path.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'fake c++ 1.0'; exit 0; "
+                    f"fi\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@needs_kernel
+def test_no_command_compiles_they_warn_once_and_decode_without(tmp_path):
+    """Nothing compiles unless asked: a decode with no build says so once, names
+    zoo native build, and gives F.linear's result through oneDNN."""
+    first = _in_a_fresh_process({"ZOO_KERNEL_CACHE": str(tmp_path)})
     assert first.returncode == 0, first.stderr
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        assert "available False" in first.stdout
-        return
-    assert "available False" in first.stdout
+    assert "available False" in first.stdout and "compiling" not in first.stderr
     assert first.stderr.count("RuntimeWarning") == 1, first.stderr
-    assert "compiling it failed (see" in first.stderr and "build.log" in first.stderr
-    (folder,) = tmp_path.iterdir()
+    assert "zoo_products is not built" in first.stderr and "zoo native build" in first.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not CAN_BUILD, reason="needs Linux on an AVX2 CPU")
+def test_a_failed_build_is_said_and_not_loaded_and_tried_again_when_asked(tmp_path):
+    env = {"CXX": _fake_compiler(tmp_path.parent / f"{tmp_path.name}-false", "exit 1"),
+           "ZOO_KERNEL_CACHE": str(tmp_path)}
+    built = _zoo(["native", "build"], env)
+    assert built.returncode == 1
+    assert "compiling zoo_products failed: exit status" in built.stderr, built.stderr
+    (folder,) = tmp_path.iterdir()  # the step's library is not tried without the products
     assert (folder / "FAILED").exists() and (folder / "build.log").exists()
     assert not list(folder.glob("*.so"))
-    again = _in_a_fresh_process(env)
-    assert "available False" in again.stdout and "compiling its" not in again.stderr
-    said = subprocess.run([sys.executable, "-m", "zoo", "native", "status"], capture_output=True,
-                          text=True, env={**os.environ, **env}, timeout=300)
+    after = _in_a_fresh_process(env)
+    assert "available False" in after.stdout and "for torch" not in after.stderr
+    assert after.stderr.count("RuntimeWarning") == 1
+    assert "compiling zoo_products failed (see" in after.stderr and "build.log" in after.stderr
+    said = _zoo(["native", "status"], env)
     assert said.returncode == 1 and f"failed in {folder}" in said.stdout
     assert str(folder / "build.log") in said.stdout
-    # another compiler (here: another --version at another path) is tried anew
-    other = tmp_path.parent / f"{tmp_path.name}-cxx"
-    other.write_text("#!/bin/sh\necho 'another compiler 2.0'\nexit 1\n")
-    other.chmod(0o755)
-    retried = _in_a_fresh_process({**env, "CXX": str(other)})
-    assert "compiling its" in retried.stderr and "available False" in retried.stdout
-    assert len(list(tmp_path.iterdir())) == 2
+    again = _zoo(["native", "build"], env)  # asked again: tried again
+    assert "compiling zoo_products for torch" in again.stderr and again.returncode == 1
+    first_use = _in_a_fresh_process({**env, "ZOO_NATIVE": "build"})  # asked by the setting
+    assert "compiling zoo_products for torch" in first_use.stderr
+    assert "available False" in first_use.stdout
+    # another compiler (another --version at another path) has a folder of its own
+    other = _fake_compiler(tmp_path.parent / f"{tmp_path.name}-other", "exit 1")
+    elsewhere = _zoo(["native", "status"], {**env, "CXX": other}).stdout
+    assert "zoo_products not built in" in elsewhere and str(folder) not in elsewhere
+
+
+@pytest.mark.skipif(not CAN_BUILD, reason="needs Linux on an AVX2 CPU")
+def test_a_hung_compiler_and_a_held_build_are_given_up_with_a_message(tmp_path):
+    from filelock import FileLock
+
+    env = {"CXX": _fake_compiler(tmp_path.parent / f"{tmp_path.name}-hang", "sleep 600"),
+           "ZOO_KERNEL_CACHE": str(tmp_path), "ZOO_NATIVE_BUILD_TIMEOUT": "3"}
+    hung = _zoo(["native", "build"], env, timeout=120)
+    assert hung.returncode == 1
+    assert "stopped after 3 s (ZOO_NATIVE_BUILD_TIMEOUT)" in hung.stderr, hung.stderr
+    (folder,) = tmp_path.iterdir()
+    with FileLock(str(folder / ".lock")):  # another process's build, held
+        held = _zoo(["native", "build"], env, timeout=120)
+    assert held.returncode == 1
+    assert f"which is building zoo_products in {folder}" in held.stderr, held.stderr
+    assert "gave up waiting" in held.stderr
+
+
+@needs_kernel
+def test_a_rebuild_compiles_only_the_sources_that_changed(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(tmp_path / "cache"))
+    op = ('#include <ATen/ops/mul.h>\n#include <ATen/core/Tensor.h>\n#include <torch/library.h>\n'
+          'at::Tensor {name}(const at::Tensor& x) {{ return at::mul(x, {k}); }}\n'
+          'TORCH_LIBRARY_FRAGMENT(zoo_test_rebuild, m) {{ m.def("{name}(Tensor x) -> Tensor"); }}\n'
+          'TORCH_LIBRARY_IMPL(zoo_test_rebuild, CPU, m) {{ m.impl("{name}", {name}); }}\n')
+    (tmp_path / "a.cpp").write_text(op.format(name="twice", k=2))
+    (tmp_path / "b.cpp").write_text(op.format(name="thrice", k=3))
+    library = native.NativeLibrary("zoo_test_rebuild", [tmp_path / "a.cpp", tmp_path / "b.cpp"],
+                                   declare=False)
+    assert library.status()["state"] == "not built"
+    said: list[str] = []
+    assert library.build(said.append), said
+    assert torch.ops.zoo_test_rebuild.thrice(torch.ones(2)).tolist() == [3.0, 3.0]
+    folder = Path(library.status()["folder"])
+    objects = {o.name: o.stat().st_mtime_ns for o in folder.glob("*.o")}
+    assert set(objects) == {"a.o", "b.o"}
+    (tmp_path / "b.cpp").write_text(op.format(name="thrice", k=3) + "// changed\n")
+    assert library.status()["state"] == "stale"
+    assert library.build(said.append)
+    assert library.status()["state"] == "loaded"
+    assert (folder / "a.o").stat().st_mtime_ns == objects["a.o"]  # not compiled again
+    assert (folder / "b.o").stat().st_mtime_ns != objects["b.o"]
+    assert library not in native.libraries()  # declare=False: not zoo native build's
 
 
 def test_zoo_env_and_zoo_native_report_the_kernels_without_compiling(tmp_path):

@@ -142,7 +142,7 @@ def test_a_step_past_the_buffers_is_refused():
             decoder(torch.full((3, 1), BOS))
 
 
-# -- zoo's native step (zoo/csrc/decoder_layers.cpp) ------------------------------------------
+# -- the native step (plugins/architectures/csrc/decoder_layers.cpp) ---------------------------
 NATIVE = [o for o in VARIANTS if not {"positional", "ffn"} & o.keys() or o.get("positional") ==
           "learned"] + [{"ffn": "gelu", "ffn.approximate": "tanh", "norm_placement": "pre"}]
 NOT_NATIVE = [{"positional": "rope"}, {"ffn": "swiglu"}, {"norm": "rmsnorm"}]

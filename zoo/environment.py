@@ -18,6 +18,7 @@ PACKAGES = ("huggingface_hub", "safetensors", "pydantic", "pluggy", "numpy", "ti
             "transformers", "xformers", "tokenizers", "sacrebleu")
 """Packages whose versions a report shows (absent ones as null)."""
 SETTINGS = ("ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD", "ZOO_NATIVE", "ZOO_KERNEL_CACHE",
+            "ZOO_NATIVE_BUILD_TIMEOUT",
             "OMP_NUM_THREADS",
             "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "CUDA_VISIBLE_DEVICES")
 """Environment variables that change what zoo does."""
@@ -88,7 +89,8 @@ def as_text(data: dict[str, Any]) -> str:
         f"- zoo's native kernels: {kernels['state']}"
         + (f" ({kernels['folder']})" if kernels["folder"] else "")
         + (f"; log {kernels['log']}" if kernels["log"] else "")
-        + (" (zoo native build compiles them)" if kernels["state"] == "not built" else ""),
+        + (" (zoo native build compiles them)" if kernels["state"] in ("not built", "stale")
+           else ""),
         f"- Plugins: {plugins or 'none'}",
         f"- Hub: huggingface_hub {hub['huggingface_hub']}, endpoint {hub['endpoint']}, cache "
         f"{hub['cache']}, offline: {_yes(hub['offline'])}, token set: {_yes(hub['token_set'])}",

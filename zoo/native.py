@@ -1,5 +1,5 @@
-"""zoo's native kernels: C++ in ``zoo/csrc``, compiled on first use against the
-installed torch into one library kept on disk, registered as ``torch.ops.zoo.*``.
+"""zoo's native code: C++ compiled against the installed torch into libraries kept on
+disk, registered as ``torch.ops.zoo.*``, and built only when asked.
 
 - ``packed_linear`` (``zoo/csrc/packed_linear.cpp``): ``x W^T + b`` for up to a few
   dozen rows of ``x`` (a decoding step: one row, or one per beam and sentence; a
@@ -12,52 +12,60 @@ installed torch into one library kept on disk, registered as ``torch.ops.zoo.*``
   packed weight kept beside its own.
 - ``skinny_linear`` (``zoo/csrc/skinny_linear.cpp``): the same product on the weight
   as it is (no packed copy), for a few rows; what ``Linear`` calls inside
-  ``torch.compile``, where a packed copy cannot be kept (1.5 to 1.9 times oneDNN at
-  one to four rows, 1.1 at sixteen).
-- ``decoder_layers`` (``zoo/csrc/decoder_layers.cpp``): a whole decoding step through
-  a plain decoder's layers, the static decoder's step without its Python
-  (``plugins/architectures/static_decoder.py`` decides when it may run).
+  ``torch.compile``, where a packed copy cannot be kept.
 
+These two are :data:`PRODUCTS`, zoo's own library. A plugin's C++ is a
+:class:`NativeLibrary` of its own, declared beside its only caller and linked against
+the products when it calls them (the static decoder's whole decoding step,
+``plugins/architectures/csrc/decoder_layers.cpp``, is one).
+
+- **Built when asked, never inside a command:** ``zoo native build`` (or
+  :func:`build`) compiles every library with ``torch.utils.cpp_extension`` and ninja:
+  one object per source, in parallel, and only the sources that changed since the
+  last build (24 s for all on 2 cores, where one serial compiler call took 39 s).
+  Until then zoo warns once that they are not built and decodes through oneDNN and
+  Python. ``ZOO_NATIVE=build`` lets the first use compile them instead.
 - **Where they are kept:** ``$ZOO_KERNEL_CACHE``, or ``$XDG_CACHE_HOME/zoo/kernels``
-  (``~/.cache/zoo/kernels``), one folder per source, torch version and compiler,
-  with the compiler's output in ``build.log``. Deleting the folder clears them; the
-  next use compiles again (about a minute on 2 cores, once).
-- **Turning it off:** ``ZOO_NATIVE=0``; zoo then decodes through oneDNN and Python as
-  before.
-- **Without a compiler**, or when compiling fails, zoo warns once (naming the cause and
-  the log) and falls back; a failed build is remembered in its folder, so later
-  processes do not try again until the folder is deleted, the sources change or the
-  compiler does (its ``--version`` is part of the folder's key).
-- **Ahead of time:** ``zoo native build`` compiles them (or says where they are) and
-  ``zoo env`` reports them (:func:`status`), without compiling.
+  (``~/.cache/zoo/kernels``), one folder per library, torch version and compiler
+  (its path and ``--version``), with the compiler's output in ``build.log``.
+- **Failures** are said once, naming the log; a failed build is not loaded and is
+  tried again by the next ``zoo native build``, or after a change of compiler (a new
+  folder) or of its sources. A build that another process holds is waited for with
+  a message naming it, and a compiler that hangs is stopped, both after
+  ``$ZOO_NATIVE_BUILD_TIMEOUT`` seconds (900).
+- **Turning it off:** ``ZOO_NATIVE=0``.
 
-The kernels need AVX2 and FMA; on other CPUs, and when PyTorch is told to dispatch
+The libraries need AVX2 and FMA; on other CPUs, and when PyTorch is told to dispatch
 below AVX2 (``ATEN_CPU_CAPABILITY=default``), they are not used.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import warnings
 from pathlib import Path
+from typing import Callable
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = (CSRC / "packed_linear.cpp", CSRC / "skinny_linear.cpp", CSRC / "step_ops.cpp",
-           CSRC / "decoder_layers.cpp")
-"""The C++ sources of the library: ``zoo::packed_linear``, ``zoo::skinny_linear`` and
-``zoo::decoder_layers``."""
+"""zoo's C++ sources, and the headers a plugin's library includes to call them."""
 
 UNPACKED_ROWS = 16
 """The most rows ``skinny_linear`` (the kernel for unpacked weights) is given inside
 ``torch.compile``: measured 1.1 times oneDNN at sixteen rows, slower from 32."""
 
-_lock = threading.Lock()
-_loaded: bool | None = None
+FLAGS = ("-O3", "-std=c++20", "-fopenmp")
+"""The compiler's flags beside those of ``torch.utils.cpp_extension``."""
+
+_libraries: list["NativeLibrary"] = []
+_warned = False
+_lock = threading.RLock()
 
 
 def enabled() -> bool:
@@ -66,7 +74,7 @@ def enabled() -> bool:
 
 
 def cache_root() -> Path:
-    """The folder under which compiled kernels are kept."""
+    """The folder under which compiled libraries are kept."""
     if os.environ.get("ZOO_KERNEL_CACHE"):
         return Path(os.environ["ZOO_KERNEL_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -78,21 +86,6 @@ def _compiler() -> str | None:
             or shutil.which("clang++"))
 
 
-def _command(torch, cxx: str, out: Path, sources=SOURCES) -> list[str]:
-    root = Path(torch.__file__).parent
-    include, libdir = str(root / "include"), str(root / "lib")  # ATen, c10, library.h; libtorch_cpu
-    abi = int(torch.compiled_with_cxx11_abi())
-    return [cxx, "-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp",
-            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-isystem", include, *map(str, sources),
-            "-o", str(out),
-            f"-L{libdir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{libdir}"]
-
-
-HEADERS = ("packed_linear.h", "product_common.h", "skinny_linear.h", "step_ops.h")
-"""The headers the sources include: they ship beside them (``pyproject.toml``'s package
-data), and a test builds the wheel and loads the kernels from it."""
-
-
 def _compiler_version(cxx: str) -> str:
     try:
         done = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
@@ -101,104 +94,251 @@ def _compiler_version(cxx: str) -> str:
     return done.stdout.splitlines()[0] if done.stdout else ""
 
 
-def build_folder(torch, cxx: str) -> Path:
-    """The folder of this build: these sources and headers, this torch, this compiler
-    (its path, flags and version)."""
-    key = hashlib.sha256()
-    for source in (*SOURCES, *(CSRC / h for h in HEADERS)):
-        key.update(source.name.encode() + b"\0")
-        key.update(source.read_bytes() if source.is_file() else b"(missing)")
-    # the sources by name: a wheel's copy and a checkout's share one build
-    key.update("\0".join(_command(torch, cxx, Path("out"), [s.name for s in SOURCES])).encode())
-    key.update(_compiler_version(cxx).encode())
-    key.update(torch.__version__.encode())
-    return cache_root() / f"zoo_kernels-{key.hexdigest()[:16]}"
+def _supported(torch) -> bool:
+    return (sys.platform.startswith("linux")
+            and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
 
 
-def status() -> dict:
-    """Where zoo's kernels stand here, without compiling anything: ``state`` is
-    ``loaded`` (in this process), ``built`` (compiled, not yet loaded), ``not built``,
-    ``failed`` (see ``log``), ``off`` (ZOO_NATIVE=0), ``unsupported`` (not Linux with
-    AVX2) or ``no compiler``; with the ``folder`` they are kept in."""
-    import torch
-
-    out: dict = {"state": None, "folder": None, "log": None,
-                 "missing": [str(p.name) for p in (*SOURCES, *(CSRC / h for h in HEADERS))
-                             if not p.is_file()]}
-    cxx = _compiler()
-    if not enabled():
-        out["state"] = "off"
-    elif not (sys.platform.startswith("linux") and torch.backends.cpu.get_cpu_capability()
-              in ("AVX2", "AVX512")):
-        out["state"] = "unsupported"
-    elif cxx is None:
-        out["state"] = "no compiler"
-    else:
-        folder = build_folder(torch, cxx)
-        out["folder"] = str(folder)
-        if (folder / "zoo_kernels.so").exists():
-            out["state"] = "loaded" if _loaded else "built"
-        elif (folder / "FAILED").exists():
-            out["state"], out["log"] = "failed", str(folder / "build.log")
-        else:
-            out["state"] = "not built"
-    return out
+def _timeout() -> float:
+    try:
+        return float(os.environ.get("ZOO_NATIVE_BUILD_TIMEOUT", "900"))
+    except ValueError:
+        return 900.0
 
 
-def _build(torch, cxx: str, folder: Path) -> Path:
-    """Compile into ``folder`` (once, across processes) and return the library's path."""
-    from filelock import FileLock
-
-    library, failed = folder / "zoo_kernels.so", folder / "FAILED"
-    folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder / ".lock"), timeout=600):
-        if library.exists() or failed.exists():
-            return library
-        print(f"zoo: compiling its native kernels for torch {torch.__version__} "
-              f"(once, about a minute; kept in {folder})", file=sys.stderr)
-        tmp = folder / f".zoo_kernels.{os.getpid()}.so"
-        done = subprocess.run(_command(torch, cxx, tmp), capture_output=True, text=True)
-        (folder / "build.log").write_text(" ".join(_command(torch, cxx, library)) + "\n\n"
-                                          + done.stdout + done.stderr, encoding="utf-8")
-        if done.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            failed.write_text(f"exit status {done.returncode}\n", encoding="utf-8")
-        else:
-            os.replace(tmp, library)
-    return library
-
-
-def _fallback(why: str) -> bool:
-    warnings.warn(f"zoo's native kernels are off: {why}. Decoding runs through oneDNN and "
-                  "Python instead (slower at one sentence); set ZOO_NATIVE=0 to silence this.",
-                  RuntimeWarning, stacklevel=3)
+def _off(quiet: bool, why: str) -> bool:
+    """False, saying why once a process unless ``quiet``."""
+    global _warned
+    if not quiet and not _warned:
+        _warned = True
+        warnings.warn(f"zoo's native kernels are off: {why}. Decoding runs through oneDNN "
+                      "and Python instead (slower at one sentence); set ZOO_NATIVE=0 to "
+                      "silence this.", RuntimeWarning, stacklevel=5)
     return False
 
 
-def _load() -> bool:
+class NativeLibrary:
+    """C++ sources compiled into one library that registers ``torch.ops.zoo.*``
+    operators: ``needs`` are libraries whose functions it calls (it is linked against
+    them, their headers are on its include path, and it loads only where they do);
+    ``on_load`` runs once it is loaded (fake kernels for ``torch.compile``, a check of
+    the CPU; it returns False to refuse). Declared once, at import, by the module
+    that calls it; ``zoo native build`` builds every one declared (``declare=False``
+    leaves it out)."""
+
+    def __init__(self, name: str, sources, headers=(), *, needs=(),
+                 on_load: Callable[[], bool] | None = None, declare: bool = True) -> None:
+        self.name = name
+        self.sources = tuple(Path(s) for s in sources)
+        self.headers = tuple(Path(h) for h in headers)
+        self.needs = tuple(needs)
+        self.on_load = on_load
+        self._loaded: bool | None = None
+        if declare:  # False: built only by its own build() (a test's, a script's)
+            _libraries.append(self)
+
+    def __repr__(self) -> str:
+        return f"NativeLibrary({self.name!r})"
+
+    # -- where and what ---------------------------------------------------------------------
+    def include_dirs(self) -> list[str]:
+        """The folders of its sources and of those of the libraries it needs."""
+        dirs = [str(s.parent) for s in self.sources]
+        for need in self.needs:
+            dirs += need.include_dirs()
+        return list(dict.fromkeys(dirs))
+
+    def sources_key(self) -> str:
+        """A digest of the sources and headers (by name and content) and of the
+        libraries it needs: a wheel's copy and a checkout's have the same."""
+        key = hashlib.sha256()
+        for path in (*self.sources, *self.headers):
+            key.update(path.name.encode() + b"\0")
+            key.update(path.read_bytes() if path.is_file() else b"(missing)")
+        for need in self.needs:
+            key.update(need.sources_key().encode())
+        return key.hexdigest()
+
+    def folder(self, torch, cxx: str) -> Path:
+        """This library's build folder for this torch and compiler (its path and
+        ``--version``): kept across changes of the sources, which ninja rebuilds one by
+        one."""
+        key = hashlib.sha256("\0".join((self.name, torch.__version__, cxx,
+                                        _compiler_version(cxx), *FLAGS)).encode())
+        return cache_root() / f"{self.name}-{key.hexdigest()[:16]}"
+
+    def file(self, folder: Path) -> Path:
+        """The compiled library in ``folder``."""
+        return folder / f"{self.name}.so"
+
+    def _state(self, folder: Path) -> str:
+        stamp, failed = folder / "SOURCES", folder / "FAILED"
+        current = self.sources_key()
+        if self.file(folder).exists() and stamp.is_file() and stamp.read_text() == current:
+            return "loaded" if self._loaded else "built"
+        if failed.is_file() and failed.read_text() == current:
+            return "failed"
+        return "stale" if self.file(folder).exists() else "not built"
+
+    def status(self) -> dict:
+        """Where this library stands, without compiling: ``state`` is ``loaded`` (in
+        this process), ``built``, ``stale`` (built from other sources), ``not built``,
+        ``failed`` (see ``log``), ``off`` (ZOO_NATIVE=0), ``unsupported`` (not Linux
+        with AVX2) or ``no compiler``; with its ``folder``."""
+        import torch
+
+        out: dict = {"name": self.name, "state": None, "folder": None, "log": None,
+                     "missing": [p.name for p in (*self.sources, *self.headers)
+                                 if not p.is_file()]}
+        cxx = _compiler()
+        if not enabled():
+            out["state"] = "off"
+        elif not _supported(torch):
+            out["state"] = "unsupported"
+        elif cxx is None:
+            out["state"] = "no compiler"
+        else:
+            folder = self.folder(torch, cxx)
+            out["folder"], out["state"] = str(folder), self._state(folder)
+            if out["state"] == "failed":
+                out["log"] = str(folder / "build.log")
+        return out
+
+    # -- build ------------------------------------------------------------------------------
+    def build(self, say: Callable[[str], None] | None = None) -> bool:
+        """Compile this library (and those it needs) unless it is built from these
+        sources, then load it; True when it runs here. ``say`` (stderr by default)
+        hears what happens."""
+        import torch
+        from filelock import FileLock, Timeout
+
+        say = say or (lambda text: print(f"zoo: {text}", file=sys.stderr))
+        cxx = _compiler()
+        if not enabled() or not _supported(torch):
+            return False
+        if cxx is None:
+            say("no C++ compiler was found (tried $CXX, c++, g++, clang++); install g++")
+            return False
+        if not all(need.build(say) for need in self.needs):
+            return False
+        folder = self.folder(torch, cxx)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(folder / ".lock"))
+            try:
+                lock.acquire(timeout=2)
+            except Timeout:
+                holder = (folder / ".builder").read_text() if (folder / ".builder").is_file() \
+                    else "another process"
+                say(f"waiting for {holder}, which is building {self.name} in {folder} "
+                    f"(at most {_timeout():.0f} s, ZOO_NATIVE_BUILD_TIMEOUT)")
+                lock.acquire(timeout=_timeout())
+        except Timeout:
+            say(f"gave up waiting for the build of {self.name} in {folder}; stop the "
+                "process that holds it, or set ZOO_KERNEL_CACHE to another folder")
+            return False
+        except OSError as exc:
+            say(f"{self.name} cannot be built in {cache_root()} ({exc}); set "
+                "ZOO_KERNEL_CACHE to a writable folder")
+            return False
+        try:
+            if self._state(folder) not in ("built", "loaded"):
+                self._compile(torch, cxx, folder, say)
+        finally:
+            lock.release()
+        self._loaded = None
+        return self.available(quiet=True)
+
+    def _compile(self, torch, cxx: str, folder: Path, say) -> None:
+        (folder / "SOURCES").unlink(missing_ok=True)
+        (folder / ".builder").write_text(f"process {os.getpid()}", encoding="utf-8")
+        say(f"compiling {self.name} for torch {torch.__version__} (once; kept in {folder})")
+        spec = {"name": self.name, "sources": [str(s) for s in self.sources],
+                "include": self.include_dirs(), "folder": str(folder),
+                "ldflags": [str(n.file(n.folder(torch, cxx))) for n in self.needs]}
+        env = {**os.environ, "CXX": cxx, "PATH": os.pathsep.join(
+            (str(Path(sys.executable).parent), os.environ.get("PATH", "")))}  # pip's ninja
+        child = subprocess.Popen(
+            [sys.executable, "-c", "from zoo.native import compile_spec; compile_spec()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, env=env, start_new_session=True)
+        try:
+            output, _ = child.communicate(json.dumps(spec), timeout=_timeout())
+            why = f"exit status {child.returncode}" if child.returncode else ""
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            output, _ = child.communicate()
+            why = f"stopped after {_timeout():.0f} s (ZOO_NATIVE_BUILD_TIMEOUT)"
+        (folder / "build.log").write_text(output or "", encoding="utf-8")
+        if why:
+            (folder / "FAILED").write_text(self.sources_key(), encoding="utf-8")
+            say(f"compiling {self.name} failed: {why}; see {folder / 'build.log'}")
+        else:
+            (folder / "FAILED").unlink(missing_ok=True)
+            (folder / "SOURCES").write_text(self.sources_key(), encoding="utf-8")
+
+    # -- load -------------------------------------------------------------------------------
+    def available(self, *, quiet: bool = False) -> bool:
+        """True when this library's operators can be called here: enabled, an AVX2
+        CPU, built from these sources (by ``zoo native build``) and loaded now. It
+        never compiles, unless ``ZOO_NATIVE=build``; when it is not built it warns once
+        and is False."""
+        if self._loaded is None:
+            import torch
+
+            if torch.compiler.is_compiling():  # loaded outside a traced function only
+                return False
+            with _lock:
+                if self._loaded is None:
+                    self._loaded = self._load(torch, quiet)
+        return self._loaded
+
+    def _load(self, torch, quiet: bool) -> bool:
+        if not enabled() or not _supported(torch):
+            return False
+        if not all(need.available(quiet=quiet) for need in self.needs):
+            return False
+        cxx = _compiler()
+        if cxx is None:
+            return _off(quiet, "no C++ compiler was found (tried $CXX, c++, g++, clang++); "
+                        "install g++ and run zoo native build")
+        if os.environ.get("ZOO_NATIVE", "").strip().lower() == "build" and not quiet:
+            return self.build()
+        try:
+            folder = self.folder(torch, cxx)
+            state = self._state(folder)
+        except OSError as exc:
+            return _off(quiet, f"{cache_root()} cannot be read ({exc})")
+        if state == "failed":
+            return _off(quiet, f"compiling {self.name} failed (see {folder / 'build.log'}); "
+                        "zoo native build tries again")
+        if state not in ("built", "loaded"):
+            return _off(quiet, f"{self.name} is {state} for this installation; `zoo native "
+                        "build` compiles it, once (about half a minute on 2 cores)")
+        try:
+            torch.ops.load_library(str(self.file(folder)))
+        except Exception as exc:
+            return _off(quiet, f"{self.file(folder)} did not load ({exc}); zoo native "
+                        "build rebuilds it")
+        return self.on_load() if self.on_load is not None else True
+
+
+def compile_spec() -> None:
+    """Compile the library a build process describes on standard input (JSON), with
+    ``torch.utils.cpp_extension`` and ninja; run by :meth:`NativeLibrary.build` in a
+    child process it can stop."""
+    from torch.utils.cpp_extension import load
+
+    spec = json.load(sys.stdin)
+    load(spec["name"], spec["sources"], extra_cflags=list(FLAGS),
+         extra_ldflags=["-fopenmp", *spec["ldflags"]], extra_include_paths=spec["include"],
+         build_directory=spec["folder"], is_python_module=False, verbose=True)
+
+
+def _products_loaded() -> bool:
     import torch
 
-    if not (sys.platform.startswith("linux") and torch.backends.cpu.get_cpu_capability()
-            in ("AVX2", "AVX512")):
-        return False
     default_rows()  # now, outside any traced function: inside one it cannot be read
-    cxx = _compiler()
-    if cxx is None:
-        return _fallback("no C++ compiler was found (tried $CXX, c++, g++, clang++); "
-                         "install g++ to have it")
-    try:
-        folder = build_folder(torch, cxx)
-        library = _build(torch, cxx, folder)
-    except Exception as exc:  # an unwritable cache, a lock held too long
-        return _fallback(f"it could not be built in {cache_root()} ({exc}); set "
-                         "ZOO_KERNEL_CACHE to a writable folder")
-    if not library.exists():
-        return _fallback(f"compiling it failed (see {folder / 'build.log'}; delete {folder} "
-                         "to try again)")
-    try:
-        torch.ops.load_library(str(library))
-    except Exception as exc:
-        return _fallback(f"{library} did not load ({exc}); delete {folder} to rebuild it")
     if not torch.ops.zoo.cpu_has_avx2_fma():
         return False
 
@@ -211,6 +351,43 @@ def _load() -> bool:
         return x.new_empty((*x.shape[:-1], n_out))
 
     return True
+
+
+PRODUCTS = NativeLibrary(
+    "zoo_products", [CSRC / "packed_linear.cpp", CSRC / "skinny_linear.cpp"],
+    [CSRC / "packed_linear.h", CSRC / "product_common.h", CSRC / "skinny_linear.h"],
+    on_load=_products_loaded)
+"""zoo's products for few rows: ``zoo::packed_linear``, ``zoo::pack_linear_weight``,
+``zoo::skinny_linear``; a plugin's library that calls them lists it in ``needs`` and
+includes ``packed_linear.h`` and ``product_common.h``."""
+
+
+def libraries() -> list[NativeLibrary]:
+    """Every declared library: zoo's and the installed plugins' (loaded first)."""
+    from .registry import registry
+
+    registry.ensure_loaded()
+    return list(_libraries)
+
+
+def build(say: Callable[[str], None] | None = None) -> bool:
+    """Build (or find) every declared library; True when all run here."""
+    return all([library.build(say) for library in libraries()])
+
+
+def status() -> dict:
+    """Where zoo's native code stands here, without compiling: the products' ``state``
+    and ``folder``, the first failure's ``log``, any file this installation lacks
+    (``missing``), and each library's own report (``libraries``). ``state`` is
+    ``loaded`` or ``built`` only when every library is."""
+    each = [library.status() for library in libraries()]
+    states = [s["state"] for s in each]
+    order = ("failed", "no compiler", "not built", "stale", "off", "unsupported")
+    state = next((s for s in order if s in states), None) or (
+        "loaded" if all(s == "loaded" for s in states) else "built")
+    failed = next((s for s in each if s["log"]), None)
+    return {"state": state, "folder": each[0]["folder"], "log": failed and failed["log"],
+            "missing": [m for s in each for m in s["missing"]], "libraries": each}
 
 
 _ROWS: int | None = None
@@ -233,16 +410,7 @@ def default_rows() -> int:
 
 
 def available() -> bool:
-    """True when zoo's kernels (``torch.ops.zoo.packed_linear``, ``skinny_linear``,
-    ``decoder_layers``) can be called here: enabled, an AVX2 CPU, and the library
-    compiled (now, on first call, or earlier) and loaded."""
-    global _loaded
-    if _loaded is None:
-        import torch
-
-        if torch.compiler.is_compiling():  # loaded outside a traced function only
-            return False
-        with _lock:
-            if _loaded is None:
-                _loaded = enabled() and _load()
-    return _loaded
+    """True when zoo's products (``torch.ops.zoo.packed_linear``, ``skinny_linear``)
+    can be called here: enabled, an AVX2 CPU, and built (``zoo native build``) and
+    loaded. Never compiles (unless ``ZOO_NATIVE=build``)."""
+    return PRODUCTS.available()

@@ -60,6 +60,8 @@ from .families import (
     TaskCapabilities,
 )
 from .hookspecs import hookimpl
+from .native import PRODUCTS as NATIVE_PRODUCTS
+from .native import NativeLibrary
 from .native import available as native_available
 from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped
 from .task import Task, TaskDataError, missing_debian_package
@@ -72,6 +74,8 @@ __all__ = [
     "relative_positions", "KVCache", "DecoderCache",
     # layers
     "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
+    # native code of a plugin's own
+    "NativeLibrary", "NATIVE_PRODUCTS",
     # architectures
     "Slot",
     # decoding

@@ -2,6 +2,8 @@
 
 from zoo import hookimpl
 
+from . import native_step  # noqa: F401  (declares its C++ library for zoo native build)
+
 
 @hookimpl
 def register_architectures(register):

@@ -19,7 +19,7 @@ here instead, over the same parameters and modules:
 - the norms, the feed-forward networks, the embeddings and the output are the
   model's own modules, called as they are.
 
-Where zoo's native kernels are built (:mod:`zoo.native`), a step whose layers are
+Where this plugin's C++ step is built (:mod:`.native_step`, by ``zoo native build``), a step whose layers are
 all of the commonest kind (below, :func:`native_plan`) runs through them in one call,
 ``torch.ops.zoo.decoder_layers``: the same operators in C++, without the Python of
 each layer, on the same buffers (``StaticDecoder.native_step = False`` keeps Python).
@@ -40,7 +40,9 @@ import weakref
 import torch
 from torch import nn
 
-from zoo.plugin import Linear, native_available
+from zoo.plugin import Linear
+
+from .native_step import STEP
 
 
 def _declares(module: nn.Module, flag: str, method: str) -> bool:
@@ -128,7 +130,7 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
     joined q|k|v, no positions inside attention, LayerNorms that say ``plain_layer_norm``,
     feed-forward networks that say ``plain_mlp`` with a ReLU or GELU, fp32 CPU weights
     of zoo's ``Linear`` that each give ``rows`` rows to zoo's native kernel."""
-    if not rows or not native_available():
+    if not rows or not STEP.available():
         return None
     plan: dict = {key: [] for key in ("params", "packed", "k", "v", "cross_k", "cross_v",
                                       "self_scale", "cross_scale", "eps", "norm_first",
