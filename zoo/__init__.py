@@ -34,7 +34,7 @@ _LAZY = {
     "get_component": "zoo.registry",
     "register_component": "zoo.registry",
     "list_families": "zoo.registry",
-    "convert_timm_vit": "zoo.convert",
+    "convert_timm_vit": "zoo.foreign",
     "save_pretrained": "zoo.saving",
     "push_to_hub": "zoo.saving",
     "ArtifactError": "zoo.errors",

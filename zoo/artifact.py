@@ -69,28 +69,39 @@ def artifact_config(recipe: Recipe, components: dict[str, dict[str, Any]],
     return config
 
 
+def read_json(path: Path, source: str) -> dict[str, Any]:
+    """A JSON object from a file of at most 1 MiB, or one ArtifactError naming the file:
+    zoo's one reader of ``config.json`` (its own and foreign ones) and the JSON files
+    beside it."""
+    if not path.is_file():
+        raise ArtifactError(f"{source} has no {path.name}.")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ArtifactError(f"{source}: {path.name} is {size:,} bytes; a config is under "
+                            "1 MiB. Refusing to read it.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CorruptFileError(f"{source}: {path.name} is not valid JSON "
+                               f"({short_repr(exc, 120)}).", [path]) from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{source}: {path.name} holds {type(data).__name__}, not an "
+                            "object.")
+    return data
+
+
 def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:
     """The recipe of an artifact folder, after checking that every component can be found."""
     path = folder / CONFIG_NAME
     if not path.is_file():
         raise ArtifactError(f"{source} has no {CONFIG_NAME}; a zoo model folder holds "
                             f"{CONFIG_NAME}, {WEIGHTS_NAME} and README.md (zoo.save_pretrained).")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ArtifactError(f"{source}: {CONFIG_NAME} is {path.stat().st_size:,} bytes; a zoo "
-                            "config is a small recipe (under 1 MiB). Refusing to read it.")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptFileError(f"{source}: {CONFIG_NAME} is not valid JSON ({exc}).",
-                               [path]) from None
-    except RecursionError:
-        raise ArtifactError(f"{source}: {CONFIG_NAME} is nested too deeply to be a zoo "
-                            "config.") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or "recipe" not in data:
+    data = read_json(path, source)
+    if data.get("format") != FORMAT or "recipe" not in data:
         hint = ""
-        if isinstance(data, dict) and ("architectures" in data or "model_type" in data):
+        if "architectures" in data or "model_type" in data:
             hint = " It looks like a Hugging Face transformers config; load it with transformers."
-        elif isinstance(data, dict) and "architecture" in data and "num_classes" in data:
+        elif "architecture" in data and "num_classes" in data:
             hint = " It looks like a timm config; zoo converts timm ViTs through pretrained recipes."
         raise ArtifactError(
             f"{source}: {CONFIG_NAME} is not a zoo config (it needs \"format\": \"zoo\" and a "

@@ -22,10 +22,9 @@ import torch
 from torch import nn
 
 from . import hub
-from .foreign import file_patterns, foreign_config, foreign_recipe, read_foreign
+from .foreign import convert_weights, file_patterns, foreign_config, foreign_recipe, read_foreign
 from ._text import quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
-from .convert import CONVERTERS
 from .decoding import parse_settings
 from .errors import ArtifactError, CorruptFileError, MemoryBudgetError, RecipeError
 from .files import recover
@@ -279,7 +278,7 @@ def _published_weights(weights: PretrainedWeights) -> tuple[dict[str, torch.Tens
     """A recipe's published weights, downloaded and converted to zoo's names."""
     what = f"{HF_HUB_PREFIX}{weights.hub}/{weights.filename}@{weights.revision}"
     path = hub.download_file(weights.hub, weights.filename, weights.revision, what=what)
-    return CONVERTERS[weights.converter](read_weights([path], what)), what
+    return convert_weights(weights.converter, read_weights([path], what), what), what
 
 
 def _assemble(recipe: Recipe, overrides: dict[str, Any], *, device: Any,

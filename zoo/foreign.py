@@ -13,17 +13,17 @@ it, and never opened) and keeps the model's tokenizer folder. It builds nothing
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from ._text import quoted, short_repr
-from .artifact import CONFIG_NAME, INDEX_NAME, MAX_CONFIG_BYTES, PICKLE_SUFFIXES, WEIGHTS_NAME
-from .artifact import read_weights, weight_files
-from .errors import ArtifactError, CorruptFileError, FormatError, ZooError
+from .artifact import CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME
+from .artifact import read_json, read_weights, weight_files
+from .errors import ArtifactError, FormatError, ZooError
 from .decoding import GenerationSettings, generate
 from .recipe import Recipe
 from .registry import Component, registry
@@ -65,38 +65,14 @@ class Imported:
         return tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
 
 
-def read_json(path: Path, source: str) -> dict[str, Any]:
-    """A JSON object from a file of at most 1 MiB, or one ArtifactError naming the file."""
-    if not path.is_file():
-        raise ArtifactError(f"{source} has no {path.name}.")
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ArtifactError(f"{source}: {path.name} is {size:,} bytes; a config is under "
-                            "1 MiB. Refusing to read it.")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise CorruptFileError(f"{source}: {path.name} is not valid JSON "
-                               f"({short_repr(exc, 120)}).", [path]) from None
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{source}: {path.name} holds {type(data).__name__}, not an "
-                            "object.")
-    return data
-
-
 def foreign_config(folder: Path, source: str) -> dict[str, Any] | None:
     """The ``config.json`` of ``folder`` when it is in a foreign format (it names a
     ``model_type`` and is no zoo config), else None."""
-    path = folder / CONFIG_NAME
-    if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
-        return None  # artifact.read_config says what is wrong
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None
-    if isinstance(data, dict) and data.get("format") != "zoo" and "model_type" in data:
-        return data
-    return None
+        data = read_json(folder / CONFIG_NAME, source)
+    except ArtifactError:
+        return None  # artifact.read_config says what is wrong
+    return data if data.get("format") != "zoo" and "model_type" in data else None
 
 
 def _readers_of(model_type: str, source: str) -> Component | None:
@@ -157,8 +133,9 @@ class _Guarded:
         return guarded
 
 
-def _reader(config: dict[str, Any], source: str) -> tuple[Component, Any]:
-    component = format_for(config, source)
+def _reader(config: dict[str, Any], source: str,
+            component: Component | None = None) -> tuple[Component, Any]:
+    component = component or format_for(config, source)
     try:
         reader = component.load()(None)
     except ZooError:
@@ -168,6 +145,25 @@ def _reader(config: dict[str, Any], source: str) -> tuple[Component, Any]:
                           f"could not be made: {type(exc).__name__}: {short_repr(exc, 300)}"
                           ) from exc
     return component, _Guarded(component, reader, source)
+
+
+def convert_weights(converter: str, state_dict: Mapping[str, torch.Tensor],
+                    source: str = "weights") -> dict[str, torch.Tensor]:
+    """``state_dict`` in zoo's names: ``converter`` is ``"zoo"`` (already zoo's) or a
+    format of the family (``"timm-vit"``: a recipe's ``weights.converter``), whose
+    ``weights`` hook renames them."""
+    if converter == "zoo":
+        return dict(state_dict)
+    _, reader = _reader({}, source, registry.get("format", converter))
+    return reader.weights(dict(state_dict), {})
+
+
+def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A timm ``VisionTransformer`` state dict in the names of zoo's ``vit`` (the
+    ``timm-vit`` format's ``weights``): the fused ``qkv`` split into ``q_proj`` and
+    ``kv_proj``, ``pos_embed`` as the learned positions' table; a key with no
+    counterpart raises FormatError."""
+    return convert_weights("timm-vit", state_dict, "timm ViT weights")
 
 
 def foreign_recipe(config: dict[str, Any], source: str) -> Recipe:

@@ -14,7 +14,7 @@ import re
 import stat
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import (
@@ -85,7 +85,16 @@ class PretrainedWeights(BaseModel):
     """The Hub repository, ``owner/name``."""
     revision: str = "main"
     filename: str = "model.safetensors"
-    converter: Literal["zoo", "timm-vit"] = "zoo"
+    converter: str = "zoo"
+    """``zoo`` (the file holds zoo's names) or a format of the ``format`` family whose
+    ``weights`` renames them (``timm-vit``)."""
+
+    @field_validator("converter")
+    @classmethod
+    def _converter(cls, value: str) -> str:
+        if value != "zoo" and not (NAME_RE.match(value) or QUALIFIED_RE.match(value)):
+            raise ValueError(f"{value!r} is not 'zoo' or the name of a format (timm-vit)")
+        return value
 
     @field_validator("hub")
     @classmethod

@@ -30,6 +30,11 @@ def register_formats(register):
         capabilities={"model_types": ("t5",)},
     )
     register(
+        "timm-vit",
+        "zoo.plugins.formats.timm_vit:TimmViTFormat",
+        description="timm's VisionTransformer checkpoints (a recipe's weights.converter)",
+    )
+    register(
         "vit",
         "zoo.plugins.formats.vit:ViTFormat",
         description="transformers' ViTForImageClassification (google/vit-*)",

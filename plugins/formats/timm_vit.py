@@ -1,13 +1,17 @@
-"""Converters from other libraries' checkpoints to zoo's parameter names."""
+"""timm's ``VisionTransformer`` checkpoints (Dosovitskiy et al. 2021, "An Image is Worth
+16x16 Words"; timm's ``vit_*`` models) in zoo's ``vit`` names: the format a recipe's
+``weights.converter: timm-vit`` names. It reads no transformers folder (no
+``model_types``): a recipe gives the architecture, this gives the weights."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
-from .errors import ZooError
+from zoo.plugin import Format, FormatError
 
 _VIT_RENAMES = [
     (r"^pos_embed$", "positional.weight"),
@@ -22,7 +26,7 @@ _QKV = re.compile(r"^blocks\.(\d+)\.attn\.qkv\.(weight|bias)$")
 _STEM = re.compile(r"^patch_embed\.backbone\.(\d+)\.(conv|bn)\.(.+)$")
 
 
-def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def convert(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A timm ``VisionTransformer`` state dict renamed for zoo's ``vit`` architecture.
 
     timm's fused ``qkv`` projection is split into zoo's ``q_proj`` (the first
@@ -55,7 +59,7 @@ def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.
         else:
             unknown.append(key)
     if unknown:
-        raise ZooError(
+        raise FormatError(
             f"timm ViT weights hold tensors zoo's vit has no place for: {unknown[:8]}"
             f"{' ...' if len(unknown) > 8 else ''}. zoo converts the plain ViT (class token, "
             "learned positions, token pooling, optional LayerScale); models with register "
@@ -64,9 +68,14 @@ def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.
     return out
 
 
-def _identity(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return dict(state_dict)
+class TimmViTFormat(Format):
+    """timm's ViT state dicts (``pos_embed``, fused ``qkv``, ``mlp``, a hybrid's
+    ``ConvStem``) renamed for zoo's ``vit``; see :func:`convert`."""
 
+    family = "timm-vit"
+    generates = False
 
-CONVERTERS = {"zoo": _identity, "timm-vit": convert_timm_vit}
-"""Converters a recipe's ``weights.converter`` may name."""
+    def weights(self, state: dict[str, torch.Tensor],
+                config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """timm's names as zoo's (:func:`convert`); ``config`` is not read."""
+        return convert(state)
