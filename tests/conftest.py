@@ -126,7 +126,9 @@ def pytest_sessionstart(session):
     build`` does, in each worker (they take turns on its lock): no command builds them by
     itself, and the tests of the native paths need them."""
     from zoo import native
+    from zoo.registry import registry
 
+    registry.ensure_loaded()  # as zoo native build: the plugins declare their libraries
     native.build()
 
 

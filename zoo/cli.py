@@ -313,7 +313,9 @@ def add_native(sub) -> None:
 def cmd_native(args: argparse.Namespace) -> int:
     """Compile zoo's native libraries now (``build``), or report them (``status``)."""
     from . import native
+    from .registry import registry
 
+    registry.ensure_loaded()  # the plugins declare their own libraries
     if args.action == "build":
         native.build()
     state = native.status()

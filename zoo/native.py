@@ -363,10 +363,8 @@ includes ``packed_linear.h`` and ``product_common.h``."""
 
 
 def libraries() -> list[NativeLibrary]:
-    """Every declared library: zoo's and the installed plugins' (loaded first)."""
-    from .registry import registry
-
-    registry.ensure_loaded()
+    """Every declared library: zoo's, and those of the plugins loaded so far (``zoo
+    native build`` loads every installed plugin first)."""
     return list(_libraries)
 
 
