@@ -41,6 +41,7 @@ below AVX2 (``ATEN_CPU_CAPABILITY=default``), they are not used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -86,7 +87,9 @@ def _compiler() -> str | None:
             or shutil.which("clang++"))
 
 
+@functools.lru_cache(maxsize=None)
 def _compiler_version(cxx: str) -> str:
+    """The compiler's first ``--version`` line, asked once a process per path."""
     try:
         done = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
