@@ -3,6 +3,7 @@ third-party package installed by pip."""
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import subprocess
@@ -16,7 +17,7 @@ import torch
 import zoo
 from zoo import hookspecs
 from zoo.families import FAMILIES
-from zoo.registry import PluginNameWarning, registry
+from zoo.registry import PluginNameWarning, RenamedComponentWarning, registry
 
 from .conftest import plugins_from, run_zoo
 
@@ -286,7 +287,7 @@ def test_same_entry_point_name_in_two_distributions_loads_both(tmp_path, monkeyp
 
 
 def test_a_built_in_that_takes_a_plugins_name_leaves_both_reachable(old_plugin_site,
-                                                                     monkeypatch):
+                                                                     monkeypatch, capsys):
     # zoo-plugin-old registers its own ffn 'geglu' (and a cosine attention) from before
     # zoo had one; loading it beside the built-in must not lose either
     with plugins_from(old_plugin_site, monkeypatch):
@@ -315,6 +316,12 @@ def test_a_built_in_that_takes_a_plugins_name_leaves_both_reachable(old_plugin_s
         assert "cosine:geglu" in [c.qualified_name for c in registry.qualified("ffn")]
         with pytest.raises(zoo.UnknownNameError, match="qualified name is PLUGIN:NAME"):
             zoo.get_component("ffn", "nobody:geglu")
+        # zoo components lists the shadowed one by the name that reaches it
+        from zoo.cli import cmd_components
+        capsys.readouterr()
+        cmd_components(argparse.Namespace(family="ffn", pattern="*geglu"))
+        rows = [line.split()[:3] for line in capsys.readouterr().out.splitlines()[2:]]
+        assert rows == [["ffn", "geglu", "ffn"], ["ffn", "cosine:geglu", "cosine"]]
 
 
 def test_a_plugin_that_fails_gives_a_shared_name_back(fresh_registry):
@@ -328,3 +335,50 @@ def test_a_plugin_that_fails_gives_a_shared_name_back(fresh_registry):
         zoo.register_plugin(plugin, name="halfway")
     assert zoo.get_component("ffn", "relu").plugin == "ffn"
     assert "halfway:relu" not in [c.qualified_name for c in registry.qualified("ffn")]
+
+
+def test_a_renamed_component_keeps_its_old_name_with_a_warning(fresh_registry, tmp_path,
+                                                               capsys):
+    # a plugin release renames its attention 'cosy' to 'cosine-sim'; a model saved
+    # under the old name, and recipes that write it, still build the same component
+    from zoo.plugin import MultiHeadAttention
+
+    class CosineSim(MultiHeadAttention):
+        """An attention renamed in the plugin's second release."""
+
+    def first(register):
+        register("cosy", CosineSim, capabilities={"causal": True, "cross_attention": True,
+                                                   "padding_mask": True, "kv_cache": True})
+
+    def second(register):
+        register("cosine-sim", CosineSim, former_names=["cosy"],
+                 capabilities={"causal": True, "cross_attention": True,
+                               "padding_mask": True, "kv_cache": True})
+
+    zoo.register_plugin(types.SimpleNamespace(register_attentions=zoo.hookimpl(first)),
+                        name="renaming")
+    saved = tmp_path / "saved"
+    zoo.save_pretrained(zoo.build("transformer-tiny", attention="cosy", dropout=0.0), saved)
+    registry.reset()
+    zoo.register_plugin(types.SimpleNamespace(register_attentions=zoo.hookimpl(second)),
+                        name="renaming")
+    with pytest.warns(RenamedComponentWarning, match="'cosy' is now named 'cosine-sim'"):
+        assert zoo.get_component("attention", "cosy").name == "cosine-sim"
+    with pytest.warns(RenamedComponentWarning, match="'renaming:cosine-sim'"):
+        assert zoo.get_component("attention", "renaming:cosy").name == "cosine-sim"
+    with pytest.warns(RenamedComponentWarning):
+        model = zoo.build(f"local-dir:{saved}", pretrained=True)
+    assert type(model.encoder.layers[0].attn) is CosineSim
+    assert ("attention", "cosy") in registry and "cosy" not in registry.names("attention")
+    # a current name always wins over a former one, and the rename is listed
+    assert zoo.get_component("attention", "vanilla").plugin == "attention"
+    assert "cosy" in zoo.get_component("attention", "cosine-sim").former_names
+    from zoo.cli import cmd_components
+    capsys.readouterr()
+    cmd_components(argparse.Namespace(family="attention", pattern="cosine-sim"))
+    assert "(formerly cosy)" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="former_names lists the name itself"):
+        registry.register("attention", "same", CosineSim, former_names=["same"])
+    registry.unregister("attention", "cosine-sim", "renaming")
+    with pytest.raises(zoo.UnknownNameError):
+        zoo.get_component("attention", "cosy")

@@ -202,14 +202,21 @@ def add_components(sub) -> None:
 
 
 def cmd_components(args: argparse.Namespace) -> int:
-    """Print the registered components, by family."""
-    from .registry import list_components, list_families
+    """Print the registered components, by family: a component whose plain name another
+    plugin's holds by its qualified name, a renamed one with its former names."""
+    from .registry import list_components, list_families, registry
 
     families = [args.family] if args.family else [f.name for f in list_families()]
     rows = []
     for family in families:
-        for c in list_components(family, args.pattern):
-            rows.append([family, c.name, c.plugin, c.capability_summary(), c.description])
+        plain = {c.qualified_name for c in list_components(family)}
+        shadowed = [c for c in registry.qualified(family) if c.qualified_name not in plain
+                    and fnmatch.fnmatchcase(c.name, args.pattern)]
+        for c in [*list_components(family, args.pattern), *shadowed]:
+            name = c.name if c.qualified_name in plain else c.qualified_name
+            formerly = f" (formerly {', '.join(c.former_names)})" if c.former_names else ""
+            rows.append([family, name, c.plugin, c.capability_summary(),
+                         c.description + formerly])
     print(_table(rows, ["family", "name", "plugin", "capabilities", "description"]))
     return 0
 

@@ -2,7 +2,8 @@
 
 Each component hook receives a ``register`` callback bound to one family::
 
-    register(name, target, *, description="", capabilities=None, override=False)
+    register(name, target, *, description="", capabilities=None, override=False,
+             former_names=())
 
 ``target`` is a class (or builder) or a ``"module:attribute"`` string imported
 on first use; pass strings to keep ``import`` of your plugin free of torch.

@@ -57,7 +57,7 @@ class PluginInfo:
 
 
 Register = Callable[..., Any]
-"""``register(family, name, target, *, plugin, description=, capabilities=, override=)``."""
+"""``register(family, name, target, *, plugin, description=, capabilities=, override=, former_names=)``."""
 RegisterRecipe = Callable[..., Any]
 """``register_recipe(name, source, *, plugin, override=)``."""
 Unregister = Callable[..., None]

@@ -50,6 +50,11 @@ class PluginNameWarning(UserWarning):
     first's)."""
 
 
+class RenamedComponentWarning(DeprecationWarning):
+    """A recipe named a component by a name it had before (``former_names``): it still
+    resolves, and the warning names the new name to write."""
+
+
 @dataclass
 class Component:
     """A registered member of a family."""
@@ -61,6 +66,7 @@ class Component:
     capabilities: Capabilities
     plugin: str
     origin: str
+    former_names: tuple[str, ...] = ()
     _loaded: Any = field(default=None, repr=False)
 
     @property
@@ -155,6 +161,8 @@ class Registry:
         self._qualified: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
         """Every plugin's components by ``plugin:name``, those whose plain name another
         plugin's component holds among them."""
+        self._former: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
+        """Components by a name they had in an earlier release (``former_names``)."""
         self._recipes: dict[str, RecipeEntry] = {}
         self._entry_points = entry_points
         self.plugins = self._new_manager()
@@ -177,7 +185,8 @@ class Registry:
 
     def reset(self) -> None:
         """Forget every component and plugin; the entry points load again on next use."""
-        for members in (*self._components.values(), *self._qualified.values()):
+        for members in (*self._components.values(), *self._qualified.values(),
+                        *self._former.values()):
             members.clear()
         self._recipes.clear()
         self.plugins = self._new_manager()
@@ -193,18 +202,28 @@ class Registry:
         capabilities: Capabilities | dict[str, Any] | None = None,
         override: bool = False,
         plugin: str = RUNTIME,
+        former_names: tuple[str, ...] | list[str] = (),
     ) -> Component:
         """Add a component; a name already taken raises unless ``override=True``, or
         unless another plugin took it: then both stay reachable as ``plugin:name``, the
         plain name is the built-in's (or, between two other plugins, the first's), and a
         :class:`PluginNameWarning` names both. A release of zoo that adds a built-in of a
-        name a plugin already uses so never stops that plugin from loading."""
+        name a plugin already uses so never stops that plugin from loading.
+
+        ``former_names`` are the names the component had in earlier releases: a recipe
+        (or a saved model's config) that writes one still resolves to it, with a
+        :class:`RenamedComponentWarning` naming the new name, unless a component of
+        that name is registered now (a current name always wins)."""
         fam = self._family(family)
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            raise ValueError(
-                f"Invalid {family} name {name!r}: names are lower-case letters, digits and "
-                "dashes, starting with a letter or digit (e.g. 'sliding-window')."
-            )
+        former = (former_names,) if isinstance(former_names, str) else tuple(former_names)
+        for given in (name, *former):
+            if not isinstance(given, str) or not NAME_RE.match(given):
+                raise ValueError(
+                    f"Invalid {family} name {given!r}: names are lower-case letters, digits "
+                    "and dashes, starting with a letter or digit (e.g. 'sliding-window')."
+                )
+        if name in former:
+            raise ValueError(f"{family} {name!r}: former_names lists the name itself.")
         if isinstance(target, str) and ":" not in target:
             raise ValueError(
                 f"{family} {name!r}: a string target must be 'module:attribute', got {target!r}."
@@ -237,7 +256,10 @@ class Registry:
             loaded = target if not isinstance(target, str) else None
             doc = inspect.getdoc(loaded) if loaded is not None else None
             description = doc.splitlines()[0] if doc else ""
-        component = Component(family, name, target, description, capabilities, plugin, origin)
+        component = Component(family, name, target, description, capabilities, plugin, origin,
+                              former)
+        for old in former:
+            self._former[family].setdefault(old, component)
         if plugin != RUNTIME:
             self._qualified[family][component.qualified_name] = component
         if shared:
@@ -272,6 +294,10 @@ class Registry:
             return
         self._family(family)
         members, qualified = self._components[family], self._qualified[family]
+        former = self._former[family]
+        for old in [k for k, c in former.items()
+                    if c.name == name and (plugin is None or c.plugin == plugin)]:
+            del former[old]
         if plugin is None:
             gone = members.pop(name, None)
             if gone is not None:
@@ -346,6 +372,9 @@ class Registry:
             pass
         if isinstance(name, str) and name in self._qualified[family]:
             return self._qualified[family][name]
+        renamed = self._renamed(family, name)
+        if renamed is not None:
+            return renamed
         hint = did_you_mean(name, members)
         if isinstance(name, str) and QUALIFIED_RE.match(name):
             plugin = name.split(":", 1)[0]
@@ -362,6 +391,21 @@ class Registry:
             f"{quoted(self.plugin_names())}. A component from another package appears "
             f"once that package is installed (see `zoo plugins`).{self._failed_plugins()}"
         )
+
+    def _renamed(self, family: str, name: Any) -> Component | None:
+        """The component that had ``name`` (or ``plugin:name``) before, with a warning."""
+        if not isinstance(name, str):
+            return None
+        plugin, _, plain = name.rpartition(":")
+        component = self._former[family].get(plain)
+        if component is None or (plugin and plugin != component.plugin):
+            return None
+        new = component.qualified_name if plugin else component.name
+        warnings.warn(RenamedComponentWarning(
+            f"{family} {name!r} is now named {new!r} (plugin {component.plugin!r}); the old "
+            f"name still works and will be removed in a later release: write {new!r}."),
+            stacklevel=3)
+        return component
 
     def list(self, family: str, pattern: str = "*") -> list[Component]:
         """The members of ``family`` matching ``pattern`` (fnmatch), naturally sorted."""
@@ -394,7 +438,8 @@ class Registry:
     def __contains__(self, key: tuple[str, str]) -> bool:
         family, name = key
         self._ensure_loaded()
-        return name in self._components.get(family, {}) or name in self._qualified.get(family, {})
+        return (name in self._components.get(family, {}) or name in self._qualified.get(family, {})
+                or name in self._former.get(family, {}))
 
 
 registry = Registry(entry_points=True)
@@ -446,6 +491,6 @@ def list_plugins() -> list[PluginInfo]:
     return list(registry.plugins.infos.values())
 
 
-__all__ = ["Component", "Registry", "registry", "natural_key", "closest",
+__all__ = ["Component", "Registry", "PluginNameWarning", "RenamedComponentWarning", "registry", "natural_key", "closest",
            "describe_validation_error", "list_families", "list_components", "get_component",
            "register_component", "register_plugin", "list_plugins"]
