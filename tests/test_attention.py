@@ -496,12 +496,12 @@ def test_transformer_xl_scores_depend_only_on_offsets_and_the_shift_is_a_gather(
     pos = positional("xl")
     q = torch.randn(2, H, 5, D // H)
     for offset in (0, 3):  # queries 0..4 (or 3..7) against keys 0..6
-        rel = zoo.plugin.relative_positions(5, 7, offset, "cpu")
+        rel = zoo.plugin_api.relative_positions(5, 7, offset, "cpu")
         shifted = pos.scores(q, rel)  # the contiguous case goes through the shift
         gathered = pos.scores(q, rel[None])[:, :, 0]  # a 3-d rel is gathered
         torch.testing.assert_close(shifted, gathered)
     same = q[:, :, :1].expand(2, H, 5, D // H)  # one query at every position
-    s = pos.scores(same, zoo.plugin.relative_positions(5, 7, 0, "cpu"))
+    s = pos.scores(same, zoo.plugin_api.relative_positions(5, 7, 0, "cpu"))
     for i in range(4):
         torch.testing.assert_close(s[:, :, i + 1, 1:], s[:, :, i, :-1])
     per_offset = torch.arange(2 * 11).float().view(2, 11)  # Lq 4, Lk 8: offsets -3 .. 7
@@ -516,7 +516,7 @@ def test_vanilla_scale_setting_is_the_factor_of_qk(kern, pos):
     x = torch.randn(2, 5, D)
     q = attn._heads(attn.q_proj(x))
     k, v = attn._keys_values(x)
-    rel = zoo.plugin.relative_positions(5, 5, 0, "cpu")
+    rel = zoo.plugin_api.relative_positions(5, 5, 0, "cpu")
     scores = q @ k.transpose(-2, -1)
     if pos == "shaw":
         scores = scores + attn.positional.scores(q, rel)

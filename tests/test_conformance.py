@@ -13,7 +13,7 @@ from torch import nn
 
 import zoo
 import zoo.testing
-from zoo.plugin import MultiHeadAttention, boolean_mask
+from zoo.plugin_api import MultiHeadAttention, boolean_mask
 
 from .conftest import FIXTURES, plugins_from
 

@@ -302,10 +302,10 @@ def test_the_first_functions_still_work_and_say_what_replaced_them():
     model = tiny(16)
     src = torch.randint(3, 16, (2, 6))
     with pytest.warns(DeprecationWarning, match="zoo.decoding.greedy is deprecated"):
-        old = zoo.plugin.greedy(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS)
+        old = zoo.plugin_api.greedy(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS)
     assert torch.equal(old, zoo.generate(model, src, max_new_tokens=5))
     with pytest.warns(DeprecationWarning, match="beam_search is deprecated"):
-        old = zoo.plugin.beam_search(model, src, beam_size=3, max_new_tokens=5, bos_id=BOS,
+        old = zoo.plugin_api.beam_search(model, src, beam_size=3, max_new_tokens=5, bos_id=BOS,
                                      eos_id=EOS, alpha=0.2)
     assert torch.equal(old, zoo.generate(model, src, num_beams=3, max_new_tokens=5,
                                          length_penalty=0.2))
@@ -314,7 +314,7 @@ def test_the_first_functions_still_work_and_say_what_replaced_them():
                              eos_id=EOS)
     assert torch.equal(old, zoo.generate(model, src, num_beams=3, max_new_tokens=5))
     with pytest.warns(DeprecationWarning, match="sample is deprecated"):
-        old = zoo.plugin.sample(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS,
+        old = zoo.plugin_api.sample(model, src, max_new_tokens=5, bos_id=BOS, eos_id=EOS,
                                 generator=torch.Generator().manual_seed(2), top_k=4)
     assert torch.equal(old, zoo.generate(model, src, do_sample=True, top_k=4, max_new_tokens=5,
                                          generator=torch.Generator().manual_seed(2)))
@@ -331,7 +331,7 @@ def test_beams_sharing_one_cross_attention_cache_equal_beams_with_their_own(grou
     model = tiny(16)
     for layer in model.decoder.layers:
         for m in layer.modules():
-            if isinstance(m, zoo.plugin.MultiHeadAttention):
+            if isinstance(m, zoo.plugin_api.MultiHeadAttention):
                 m.groups_queries = groups_queries
     src = torch.randint(3, 16, (3, 7))
     src[1, 4:] = 0

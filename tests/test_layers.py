@@ -147,7 +147,7 @@ def test_every_core_import_goes_down_the_written_order():
 
 def test_plugins_import_only_the_plugin_api_and_their_own_package():
     api = plugin_api()
-    assert api == {"zoo": {"hookimpl"}, "zoo.plugin": None,
+    assert api == {"zoo": {"hookimpl"}, "zoo.plugin_api": None,
                    "zoo.native": {"NativeLibrary", "PRODUCTS"}}
     wrong = []
     for module in PLUGINS:

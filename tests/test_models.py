@@ -298,7 +298,7 @@ def test_vit_conv_stem_wants_a_power_of_two_patch():
 
 
 def test_drop_path_keeps_the_expectation_and_drops_whole_examples():
-    from zoo.plugin import DropPath
+    from zoo.plugin_api import DropPath
 
     x = torch.randn(20000, 3, 4)
     dropped = DropPath(0.25).train()(x)

@@ -54,7 +54,7 @@ def test_every_hook_is_a_family_hook_or_recipes_and_documented():
 
 
 def test_a_deprecated_hook_name_still_registers_and_warns_at_the_plugin(fresh_registry):
-    from zoo.plugin import MultiHeadAttention
+    from zoo.plugin_api import MultiHeadAttention
 
     class Old(MultiHeadAttention):
         """An attention registered through the former hook name."""
@@ -68,6 +68,19 @@ def test_a_deprecated_hook_name_still_registers_and_warns_at_the_plugin(fresh_re
     assert caught[0].filename == __file__
     assert caught[0].lineno == register_attention.__code__.co_firstlineno
     assert zoo.get_component("attention", "old-hook").load() is Old
+
+
+def test_the_plugin_apis_former_module_name_still_imports_and_warns():
+    import zoo.plugin_api
+
+    with pytest.warns(DeprecationWarning, match="zoo.plugin is now zoo.plugin_api") as caught:
+        from zoo.plugin import MultiHeadAttention
+    assert MultiHeadAttention is zoo.plugin_api.MultiHeadAttention
+    assert caught[0].filename == __file__
+    import zoo.plugin
+    assert zoo.plugin.__all__ == zoo.plugin_api.__all__
+    with pytest.raises(AttributeError, match="now 'zoo.plugin_api'"):
+        zoo.plugin.nothing_of_the_kind
 
 
 REQUIRED_CAPABILITIES = {"block": {"role": "encoder"}, "positional": {"kind": "absolute"},
@@ -341,7 +354,7 @@ def test_a_renamed_component_keeps_its_old_name_with_a_warning(fresh_registry, t
                                                                capsys):
     # a plugin release renames its attention 'cosy' to 'cosine-sim'; a model saved
     # under the old name, and recipes that write it, still build the same component
-    from zoo.plugin import MultiHeadAttention
+    from zoo.plugin_api import MultiHeadAttention
 
     class CosineSim(MultiHeadAttention):
         """An attention renamed in the plugin's second release."""

@@ -1,6 +1,6 @@
 """The bases an attention mechanism or a position inside attention builds on: the
 projections, the heads, positions applied inside attention, the KV cache and the
-mask conventions (part of the plugin API, :mod:`zoo.plugin`).
+mask conventions (part of the plugin API, :mod:`zoo.plugin_api`).
 
 A mechanism subclasses :class:`MultiHeadAttention` and implements ``_attend``
 (queries, keys and values already split into heads, rotated when the positions
@@ -92,7 +92,7 @@ class MultiHeadAttention(nn.Module):
 
     Projections: ``q_proj`` (d_model → inner_dim), ``kv_proj`` (d_model → 2 ·
     inner_dim: keys, then values, ``[k | v]`` along the output features) and
-    ``out_proj`` (inner_dim → d_model), all :class:`zoo.plugin.Linear` with biases when
+    ``out_proj`` (inner_dim → d_model), all :class:`zoo.plugin_api.Linear` with biases when
     ``settings.bias``. Heads are contiguous slices of ``head_dim`` features.
 
     ``record_weights = True`` (set on a built module, e.g. for attention maps) makes

@@ -229,7 +229,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             "format",
             "Foreign model formats (a transformers folder, say): a subclass of "
-            "zoo.plugin.Format, built as cls(None), with files (the patterns to fetch), "
+            "zoo.plugin_api.Format, built as cls(None), with files (the patterns to fetch), "
             "recipe(config) -> a recipe as data, weights(state, config) -> the state dict "
             "in zoo's names, generation(config, generation) -> zoo's generation settings "
             "as data; and, with exports, export(recipe, state, generation) -> (config, "

@@ -1,95 +1,26 @@
-"""The plugin API: everything a plugin's components subclass or call, in one place.
+"""The plugin API's former name: ``zoo.plugin`` is now :mod:`zoo.plugin_api`.
 
-A plugin's hook module imports ``zoo.hookimpl`` (light: no torch); its component
-modules import from here::
-
-    from zoo.plugin import MultiHeadAttention, KVCache, Linear, RecipeError
-
-Nothing a plugin needs lives in an underscored module, and a plugin imports
-nothing else of zoo (``tests/test_layers.py`` holds the built-in plugins to that).
-The contract each family's members honour is in ``docs/contract/``; the
-conformance kit that checks it is :mod:`zoo.testing`.
+Every name of :mod:`zoo.plugin_api` still imports from here, with a
+``DeprecationWarning`` at the importing line that names the new module; this
+module goes in a later release. (The old name read as one letter off the
+package of zoo's own plugins.)
 """
 
 from __future__ import annotations
 
-from .attention import (
-    AttentionSettings,
-    InsideAttention,
-    MultiHeadAttention,
-    boolean_mask,
-    relative_positions,
-)
-from .cache import DecoderCache, KVCache
-from .decoding import (
-    GenerationSettings,
-    beam_search,
-    filter_logits,
-    generate,
-    greedy,
-    length_penalty,
-    sample,
-    stream,
-)
-from .format_base import (
-    BOOKKEEPING,
-    Format,
-    Options,
-    generation_json,
-    generation_settings,
-)
-from .errors import (
-    CapabilityError,
-    FormatError,
-    MissingPluginError,
-    PluginError,
-    RecipeError,
-    ZooError,
-)
-from .families import (
-    ArchitectureCapabilities,
-    AttentionCapabilities,
-    BlockCapabilities,
-    FFNCapabilities,
-    FormatCapabilities,
-    KernelCapabilities,
-    LossCapabilities,
-    NormCapabilities,
-    PositionalCapabilities,
-    Slot,
-    TaskCapabilities,
-)
-from .hookspecs import hookimpl
-from .native import PRODUCTS as NATIVE_PRODUCTS
-from .native import NativeLibrary
-from .native import available as native_available
-from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped
-from .task import Task, TaskDataError, missing_debian_package
+import importlib
+import warnings
+from typing import Any
 
-__all__ = [
-    # hooks
-    "hookimpl",
-    # attention and positions inside attention
-    "MultiHeadAttention", "AttentionSettings", "InsideAttention", "boolean_mask",
-    "relative_positions", "KVCache", "DecoderCache",
-    # layers
-    "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
-    # native code of a plugin's own
-    "NativeLibrary", "NATIVE_PRODUCTS",
-    # architectures
-    "Slot",
-    # decoding
-    "generate", "stream", "GenerationSettings", "filter_logits", "length_penalty",
-    "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
-    # formats
-    "Format", "Options", "BOOKKEEPING", "generation_settings", "generation_json",
-    # tasks
-    "Task", "TaskDataError", "missing_debian_package",
-    # capabilities
-    "AttentionCapabilities", "KernelCapabilities", "PositionalCapabilities",
-    "NormCapabilities", "FFNCapabilities", "BlockCapabilities", "ArchitectureCapabilities",
-    "TaskCapabilities", "LossCapabilities", "FormatCapabilities",
-    # errors
-    "ZooError", "RecipeError", "CapabilityError", "PluginError", "MissingPluginError",
-    "FormatError",
-]
+__all__ = list(importlib.import_module("zoo.plugin_api").__all__)
+
+
+def __getattr__(name: str) -> Any:
+    api = importlib.import_module("zoo.plugin_api")
+    if name not in api.__all__:
+        raise AttributeError(f"module 'zoo.plugin' (now 'zoo.plugin_api') has no attribute "
+                             f"{name!r}")
+    warnings.warn(f"zoo.plugin is now zoo.plugin_api: write `from zoo.plugin_api import "
+                  f"{name}` (the old module still works, and will be removed in a later "
+                  "release)", DeprecationWarning, stacklevel=2)
+    return getattr(api, name)

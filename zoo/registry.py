@@ -5,7 +5,7 @@
 string that is imported on first use, so that plugins register without
 importing torch. Names are lower-case with dashes.
 
-A registry owns a :class:`~zoo.plugin_manager.PluginManager` and hands it its
+A registry owns a :class:`~zoo.plugin_loader.PluginManager` and hands it its
 own ``register``: ``Registry()`` starts empty and loads nothing by itself (a
 test can fill one by hand); the process-wide ``registry`` loads the entry-point
 plugins on its first lookup.
@@ -36,7 +36,7 @@ from ._text import (
 )
 from .errors import DuplicateComponentError, PluginError, RecipeError, UnknownNameError
 from .families import FAMILIES, Capabilities, Family
-from .plugin_manager import PluginInfo, PluginManager
+from .plugin_loader import PluginInfo, PluginManager
 
 RUNTIME = "<runtime>"
 """The plugin of components registered by hand (``zoo.register_component``)."""
@@ -133,7 +133,7 @@ class Component:
 def _caller_origin() -> str:
     """``file:line`` of the code that called ``register`` (for duplicate errors)."""
     for frame in inspect.stack()[2:]:
-        if not frame.filename.endswith(("registry.py", "plugin_manager.py", "functools.py")):
+        if not frame.filename.endswith(("registry.py", "plugin_loader.py", "functools.py")):
             return f"{frame.filename}:{frame.lineno}"
     return "<unknown>"
 

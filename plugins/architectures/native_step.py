@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zoo.native import PRODUCTS, NativeLibrary  # zoo.plugin has them too; this one imports no torch
+from zoo.native import PRODUCTS, NativeLibrary  # zoo.plugin_api has them too; this one imports no torch
 
 CSRC = Path(__file__).with_name("csrc")
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from zoo.plugin import DecoderCache, Dropout, GenerationSettings, Linear, Slot, layer_dropped
+from zoo.plugin_api import DecoderCache, Dropout, GenerationSettings, Linear, Slot, layer_dropped
 
 # Bounds far past any model one machine holds: a typo (d_model=10**9, 10**6 layers) is
 # refused at once instead of being counted for minutes or passed to torch as an overflow.
@@ -292,7 +292,7 @@ class Seq2Seq(nn.Module):
         """``zoo.generate(self, src, settings, **changes)``: decode ``src`` (B, Ls) by the
         model's own settings (``self.generation``) with ``changes``, e.g.
         ``model.generate(src, num_beams=4, max_new_tokens=64)``."""
-        from zoo.plugin import generate
+        from zoo.plugin_api import generate
 
         return generate(self, src, settings, **changes)
 

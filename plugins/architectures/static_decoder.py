@@ -1,7 +1,7 @@
 """Decoding steps of the seq2seq architecture in preallocated buffers, with
 self-attention's queries, keys and values in one product.
 
-A decoding step of the general path (:class:`zoo.plugin.DecoderCache`, each
+A decoding step of the general path (:class:`zoo.plugin_api.DecoderCache`, each
 attention's ``forward``) is thousands of small operators and module calls: at one
 sentence a step, their overhead costs about as much as the products themselves.
 When every part of the decoder says it is plain (below), the step is written out
@@ -27,7 +27,7 @@ each layer, on the same buffers (``StaticDecoder.native_step = False`` keeps Pyt
 Plain means: the decoder block's ``forward`` is the paper's layout (``static_layout``,
 see :class:`zoo.plugins.blocks.decoder.DecoderBlock`), each attention's ``_attend``
 is softmax attention over every key (``softmax_attention``, see
-:class:`zoo.plugin.MultiHeadAttention`), and positions act on the embeddings or
+:class:`zoo.plugin_api.MultiHeadAttention`), and positions act on the embeddings or
 rotate queries and keys. Anything else (ALiBi, relative positions, a mechanism of its
 own, recorded attention maps, training mode) decodes by the general path, which
 gives the same tokens.
@@ -40,7 +40,7 @@ import weakref
 import torch
 from torch import nn
 
-from zoo.plugin import Linear
+from zoo.plugin_api import Linear
 
 from .native_step import STEP
 

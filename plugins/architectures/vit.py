@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from zoo.plugin import Dropout, Linear, RecipeError, Slot
+from zoo.plugin_api import Dropout, Linear, RecipeError, Slot
 
 
 class ViTSettings(BaseModel):

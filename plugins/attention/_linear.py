@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.plugin import KVCache, MultiHeadAttention
+from zoo.plugin_api import KVCache, MultiHeadAttention
 
 
 EPS = 1e-30  # a division guard only: a tiny denominator is still exact (see performer.py)

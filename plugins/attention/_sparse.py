@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.plugin import MultiHeadAttention, boolean_mask
+from zoo.plugin_api import MultiHeadAttention, boolean_mask
 
 
 class BlockSparseAttention(MultiHeadAttention):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field, field_validator
 
-from zoo.plugin import AttentionSettings
+from zoo.plugin_api import AttentionSettings
 from ._sparse import BlockSparseAttention
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from zoo.plugin import AttentionSettings
+from zoo.plugin_api import AttentionSettings
 from ._linear import FeatureMapAttention
 
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from zoo.plugin import AttentionSettings, Linear, MultiHeadAttention, RecipeError
+from zoo.plugin_api import AttentionSettings, Linear, MultiHeadAttention, RecipeError
 
 SELF_SCORE = -1e5
 """The score of a position with itself (the paper's shared-QK rule)."""

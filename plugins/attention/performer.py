@@ -20,7 +20,7 @@ import math
 import torch
 from pydantic import Field
 
-from zoo.plugin import AttentionSettings
+from zoo.plugin_api import AttentionSettings
 from ._linear import FeatureMapAttention, causal_linear_attention, linear_attention
 
 

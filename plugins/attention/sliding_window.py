@@ -14,7 +14,7 @@ import math
 import torch
 from pydantic import Field
 
-from zoo.plugin import AttentionSettings
+from zoo.plugin_api import AttentionSettings
 from ._sparse import BlockSparseAttention
 
 

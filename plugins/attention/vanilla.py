@@ -13,7 +13,7 @@ import torch
 
 from pydantic import Field
 
-from zoo.plugin import AttentionSettings, MultiHeadAttention, boolean_mask
+from zoo.plugin_api import AttentionSettings, MultiHeadAttention, boolean_mask
 
 
 class VanillaSettings(AttentionSettings):

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from zoo.plugin import Dropout
+from zoo.plugin_api import Dropout
 
 
 class DecoderBlock(nn.Module):

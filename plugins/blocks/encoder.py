@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from zoo.plugin import Dropout, DropPath
+from zoo.plugin_api import Dropout, DropPath
 
 
 class EncoderBlock(nn.Module):

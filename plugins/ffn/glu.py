@@ -14,7 +14,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from zoo.plugin import Dropout, Linear
+from zoo.plugin_api import Dropout, Linear
 
 
 class GLUSettings(BaseModel):

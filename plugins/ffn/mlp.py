@@ -6,7 +6,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from zoo.plugin import Dropout, Linear
+from zoo.plugin_api import Dropout, Linear
 
 
 class MLPSettings(BaseModel):
@@ -19,7 +19,7 @@ class MLP(nn.Module):
 
     plain_mlp = True
     """Says that ``forward`` is exactly fc2(dropout(act(fc1(x)))): with an ``nn.ReLU`` or
-    ``nn.GELU`` as ``act`` and :class:`zoo.plugin.Linear` layers, the static decoder may
+    ``nn.GELU`` as ``act`` and :class:`zoo.plugin_api.Linear` layers, the static decoder may
     run this network in zoo's native decoding step. A subclass that rewrites
     ``forward`` loses it unless it says it again."""
 

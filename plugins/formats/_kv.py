@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.plugin import FormatError
+from zoo.plugin_api import FormatError
 
 
 class KeysValues:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zoo.plugin import Options
+from zoo.plugin_api import Options
 
 from . import _bart
 

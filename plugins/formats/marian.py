@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin import Options, generation_json
+from zoo.plugin_api import Options, generation_json
 
 from . import _bart
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin import FormatError
+from zoo.plugin_api import FormatError
 
 ACTIVATIONS = {("relu", None): "relu", ("silu", None): "swish", ("gelu", "none"): "gelu",
                ("gelu", None): "gelu", ("gelu", "tanh"): "gelu_new"}

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin import Format, FormatError, Options
+from zoo.plugin_api import Format, FormatError, Options
 
 from ._kv import KeysValues, finish
 

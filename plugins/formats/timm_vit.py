@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin import Format, FormatError
+from zoo.plugin_api import Format, FormatError
 
 _VIT_RENAMES = [
     (r"^pos_embed$", "positional.weight"),

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin import Format, Options
+from zoo.plugin_api import Format, Options
 
 from ._kv import KeysValues, finish
 

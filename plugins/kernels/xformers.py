@@ -12,7 +12,7 @@ import importlib.util
 
 import torch
 
-from zoo.plugin import CapabilityError
+from zoo.plugin_api import CapabilityError
 
 
 def available() -> bool:

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from zoo.plugin import InsideAttention
+from zoo.plugin_api import InsideAttention
 
 
 def alibi_slopes(n_heads: int) -> list[float]:

@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from zoo.plugin import InsideAttention, RecipeError
+from zoo.plugin_api import InsideAttention, RecipeError
 
 
 class RotaryPositions(InsideAttention):

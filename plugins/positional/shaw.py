@@ -16,7 +16,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from zoo.plugin import InsideAttention
+from zoo.plugin_api import InsideAttention
 
 
 class ShawRelativePositions(InsideAttention):

@@ -18,7 +18,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
-from zoo.plugin import InsideAttention
+from zoo.plugin_api import InsideAttention
 
 
 def relative_position_bucket(

@@ -19,7 +19,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from zoo.plugin import InsideAttention, Linear
+from zoo.plugin_api import InsideAttention, Linear
 
 
 def rel_shift(per_offset: torch.Tensor, lq: int, lk: int) -> torch.Tensor:

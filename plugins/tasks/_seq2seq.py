@@ -57,7 +57,7 @@ class Seq2SeqTask:
                   ) -> list[str]:
         """Decode ``texts`` (parsed with ``parse_input``) in batches through
         ``zoo.generate``, by the task's settings; greedy for beam 1."""
-        from zoo.plugin import generate
+        from zoo.plugin_api import generate
 
         changes = self.generation()
         if beam_size is not None:

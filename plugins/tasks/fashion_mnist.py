@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from zoo.plugin import TaskDataError, missing_debian_package
+from zoo.plugin_api import TaskDataError, missing_debian_package
 
 DATA = Path("/usr/share/datasets/fashion-mnist")
 FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),

@@ -87,7 +87,7 @@ class SequenceTask(Seq2SeqTask):
         except ValueError:
             values = []
         if not values or not all(1 <= v <= self.settings.num_values for v in values):
-            from zoo.plugin import RecipeError
+            from zoo.plugin_api import RecipeError
 
             raise RecipeError(f"{self.transform} takes numbers from 1 to "
                               f"{self.settings.num_values} separated by spaces, e.g. '3 1 4 1 5'; "
@@ -107,7 +107,7 @@ class SequenceTask(Seq2SeqTask):
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int = 256, limit: int | None = None,
                  device=None) -> dict[str, float]:
-        from zoo.plugin import generate
+        from zoo.plugin_api import generate
 
         metrics = self.token_accuracy(model, self.batches(split, batch_size, device, limit))
         right = total = 0

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from zoo.plugin import missing_debian_package
+from zoo.plugin_api import missing_debian_package
 
 from ._seq2seq import PAD, Seq2SeqTask
 

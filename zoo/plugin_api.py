@@ -1,0 +1,95 @@
+"""The plugin API: everything a plugin's components subclass or call, in one place.
+
+A plugin's hook module imports ``zoo.hookimpl`` (light: no torch); its component
+modules import from here::
+
+    from zoo.plugin_api import MultiHeadAttention, KVCache, Linear, RecipeError
+
+Nothing a plugin needs lives in an underscored module, and a plugin imports
+nothing else of zoo (``tests/test_layers.py`` holds the built-in plugins to that).
+The contract each family's members honour is in ``docs/contract/``; the
+conformance kit that checks it is :mod:`zoo.testing`.
+"""
+
+from __future__ import annotations
+
+from .attention import (
+    AttentionSettings,
+    InsideAttention,
+    MultiHeadAttention,
+    boolean_mask,
+    relative_positions,
+)
+from .cache import DecoderCache, KVCache
+from .decoding import (
+    GenerationSettings,
+    beam_search,
+    filter_logits,
+    generate,
+    greedy,
+    length_penalty,
+    sample,
+    stream,
+)
+from .format_base import (
+    BOOKKEEPING,
+    Format,
+    Options,
+    generation_json,
+    generation_settings,
+)
+from .errors import (
+    CapabilityError,
+    FormatError,
+    MissingPluginError,
+    PluginError,
+    RecipeError,
+    ZooError,
+)
+from .families import (
+    ArchitectureCapabilities,
+    AttentionCapabilities,
+    BlockCapabilities,
+    FFNCapabilities,
+    FormatCapabilities,
+    KernelCapabilities,
+    LossCapabilities,
+    NormCapabilities,
+    PositionalCapabilities,
+    Slot,
+    TaskCapabilities,
+)
+from .hookspecs import hookimpl
+from .native import PRODUCTS as NATIVE_PRODUCTS
+from .native import NativeLibrary
+from .native import available as native_available
+from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped
+from .task import Task, TaskDataError, missing_debian_package
+
+__all__ = [
+    # hooks
+    "hookimpl",
+    # attention and positions inside attention
+    "MultiHeadAttention", "AttentionSettings", "InsideAttention", "boolean_mask",
+    "relative_positions", "KVCache", "DecoderCache",
+    # layers
+    "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
+    # native code of a plugin's own
+    "NativeLibrary", "NATIVE_PRODUCTS",
+    # architectures
+    "Slot",
+    # decoding
+    "generate", "stream", "GenerationSettings", "filter_logits", "length_penalty",
+    "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
+    # formats
+    "Format", "Options", "BOOKKEEPING", "generation_settings", "generation_json",
+    # tasks
+    "Task", "TaskDataError", "missing_debian_package",
+    # capabilities
+    "AttentionCapabilities", "KernelCapabilities", "PositionalCapabilities",
+    "NormCapabilities", "FFNCapabilities", "BlockCapabilities", "ArchitectureCapabilities",
+    "TaskCapabilities", "LossCapabilities", "FormatCapabilities",
+    # errors
+    "ZooError", "RecipeError", "CapabilityError", "PluginError", "MissingPluginError",
+    "FormatError",
+]
