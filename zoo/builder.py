@@ -31,7 +31,7 @@ from .files import recover
 from .quantization import MODES as QUANTIZE_MODES
 from .quantization import quantize as quantize_model
 from .recipe import PretrainedWeights, Recipe, list_recipes
-from .recipe import get_recipe as _catalogue_recipe
+from .recipe import catalogue_recipe
 from .resolver import Resolved, resolve
 
 HF_HUB_PREFIX = "hf-hub:"
@@ -94,7 +94,7 @@ def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
     saved model (``hf-hub:owner/repo``, ``local-dir:path``: only ``config.json`` is read)."""
     saved = saved_model(name)
     if saved is None:
-        return _catalogue_recipe(name)
+        return catalogue_recipe(name)
     def read() -> Recipe:
         folder = saved.config_folder()
         config = foreign_config(folder, saved.name)
@@ -157,7 +157,7 @@ def build(
     if saved is not None:
         return _build_saved(saved, weights=pretrained is not False, device=device, dtype=dtype,
                             overrides=overrides)
-    recipe = _catalogue_recipe(name)
+    recipe = catalogue_recipe(name)
     state = None
     if pretrained:
         if recipe.weights is None:

@@ -78,7 +78,7 @@ def add_list(sub) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the recipes (or training recipes) matching the pattern."""
-    from .recipe import get_recipe, list_recipes, recipe_plugin
+    from .recipe import catalogue_recipe, list_recipes, recipe_plugin
 
     if args.train:
         from .training.config import get_train_recipe, list_train_recipes
@@ -95,7 +95,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 1
     rows = []
     for name in names:
-        recipe = get_recipe(name)
+        recipe = catalogue_recipe(name)
         shown = recipe.weights.hub if args.pretrained else recipe.description.split(":")[0]
         rows.append([name, recipe.architecture.name, recipe_plugin(name), shown])
     print(_table(rows, ["recipe", "architecture", "plugin",

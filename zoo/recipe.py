@@ -421,7 +421,7 @@ def list_recipes(pattern: str = "*", *, pretrained: bool = False) -> list[str]:
     published weights."""
     names = [entry.name for entry in registry.recipes(pattern)]
     if pretrained:
-        names = [n for n in names if get_recipe(n).weights is not None]
+        names = [n for n in names if catalogue_recipe(n).weights is not None]
     return names
 
 
@@ -430,11 +430,11 @@ def recipe_plugin(name: str) -> str:
     return registry.recipe(name).plugin
 
 
-def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
-    """A named recipe (built-in or from a plugin) or one from a ``.yaml``/``.json`` path; a
-    :class:`Recipe` is copied. Nothing here reaches the network: saved models
-    (``hf-hub:``, ``local-dir:``) are read by ``zoo.get_recipe`` and ``zoo.build``, one
-    layer up."""
+def catalogue_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
+    """The catalogue's recipe: a named one (built-in or from a plugin) or one from a
+    ``.yaml``/``.json`` path; a :class:`Recipe` is copied. Nothing here reaches the
+    network: ``zoo.get_recipe`` (:func:`zoo.builder.get_recipe`, one layer up) also reads
+    saved models (``hf-hub:``, ``local-dir:``), and is the one users call."""
     if isinstance(name, Recipe):
         return name.model_copy(deep=True)
     text = os.fspath(name)
