@@ -40,7 +40,7 @@ from ._text import (
 )
 from .errors import RecipeError, UnknownNameError
 from .files import atomic_write_text
-from .recipe_base import extend
+from .recipe_inheritance import extend
 from .registry import RecipeEntry, registry
 
 RECIPE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -179,7 +179,7 @@ class Recipe(BaseModel):
         """A recipe from plain data; a problem raises one :class:`RecipeError` naming
         ``source`` and the keys. Data with a ``base:`` (a named recipe, or a recipe file,
         relative to ``relative_to``) is that recipe with these changes
-        (``zoo/recipe_base.py`` has the rules)."""
+        (``zoo/recipe_inheritance.py`` has the rules)."""
         if not isinstance(data, dict):
             raise RecipeError(
                 f"{source}: a recipe is a mapping with keys "
