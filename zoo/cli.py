@@ -214,9 +214,9 @@ def cmd_components(args: argparse.Namespace) -> int:
                     and fnmatch.fnmatchcase(c.name, args.pattern)]
         for c in [*list_components(family, args.pattern), *shadowed]:
             name = c.name if c.qualified_name in plain else c.qualified_name
-            formerly = f" (formerly {', '.join(c.former_names)})" if c.former_names else ""
-            rows.append([family, name, c.plugin, c.capability_summary(),
-                         c.description + formerly])
+            if c.former_names:  # in the name column, which a narrow terminal never cuts
+                name += f" (formerly {', '.join(c.former_names)})"
+            rows.append([family, name, c.plugin, c.capability_summary(), c.description])
     print(_table(rows, ["family", "name", "plugin", "capabilities", "description"]))
     return 0
 
