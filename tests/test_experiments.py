@@ -96,7 +96,7 @@ def test_pre_post(tmp_path):
 @pytest.mark.slow
 def test_positions(tmp_path):
     report = _run("positions", tmp_path, 10, TINY_SORT)
-    assert [r["positions"] for r in report.rows] == list(zoo.experiments.POSITIONS)
+    assert [r["positions"] for r in report.rows] == list(zoo.experiments.positions.POSITIONS)
     for row in report.rows:
         if row["positions"] == "learned":  # no vectors past the training length
             assert 0 <= row["L=8"] <= 1 and all(math.isnan(row[f"L={n}"]) for n in (16, 32, 64))
@@ -110,7 +110,7 @@ def test_schedules(tmp_path):
         "model.d_model": 32, "model.n_heads": 2, "model.d_ff": 64, "model.encoder_layers": 1,
         "model.decoder_layers": 1, "task.vocab_size": 300, "task.max_train": 500,
         "task.valid_size": 20, "task.test_size": 20})
-    assert [r["schedule"] for r in report.rows] == list(zoo.experiments.SCHEDULES)
+    assert [r["schedule"] for r in report.rows] == list(zoo.experiments.schedules.SCHEDULES)
     rates = report.panels[0].series
     assert len({lr for _, lr in rates["fixed"]}) == 1  # fixed is flat
     step = [lr for _, lr in rates["step decay"]]

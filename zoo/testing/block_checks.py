@@ -1,0 +1,58 @@
+"""The conformance kit's checks of the block family: encoder and decoder blocks with
+both norm placements, masks and a cache."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..cache import KVCache
+from ..registry import Component
+from .contract import D, H, Seed, check, close, gradients_reach, shape
+from .references import ReferenceAttention, reference_ffn, reference_kernel, reference_norm
+
+
+def _block(component: Component, settings: Any, norm_first: bool) -> nn.Module:
+    make_attention = partial(ReferenceAttention, None, d_model=D, n_heads=H,
+                             kernel=reference_kernel)
+    return component.build(settings, d_model=D, dropout=0.0, norm_first=norm_first,
+                           make_attention=make_attention, make_norm=reference_norm,
+                           make_ffn=reference_ffn).eval()
+
+
+@check("block")
+def _block_contract(component, settings):
+    """encoder: module(x, key_padding_mask) keeps shapes and ignores padded keys;
+    decoder: module(x, memory, ...) is causal over x, ignores padded memory, and decodes
+    with a cache ({"self": KVCache, "cross": KVCache}) as it computes the whole; both
+    norm placements; gradients reach every parameter."""
+    role = component.capabilities.role
+    for norm_first in (False, True):
+        with Seed(0):
+            block = _block(component, settings, norm_first)
+            x = torch.randn(2, 6, D)
+            where = f"norm_first={norm_first}"
+            if role == "encoder":
+                pad = torch.zeros(2, 6, dtype=torch.bool)
+                pad[0, 4:] = True
+                y = x.clone()
+                y[0, 4:] += 3.0
+                a, b = block(x, key_padding_mask=pad), block(y, key_padding_mask=pad)
+                shape(a, (2, 6, D), f"output ({where})")
+                close(a[0, :4], b[0, :4], f"real tokens when padded ones change ({where})")
+                loss = block(x).square().mean()
+            else:
+                memory = torch.randn(2, 5, D)
+                y = x.clone()
+                y[:, 3] += 3.0
+                a, b = block(x, memory), block(y, memory)
+                shape(a, (2, 6, D), f"output ({where})")
+                close(a[:, :3], b[:, :3], f"positions before a changed one ({where})")
+                cache = {"self": KVCache(), "cross": KVCache()}
+                steps = [block(x[:, t:t + 1], memory, cache=cache) for t in range(6)]
+                close(torch.cat(steps, 1), a, f"decoding with a cache ({where})")
+                loss = block(x, memory).square().mean()
+            gradients_reach(block, loss, f"gradients ({where})")
