@@ -8,9 +8,9 @@ shape (rows, buffer length, source length), and the time of a sentence after it.
 compiled step is written here, calling the model's own modules, for transformer-base's
 layout (post-norm, sinusoidal positions, fp32); it is not a path of ``zoo.generate``.
 Before timing, it checks that the compiled step's logits equal the
-eager static step's, step by step, on the same tokens. Where zoo's native kernels are
+eager static step's, step by step, on the same tokens. Where zoo's native libraries are
 built, the eager static step is the C++ one (``torch.ops.zoo.decoder_layers``) and the
-compiled step calls the few-row kernel; ``--no-native`` leaves both out.
+compiled step calls the few-row native product; ``--no-native`` leaves both out.
 
     python benchmarks/compiled_decode_step.py [--source 20] [--tokens 20] [--rounds 3]
 """
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-native", dest="native", action="store_false",
-                        help="leave zoo's native kernels out (ZOO_NATIVE=0 does too)")
+                        help="leave zoo's native libraries out (ZOO_NATIVE=0 does too)")
     args = parser.parse_args()
     import torch._inductor.config as inductor
 
@@ -76,8 +76,8 @@ def main() -> None:
     torch.manual_seed(0)
     if not args.native:
         zoo.ops.Linear.native_rows = 0  # the C++ step then declines too (native_plan)
-    native = zoo.native.available() and zoo.ops.Linear(1, 1).kernel_rows() > 0
-    print(f"zoo's native few-row kernel: {'on' if native else 'off'}")
+    native = zoo.native.available() and zoo.ops.Linear(1, 1).native_row_limit() > 0
+    print(f"zoo's native few-row product: {'on' if native else 'off'}")
     model = zoo.build("transformer-base", vocab_size=8000).eval()
     if model.output_scale is not None or model.decoder.layers[0].norm_first:
         raise SystemExit("this benchmark writes out transformer-base's layout only")

@@ -44,14 +44,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     if not native.available():
-        raise SystemExit("zoo's native kernel is not available here (see the warning above)")
+        raise SystemExit("zoo's native product is not available here (see the warning above)")
     torch.manual_seed(0)
     layers = []
     for n_out, n_in in SHAPES:
         layer = Linear(n_in, n_out).eval()
         layer.native_rows = 0  # oneDNN's packed product
         layers.append(layer)
-    packed = [layer.kernel_weight() for layer in layers]
+    packed = [layer.native_weight() for layer in layers]
     weights = sum(layer.weight.numel() * 4 for layer in layers)
     flops = 2 * sum(layer.weight.numel() for layer in layers)
     print(f"{torch.get_num_threads()} threads; CPU capability "

@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     if not native.available():
-        raise SystemExit("zoo's native kernel is not available here (see the warning above)")
+        raise SystemExit("zoo's native product is not available here (see the warning above)")
     torch.manual_seed(0)
     model = zoo.build("transformer-base", vocab_size=8000).eval()
     one = torch.randint(3, 7999, (1, args.source))

@@ -146,7 +146,7 @@ def test_linear_multiplies_few_rows_of_fp32_inference_by_the_kernel():
     assert native.available()
     torch.manual_seed(0)
     layer = Linear(64, 48).eval()
-    few, many = torch.randn(2, 1, 64), torch.randn(Linear(1, 1).kernel_rows() + 1, 64)
+    few, many = torch.randn(2, 1, 64), torch.randn(Linear(1, 1).native_row_limit() + 1, 64)
     with torch.no_grad():
         assert _kernel_calls(layer, few) == 1
         assert _kernel_calls(layer, many) == 0  # oneDNN's packed product
@@ -167,14 +167,14 @@ def test_linear_packs_its_weight_once_and_again_when_it_changes():
     layer = Linear(24, 40).eval()
     x = torch.randn(3, 24)
     with torch.no_grad():
-        first = layer.kernel_weight()
-        assert layer.kernel_weight() is first
+        first = layer.native_weight()
+        assert layer.native_weight() is first
         layer(x)
-        assert layer.kernel_weight() is first
+        assert layer.native_weight() is first
         layer.weight.mul_(2)  # in place: the packed copy is stale
         torch.testing.assert_close(layer(x), reference(x, layer.weight, layer.bias),
                                    rtol=1e-5, atol=1e-5)
-        assert layer.kernel_weight() is not first
+        assert layer.native_weight() is not first
         layer.load_state_dict({"weight": torch.randn(40, 24), "bias": torch.randn(40)})
         torch.testing.assert_close(layer(x), reference(x, layer.weight, layer.bias),
                                    rtol=1e-5, atol=1e-5)
@@ -225,7 +225,7 @@ def _fake_compiler(path, body: str) -> str:
 def test_no_command_compiles_they_warn_once_and_decode_without(tmp_path):
     """Nothing compiles unless asked: a decode with no build says so once, names
     zoo native build, and gives F.linear's result through oneDNN."""
-    first = _in_a_fresh_process({"ZOO_KERNEL_CACHE": str(tmp_path)})
+    first = _in_a_fresh_process({"ZOO_NATIVE_CACHE": str(tmp_path)})
     assert first.returncode == 0, first.stderr
     assert "available False" in first.stdout and "compiling" not in first.stderr
     assert first.stderr.count("RuntimeWarning") == 1, first.stderr
@@ -236,7 +236,7 @@ def test_no_command_compiles_they_warn_once_and_decode_without(tmp_path):
 @pytest.mark.skipif(not CAN_BUILD, reason="needs Linux on an AVX2 CPU")
 def test_a_failed_build_is_said_and_not_loaded_and_tried_again_when_asked(tmp_path):
     env = {"CXX": _fake_compiler(tmp_path.parent / f"{tmp_path.name}-false", "exit 1"),
-           "ZOO_KERNEL_CACHE": str(tmp_path)}
+           "ZOO_NATIVE_CACHE": str(tmp_path)}
     built = _zoo(["native", "build"], env)
     assert built.returncode == 1
     assert "compiling zoo_products failed: exit status" in built.stderr, built.stderr
@@ -266,7 +266,7 @@ def test_a_hung_compiler_and_a_held_build_are_given_up_with_a_message(tmp_path):
     from filelock import FileLock
 
     env = {"CXX": _fake_compiler(tmp_path.parent / f"{tmp_path.name}-hang", "sleep 600"),
-           "ZOO_KERNEL_CACHE": str(tmp_path), "ZOO_NATIVE_BUILD_TIMEOUT": "3"}
+           "ZOO_NATIVE_CACHE": str(tmp_path), "ZOO_NATIVE_BUILD_TIMEOUT": "3"}
     hung = _zoo(["native", "build"], env, timeout=120)
     assert hung.returncode == 1
     assert "stopped after 3 s (ZOO_NATIVE_BUILD_TIMEOUT)" in hung.stderr, hung.stderr
@@ -280,7 +280,7 @@ def test_a_hung_compiler_and_a_held_build_are_given_up_with_a_message(tmp_path):
 
 @needs_kernel
 def test_a_rebuild_compiles_only_the_sources_that_changed(tmp_path, monkeypatch):
-    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ZOO_NATIVE_CACHE", str(tmp_path / "cache"))
     op = ('#include <ATen/ops/mul.h>\n#include <ATen/core/Tensor.h>\n#include <torch/library.h>\n'
           'at::Tensor {name}(const at::Tensor& x) {{ return at::mul(x, {k}); }}\n'
           'TORCH_LIBRARY_FRAGMENT(zoo_test_rebuild, m) {{ m.def("{name}(Tensor x) -> Tensor"); }}\n'
@@ -305,29 +305,43 @@ def test_a_rebuild_compiles_only_the_sources_that_changed(tmp_path, monkeypatch)
     assert library not in native.libraries()  # declare=False: not zoo native build's
 
 
-def test_zoo_env_and_zoo_native_report_the_kernels_without_compiling(tmp_path):
+def test_zoo_env_and_zoo_native_report_the_native_libraries_without_compiling(tmp_path):
     import json
 
     if not native.available():
-        pytest.skip("zoo's kernels do not run here")
+        pytest.skip("zoo's native libraries do not run here")
     report = subprocess.run([sys.executable, "-m", "zoo", "env", "--json"], capture_output=True,
                             text=True, timeout=300)
-    kernels = json.loads(report.stdout)["native_kernels"]
-    assert kernels["state"] == "built" and kernels["folder"] == native.status()["folder"]
-    assert kernels["missing"] == []
+    libraries = json.loads(report.stdout)["native_libraries"]
+    assert libraries["state"] == "built" and libraries["folder"] == native.status()["folder"]
+    assert libraries["missing"] == []
     # a cache of its own has none yet: said, and nothing compiled
-    env = {**os.environ, "ZOO_KERNEL_CACHE": str(tmp_path)}
+    env = {**os.environ, "ZOO_NATIVE_CACHE": str(tmp_path)}
     said = subprocess.run([sys.executable, "-m", "zoo", "native", "status"], capture_output=True,
                           text=True, env=env, timeout=300)
     assert said.returncode == 0 and "not built" in said.stdout
     assert not list(tmp_path.iterdir())
     text = subprocess.run([sys.executable, "-m", "zoo", "env"], capture_output=True, text=True,
                           env=env, timeout=300).stdout
-    assert "zoo's native kernels: not built" in text and "zoo native build" in text
+    assert "zoo's native libraries: not built" in text and "zoo native build" in text
+
+
+def test_the_former_names_of_the_native_cache_and_of_linears_methods_still_work(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv("ZOO_NATIVE_CACHE", raising=False)
+    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(tmp_path / "old"))
+    with pytest.warns(DeprecationWarning, match="ZOO_KERNEL_CACHE is now named ZOO_NATIVE_CACHE"):
+        assert native.cache_root() == tmp_path / "old"
+    monkeypatch.setenv("ZOO_NATIVE_CACHE", str(tmp_path / "new"))  # the new name wins
+    assert native.cache_root() == tmp_path / "new"
+    layer = Linear(4, 4)
+    layer.native_rows = 7
+    with pytest.warns(DeprecationWarning, match=r"kernel_rows\(\) is now native_row_limit"):
+        assert layer.kernel_rows() == layer.native_row_limit() == 7
 
 
 def test_zoo_native_0_turns_it_off(tmp_path):
-    off = _in_a_fresh_process({"ZOO_NATIVE": "0", "ZOO_KERNEL_CACHE": str(tmp_path)})
+    off = _in_a_fresh_process({"ZOO_NATIVE": "0", "ZOO_NATIVE_CACHE": str(tmp_path)})
     assert off.returncode == 0, off.stderr
     assert "available False" in off.stdout and "Warning" not in off.stderr
     assert not list(tmp_path.iterdir())  # nothing compiled
@@ -336,7 +350,7 @@ def test_zoo_native_0_turns_it_off(tmp_path):
 def test_below_avx2_dispatch_it_is_not_used(tmp_path):
     """ATEN_CPU_CAPABILITY=default stands for a CPU without AVX2: no kernel, no warning."""
     plain = _in_a_fresh_process({"ATEN_CPU_CAPABILITY": "default",
-                                 "ZOO_KERNEL_CACHE": str(tmp_path)})
+                                 "ZOO_NATIVE_CACHE": str(tmp_path)})
     assert plain.returncode == 0, plain.stderr
     assert "available False" in plain.stdout and "Warning" not in plain.stderr
     assert not list(tmp_path.iterdir())

@@ -84,12 +84,12 @@ def test_with_gradients_it_is_exactly_nn_linear():
 
 
 def test_compiled_inference_traces_f_linear_in_one_graph():
-    """Inside torch.compile the layer is F.linear (for more rows than zoo's native kernel
+    """Inside torch.compile the layer is F.linear (for more rows than zoo's native product
     takes, test_native.py): fullgraph=True raises on a graph break, which the packing
     (an opaque oneDNN reorder) was."""
     torch.manual_seed(0)
     layer = torch.nn.Sequential(Linear(16, 32), torch.nn.ReLU(), Linear(32, 8)).eval()
-    x = torch.randn(Linear(1, 1).kernel_rows() + 4, 16)
+    x = torch.randn(Linear(1, 1).native_row_limit() + 4, 16)
     with torch.no_grad():
         out = torch.compile(layer, backend="eager", fullgraph=True)(x)
         expected = F.linear(torch.relu(F.linear(x, layer[0].weight, layer[0].bias)),
@@ -100,7 +100,7 @@ def test_compiled_inference_traces_f_linear_in_one_graph():
 
 def test_a_changed_weight_is_packed_again():
     layer = Linear(16, 8)
-    x = torch.randn(Linear(1, 1).kernel_rows() + 4, 16)  # more rows than the native kernel takes
+    x = torch.randn(Linear(1, 1).native_row_limit() + 4, 16)  # more rows than the native product takes
     with torch.no_grad():
         before = layer(x)
         layer.weight.mul_(2)

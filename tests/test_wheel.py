@@ -1,5 +1,5 @@
 """The wheel a user installs holds all zoo needs: installed apart from this checkout,
-it builds a model, finds its native kernels' every source and header (the same build
+it builds a model, finds its native libraries' every source and header (the same build
 as the checkout's: its folder is keyed on them) and decodes through them, giving the
 checkout's tokens."""
 
@@ -44,7 +44,7 @@ def _checkout_tokens() -> list[list[int]]:
 
 
 @pytest.mark.skipif(not native.available(), reason="zoo's kernels do not run here")
-def test_the_wheel_installed_apart_decodes_through_the_native_kernels(tmp_path):
+def test_the_wheel_installed_apart_decodes_through_the_native_libraries(tmp_path):
     source = tmp_path / "source"
     for part in ("zoo", "plugins", "recipes"):
         shutil.copytree(ROOT / part, source / part,

@@ -310,7 +310,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 # -- zoo native ----------------------------------------------------------------------------------
 def add_native(sub) -> None:
     """``zoo native build|status``."""
-    p = sub.add_parser("native", help="zoo's C++ kernels for CPU decoding: build them (about half "
+    p = sub.add_parser("native", help="zoo's native libraries (C++) for CPU decoding: build them (about half "
                        "a minute on 2 cores, once; no command builds them by itself), or say "
                        "where they stand")
     p.add_argument("action", choices=["build", "status"])
@@ -328,7 +328,7 @@ def cmd_native(args: argparse.Namespace) -> int:
     state = native.status()
     for lib in state["libraries"]:
         where = f" in {lib['folder']}" if lib["folder"] else ""
-        print(f"zoo's native kernels: {lib['name']} {lib['state']}{where}"
+        print(f"zoo's native libraries: {lib['name']} {lib['state']}{where}"
               + (f"; the compiler's output: {lib['log']}" if lib["log"] else ""))
     if state["missing"]:
         print(f"zoo: error: this installation lacks {', '.join(state['missing'])}",

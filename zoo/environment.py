@@ -17,7 +17,7 @@ from .version import __version__
 PACKAGES = ("huggingface_hub", "safetensors", "pydantic", "pluggy", "numpy", "timm",
             "transformers", "xformers", "tokenizers", "sacrebleu")
 """Packages whose versions a report shows (absent ones as null)."""
-SETTINGS = ("ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD", "ZOO_NATIVE", "ZOO_KERNEL_CACHE",
+SETTINGS = ("ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD", "ZOO_NATIVE", "ZOO_NATIVE_CACHE",
             "ZOO_NATIVE_BUILD_TIMEOUT",
             "OMP_NUM_THREADS",
             "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "CUDA_VISIBLE_DEVICES")
@@ -59,7 +59,7 @@ def report() -> dict[str, Any]:
         "plugins": [{"name": i.name, "distribution": i.distribution, "version": i.version,
                      "ok": i.ok, "error": i.error} for i in list_plugins()],
         "hub": _hub(),
-        "native_kernels": native.status(),
+        "native_libraries": native.status(),
         "packages": {name: _version(name) for name in PACKAGES},
         "settings": {name: os.environ.get(name) for name in SETTINGS},
     }
@@ -71,7 +71,8 @@ def _yes(flag: bool) -> str:
 
 def as_text(data: dict[str, Any]) -> str:
     """The report as lines to paste into a bug report."""
-    cpu, cuda, hub, kernels = data["cpu"], data["cuda"], data["hub"], data["native_kernels"]
+    cpu, cuda, hub, libraries = (data["cpu"], data["cuda"], data["hub"],
+                                 data["native_libraries"])
     gpus = "; ".join(f"{g['index']}: {g['name']} (sm {g['capability'][0]}{g['capability'][1]}, "
                      f"{g['memory_gib']} GiB, bf16 {_yes(g['bf16'])})" for g in data["gpus"])
     plugins = ", ".join(
@@ -86,10 +87,10 @@ def as_text(data: dict[str, Any]) -> str:
         f"- CPU: {cpu['name']}; capability {cpu['capability']}; bf16 units: {_yes(cpu['bf16'])};"
         f" AMX: {_yes(cpu['amx'])}; {cpu['cores']} cores, {cpu['threads']} torch threads",
         f"- GPUs: {gpus or 'none'}",
-        f"- zoo's native kernels: {kernels['state']}"
-        + (f" ({kernels['folder']})" if kernels["folder"] else "")
-        + (f"; log {kernels['log']}" if kernels["log"] else "")
-        + (" (zoo native build compiles them)" if kernels["state"] in ("not built", "stale")
+        f"- zoo's native libraries: {libraries['state']}"
+        + (f" ({libraries['folder']})" if libraries["folder"] else "")
+        + (f"; log {libraries['log']}" if libraries["log"] else "")
+        + (" (zoo native build compiles them)" if libraries["state"] in ("not built", "stale")
            else ""),
         f"- Plugins: {plugins or 'none'}",
         f"- Hub: huggingface_hub {hub['huggingface_hub']}, endpoint {hub['endpoint']}, cache "

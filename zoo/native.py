@@ -25,8 +25,8 @@ the products when it calls them (the static decoder's whole decoding step,
   last build (24 s for all on 2 cores, where one serial compiler call took 39 s).
   Until then zoo warns once that they are not built and decodes through oneDNN and
   Python. ``ZOO_NATIVE=build`` lets the first use compile them instead.
-- **Where they are kept:** ``$ZOO_KERNEL_CACHE``, or ``$XDG_CACHE_HOME/zoo/kernels``
-  (``~/.cache/zoo/kernels``), one folder per library, torch version and compiler
+- **Where they are kept:** ``$ZOO_NATIVE_CACHE``, or ``$XDG_CACHE_HOME/zoo/native``
+  (``~/.cache/zoo/native``), one folder per library, torch version and compiler
   (its path and ``--version``), with the compiler's output in ``build.log``.
 - **Failures** are said once, naming the log; a failed build is not loaded and is
   tried again by the next ``zoo native build``, or after a change of compiler (a new
@@ -58,7 +58,7 @@ CSRC = Path(__file__).with_name("csrc")
 """zoo's C++ sources, and the headers a plugin's library includes to call them."""
 
 UNPACKED_ROWS = 16
-"""The most rows ``skinny_linear`` (the kernel for unpacked weights) is given inside
+"""The most rows ``skinny_linear`` (the product on unpacked weights) is given inside
 ``torch.compile``: measured 1.1 times oneDNN at sixteen rows, slower from 32."""
 
 FLAGS = ("-O3", "-std=c++20", "-fopenmp")
@@ -75,11 +75,18 @@ def enabled() -> bool:
 
 
 def cache_root() -> Path:
-    """The folder under which compiled libraries are kept."""
+    """The folder under which compiled libraries are kept: ``$ZOO_NATIVE_CACHE``, else
+    the former ``$ZOO_KERNEL_CACHE`` (with a deprecation warning), else
+    ``$XDG_CACHE_HOME/zoo/native``."""
+    if os.environ.get("ZOO_NATIVE_CACHE"):
+        return Path(os.environ["ZOO_NATIVE_CACHE"]).expanduser()
     if os.environ.get("ZOO_KERNEL_CACHE"):
+        warnings.warn("ZOO_KERNEL_CACHE is now named ZOO_NATIVE_CACHE (in zoo, 'kernel' "
+                      "names the attention kernel family only); the old name still works "
+                      "for now", DeprecationWarning, stacklevel=2)
         return Path(os.environ["ZOO_KERNEL_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "zoo" / "kernels"
+    return Path(base).expanduser() / "zoo" / "native"
 
 
 def _compiler() -> str | None:
@@ -114,7 +121,7 @@ def _off(quiet: bool, why: str) -> bool:
     global _warned
     if not quiet and not _warned:
         _warned = True
-        warnings.warn(f"zoo's native kernels are off: {why}. Decoding runs through oneDNN "
+        warnings.warn(f"zoo's native libraries are off: {why}. Decoding runs through oneDNN "
                       "and Python instead (slower at one sentence); set ZOO_NATIVE=0 to "
                       "silence this.", RuntimeWarning, stacklevel=5)
     return False
@@ -124,7 +131,7 @@ class NativeLibrary:
     """C++ sources compiled into one library that registers ``torch.ops.zoo.*``
     operators: ``needs`` are libraries whose functions it calls (it is linked against
     them, their headers are on its include path, and it loads only where they do);
-    ``on_load`` runs once it is loaded (fake kernels for ``torch.compile``, a check of
+    ``on_load`` runs once it is loaded (fake implementations for ``torch.compile``, a check of
     the CPU; it returns False to refuse). Declared once, at import, by the module
     that calls it; ``zoo native build`` builds every one declared (``declare=False``
     leaves it out)."""
@@ -238,11 +245,11 @@ class NativeLibrary:
                 lock.acquire(timeout=_timeout())
         except Timeout:
             say(f"gave up waiting for the build of {self.name} in {folder}; stop the "
-                "process that holds it, or set ZOO_KERNEL_CACHE to another folder")
+                "process that holds it, or set ZOO_NATIVE_CACHE to another folder")
             return False
         except OSError as exc:
             say(f"{self.name} cannot be built in {cache_root()} ({exc}); set "
-                "ZOO_KERNEL_CACHE to a writable folder")
+                "ZOO_NATIVE_CACHE to a writable folder")
             return False
         try:
             if self._state(folder) not in ("built", "loaded"):
@@ -395,7 +402,7 @@ _ROWS: int | None = None
 
 
 def default_rows() -> int:
-    """The most rows :class:`zoo.ops.Linear` gives the kernel by default: 128 where
+    """The most rows :class:`zoo.ops.Linear` gives the native product by default: 128 where
     PyTorch dispatches AVX2 (measured 1.15 to 1.3 times oneDNN at 128 rows, level from
     about 320), 4 on AVX-512, where oneDNN's products are twice as wide and only the
     products bound by reading the weights (a few rows) can gain; that figure is not

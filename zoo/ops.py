@@ -11,6 +11,7 @@ than ``F.linear`` without gradients (the small row counts of decoding gain most)
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -111,6 +112,12 @@ def layer_dropped(p: float, training: bool) -> bool:
 
 
 # -- linear layers ---------------------------------------------------------------------------------
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(f"zoo.ops.Linear.{old}() is now {new}() (in zoo, 'kernel' names the "
+                  "attention kernel family only; compiled C++ is native code); the old name "
+                  "still works for now", DeprecationWarning, stacklevel=3)
+
+
 def _onednn_linear_available() -> bool:
     return (torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -135,14 +142,14 @@ class Linear(nn.Linear):
     """``nn.Linear`` that, on the CPU with gradients off, multiplies through oneDNN with
     its weight packed once (re-packed when the weight changes): in fp32, or in bf16
     under CPU autocast (the weight cast once instead of at every call). In fp32, inputs
-    of at most ``kernel_rows()`` rows (decoding steps, a sentence's encoder) go to zoo's
-    native kernel instead, with the weight packed once for it, where the kernel could
-    be built (:mod:`zoo.native`).
+    of at most ``native_row_limit()`` rows (decoding steps, a sentence's encoder) go to zoo's
+    native product instead, with the weight packed once for it, where zoo's native
+    libraries could be built (:mod:`zoo.native`).
 
     With gradients on (training) and on other devices and dtypes it is ``nn.Linear``
     exactly; inside ``torch.compile`` too (the packing would break the graph at each
     layer, and the compiler packs weights itself), except that up to
-    ``zoo.native.UNPACKED_ROWS`` rows still go to zoo's kernel for unpacked weights,
+    ``zoo.native.UNPACKED_ROWS`` rows still go to zoo's native product on unpacked weights,
     an operator the compiler calls as it is. The packed copies are not part of the
     state dict; ``train()`` drops them. Results equal ``F.linear``'s up to fp32
     rounding (another summation order)."""
@@ -152,19 +159,19 @@ class Linear(nn.Linear):
 
     native_rows: int | None = None
     """In fp32 CPU inference, inputs of at most this many rows are multiplied by zoo's
-    native kernel (:mod:`zoo.native`) where it is available; 0 turns it off, None (the
+    native product (:mod:`zoo.native`) where it is available; 0 turns it off, None (the
     default) takes ``zoo.native.default_rows()``: 128 on AVX2, 4 on AVX-512. Measured on
     a 2-core AVX2 CPU against oneDNN's packed product (transformer-base's decoding
     step's products): 3.1x faster at one row, 2.0x at four, 1.6x at sixteen, 1.2x at 64,
     1.15 to 1.3x at 128, level from about 320 rows."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``F.linear``, or for CPU inference zoo's native kernel or the packed oneDNN
+        """``F.linear``, or for CPU inference zoo's native product or the packed oneDNN
         product."""
         if self._native(x):
             if torch.compiler.is_compiling():
                 return torch.ops.zoo.skinny_linear(x, self.weight, self.bias)
-            return torch.ops.zoo.packed_linear(x, self.kernel_weight(), self.bias,
+            return torch.ops.zoo.packed_linear(x, self.native_weight(), self.bias,
                                                self.out_features)
         dtype = self._packed_dtype(x)
         if dtype is not None:
@@ -172,22 +179,32 @@ class Linear(nn.Linear):
             return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight, bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
-    def kernel_rows(self) -> int:
-        """The most rows this layer gives zoo's native kernel (``native_rows``, resolved)."""
+    def native_row_limit(self) -> int:
+        """The most rows this layer gives zoo's native product (``native_rows``, resolved)."""
         return native.default_rows() if self.native_rows is None else self.native_rows
 
-    def kernel_weight(self) -> torch.Tensor:
-        """The weight packed for zoo's native kernel (``torch.ops.zoo.pack_linear_weight``):
+    def native_weight(self) -> torch.Tensor:
+        """The weight packed for zoo's native product (``torch.ops.zoo.pack_linear_weight``):
         packed on first use and kept until the weight changes or ``train()`` is called."""
-        return self._cached("_kernel_cache", None,
+        return self._cached("_native_cache", None,
                             lambda: torch.ops.zoo.pack_linear_weight(self.weight.detach()))
 
+    def kernel_rows(self) -> int:
+        """Deprecated: :meth:`native_row_limit` ("kernel" names attention kernels only)."""
+        _renamed("kernel_rows", "native_row_limit")
+        return self.native_row_limit()
+
+    def kernel_weight(self) -> torch.Tensor:
+        """Deprecated: :meth:`native_weight` ("kernel" names attention kernels only)."""
+        _renamed("kernel_weight", "native_weight")
+        return self.native_weight()
+
     def takes_native(self, rows: int) -> bool:
-        """True when zoo's native kernels may multiply ``rows`` rows by this layer: at most
-        ``kernel_rows()`` of them (inside ``torch.compile``, at most
+        """True when zoo's native product may multiply ``rows`` rows by this layer: at most
+        ``native_row_limit()`` of them (inside ``torch.compile``, at most
         ``zoo.native.UNPACKED_ROWS``), an fp32 CPU weight, weight and bias contiguous,
-        and the kernels available here."""
-        limit = self.kernel_rows()
+        and zoo's native libraries available here."""
+        limit = self.native_row_limit()
         if torch.compiler.is_compiling():
             limit = min(limit, native.UNPACKED_ROWS)
         weight, bias = self.weight, self.bias
@@ -207,12 +224,12 @@ class Linear(nn.Linear):
 
     def _cpu_inference(self, x: torch.Tensor) -> bool:
         """True for inference on the CPU with an fp32 weight and a non-empty input: where
-        the native kernel and the packed product may stand in for ``F.linear``."""
+        the native product and the packed oneDNN one may stand in for ``F.linear``."""
         return (self.fast_inference and not torch.is_grad_enabled() and x.device.type == "cpu"
                 and self.weight.dtype == torch.float32 and x.numel() > 0)
 
     def _native(self, x: torch.Tensor) -> bool:
-        """True for fp32 CPU inference on rows that zoo's native kernels take
+        """True for fp32 CPU inference on rows that zoo's native product takes
         (:meth:`takes_native`)."""
         return (self._cpu_inference(x) and x.dtype == torch.float32
                 and not torch.is_autocast_enabled("cpu")
@@ -249,8 +266,8 @@ class Linear(nn.Linear):
 
         return self._cached("_packed_cache", dtype, pack)
 
-    _CACHES = ("_packed_cache", "_kernel_cache")
-    """The packed weights :meth:`_cached` keeps: oneDNN's and zoo's native kernel's."""
+    _CACHES = ("_packed_cache", "_native_cache")
+    """The packed weights :meth:`_cached` keeps: oneDNN's and zoo's native product's."""
 
     def __getstate__(self) -> dict:  # copies and pickles leave the packed weights behind
         state = self.__dict__.copy()

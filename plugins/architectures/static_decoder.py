@@ -129,7 +129,7 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
     the native step may not run them: it runs the paper's layer (post- or pre-norm) with
     joined q|k|v, no positions inside attention, LayerNorms that say ``plain_layer_norm``,
     feed-forward networks that say ``plain_mlp`` with a ReLU or GELU, fp32 CPU weights
-    of zoo's ``Linear`` that each give ``rows`` rows to zoo's native kernel."""
+    of zoo's ``Linear`` that each give ``rows`` rows to zoo's native product."""
     if not rows or not STEP.available():
         return None
     plan: dict = {key: [] for key in ("params", "packed", "k", "v", "cross_k", "cross_v",
@@ -155,7 +155,7 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
         shape = (attn.n_heads, attn.head_dim)
         for part in (*linears, *norms):
             plan["params"] += [part.weight, part.bias]
-        plan["packed"] += [part.kernel_weight() for part in linears]
+        plan["packed"] += [part.native_weight() for part in linears]
         plan["k"].append(layer.k)
         plan["v"].append(layer.v)
         plan["cross_k"].append(layer.cross_k)

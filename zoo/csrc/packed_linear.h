@@ -1,4 +1,4 @@
-// zoo::packed_linear, for the other kernels of zoo's library (packed_linear.cpp).
+// zoo::packed_linear, for the other sources of zoo's native library (packed_linear.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>

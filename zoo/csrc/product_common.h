@@ -1,4 +1,4 @@
-// What zoo's kernels share: a vector's horizontal sum, and the output and bias of a
+// What zoo's native products share: a vector's horizontal sum, and the output and bias of a
 // product x W^T + b (skinny_linear.cpp, packed_linear.cpp, step_ops.cpp).
 #pragma once
 
@@ -29,7 +29,7 @@ inline at::Tensor product_output(const at::Tensor& x, int64_t n_out) {
   return at::empty(shape, x.options());
 }
 
-// The bias's floats, or null without one; ``op`` names the kernel in the error.
+// The bias's floats, or null without one; ``op`` names the operator in the error.
 inline const float* bias_data(const std::optional<at::Tensor>& bias, int64_t n_out,
                               const char* op) {
   if (!bias.has_value() || !bias->defined()) return nullptr;

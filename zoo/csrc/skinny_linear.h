@@ -1,4 +1,4 @@
-// zoo::skinny_linear, for the other kernels of zoo's library (skinny_linear.cpp).
+// zoo::skinny_linear, for the other sources of zoo's native library (skinny_linear.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -6,7 +6,7 @@
 // 2017, section 3.1), post-norm or pre-norm, self-attention over keys and values in
 // preallocated buffers, cross-attention over the encoder's keys and values projected
 // once, a ReLU or GELU feed-forward network, LayerNorm. Every product goes through
-// zoo::packed_linear, on the weights the caller packed (Linear.kernel_weight in
+// zoo::packed_linear, on the weights the caller packed (Linear.native_weight in
 // Python); attention, the norms and the residual sums are plain loops (step_ops.cpp).
 // Its results equal the Python step's up to fp32 rounding (another summation order in
 // attention and the norms). What it may run is decided by the caller (native_plan in
