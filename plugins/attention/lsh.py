@@ -20,7 +20,6 @@ of the others, so a decoder built with it re-runs over its prefix at each step.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
