@@ -1,7 +1,7 @@
 """The products of one decoding step at a few to a few hundred rows: zoo's native
-kernel on packed weights (``torch.ops.zoo.packed_linear``, what ``zoo.ops.Linear``
-calls), its kernel on unpacked weights (``skinny_linear``, what it calls inside
-``torch.compile``), and oneDNN's packed product (``Linear`` without the kernel, its
+product on packed weights (``torch.ops.zoo.packed_linear``, what ``zoo.ops.Linear``
+calls), its native product on unpacked weights (``skinny_linear``, what it calls inside
+``torch.compile``), and oneDNN's packed product (``Linear`` without zoo's, its
 weights packed for these rows), with a plain sum over each weight as the rate of
 reading memory.
 
@@ -57,7 +57,7 @@ def main() -> None:
     print(f"{torch.get_num_threads()} threads; CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}; {len(layers)} products reading "
           f"{weights / 1e6:.0f} MB\n")
-    print("| rows | round | packed kernel, ms (GFLOP/s) | unpacked kernel, ms | oneDNN, ms "
+    print("| rows | round | packed product, ms (GFLOP/s) | unpacked product, ms | oneDNN, ms "
           "| oneDNN / packed | plain sum, ms (GB/s) |")
     print("|---|---|---|---|---|---|---|")
     with torch.no_grad():

@@ -74,7 +74,7 @@ def main() -> None:
 
     print(f"{torch.get_num_threads()} threads; CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}\n")
-    print("| case | round | oneDNN, Python step | kernel, Python step | kernel, C++ step "
+    print("| case | round | oneDNN, Python step | native product, Python step | native product, C++ step "
           "| first / last |")
     print("|---|---|---|---|---|---|")
     with torch.no_grad():

@@ -93,6 +93,22 @@ def test_every_family_has_a_contract_page_with_an_example():
         assert re.search(r"```python\n# runs as a test", page), family
 
 
+def test_every_benchmark_script_is_listed_with_the_docs_that_quote_it():
+    """benchmarks/README.md states the rule against zoo bench and lists every script;
+    each doc it names for a script runs or cites that script."""
+    import re
+
+    listed = dict(re.findall(r"^\| `([\w.]+)` \| [^|]+ \| (.+) \|$",
+                             (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8"),
+                             re.M))
+    scripts = {p.name for p in (ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh")}
+    assert set(listed) == scripts
+    unquoted = [(name, doc) for name, docs in listed.items()
+                for doc in re.findall(r"`([\w/.-]+\.md)`", docs)
+                if f"benchmarks/{name}" not in (ROOT / doc).read_text(encoding="utf-8")]
+    assert not unquoted, unquoted
+
+
 def test_the_articles_are_cited_by_title_never_by_a_path_of_ours():
     import re
 
