@@ -27,6 +27,9 @@ class AttentionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     bias: bool = True
     """Biases in the query, key, value and output projections."""
+    out_bias: bool | None = None
+    """A bias in the output projection; None: as ``bias`` (Qwen2 has biases on q, k and v
+    only)."""
 
 
 def relative_positions(lq: int, lk: int, offset: int, device) -> torch.Tensor:
@@ -58,8 +61,8 @@ class MultiHeadAttention(nn.Module):
     meet keys by writing ``_attend(q, k, v, *, offset, key_padding_mask, attn_mask)``.
 
     It takes the attention contract's arguments (``settings, *, d_model, n_heads,
-    kernel, dropout, causal, cross, positional``, and ``head_dim`` when a recipe sets
-    one) and call (``x, context=None, *, key_padding_mask=None, attn_mask=None,
+    kernel, dropout, causal, cross, positional``, and ``head_dim`` and ``n_kv_heads``
+    when a recipe sets them) and call (``x, context=None, *, key_padding_mask=None, attn_mask=None,
     cache=None``), projects queries, keys and values into heads, rotates them for
     rotary positions at the right offset, extends them by the cache (or stores a
     cross-attention context in it once), and projects the output.
@@ -91,7 +94,7 @@ class MultiHeadAttention(nn.Module):
     ``__init__``); ``record_weights`` and ``last_weights`` (below).
 
     Projections: ``q_proj`` (d_model → inner_dim), ``kv_proj`` (d_model → 2 ·
-    inner_dim: keys, then values, ``[k | v]`` along the output features) and
+    n_kv_heads · head_dim: keys, then values, ``[k | v]`` along the output features) and
     ``out_proj`` (inner_dim → d_model), all :class:`zoo.plugin_api.Linear` with biases when
     ``settings.bias``. Heads are contiguous slices of ``head_dim`` features.
 
@@ -127,9 +130,16 @@ class MultiHeadAttention(nn.Module):
         cross: bool = False,
         positional: nn.Module | None = None,
         head_dim: int | None = None,
+        n_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         settings = settings or self.Settings()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_kv_heads < 1 or n_heads % n_kv_heads:
+            raise RecipeError(
+                f"n_kv_heads {n_kv_heads} does not divide n_heads {n_heads}: each group of "
+                f"queries shares one key/value head; pick n_kv_heads among "
+                f"{[h for h in range(1, n_heads + 1) if n_heads % h == 0]}.")
         if head_dim is None and d_model % n_heads:
             raise RecipeError(
                 f"d_model {d_model} is not divisible by n_heads {n_heads}; pick n_heads among "
@@ -140,6 +150,10 @@ class MultiHeadAttention(nn.Module):
         self.inner_dim = n_heads * self.head_dim
         """The width of the heads together: d_model unless ``head_dim`` is given (T5 v1.1
         small: 6 heads of 64 in a width of 512)."""
+        self.n_kv_heads = n_kv_heads
+        """Key/value heads: ``n_heads`` (multi-head), fewer (grouped-query attention,
+        Ainslie et al. 2023: each of ``n_heads / n_kv_heads`` query heads in a group
+        shares one), or 1 (multi-query, Shazeer 2019). The cache keeps only these."""
         self.causal, self.cross, self.dropout = causal, cross, dropout
         self.kernel = kernel
         # positions act in self-attention only: a query and a key of two different
@@ -153,8 +167,9 @@ class MultiHeadAttention(nn.Module):
         (B, H, Lq, Lk), for attention maps; it then computes them explicitly."""
         self.last_weights: torch.Tensor | None = None
         self.q_proj = Linear(d_model, self.inner_dim, bias=settings.bias)
-        self.kv_proj = Linear(d_model, 2 * self.inner_dim, bias=settings.bias)
-        self.out_proj = Linear(self.inner_dim, d_model, bias=settings.bias)
+        self.kv_proj = Linear(d_model, 2 * n_kv_heads * self.head_dim, bias=settings.bias)
+        out_bias = settings.bias if settings.out_bias is None else settings.out_bias
+        self.out_proj = Linear(self.inner_dim, d_model, bias=out_bias)
 
     # -- shapes -----------------------------------------------------------------------------------
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -168,6 +183,14 @@ class MultiHeadAttention(nn.Module):
     def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k, v = self.kv_proj(source).chunk(2, dim=-1)
         return self._heads(k), self._heads(v)
+
+    def _shared_heads(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of ``n_kv_heads`` (B, Hkv, L, D) given to every query head of
+        their group (B, H, L, D); as they are with as many heads as queries."""
+        groups = self.n_heads // self.n_kv_heads
+        if groups == 1:
+            return k, v
+        return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
     def _rotate(self, x: torch.Tensor, offset: int) -> torch.Tensor:
         if self.position_kind != "rotary":
@@ -211,10 +234,12 @@ class MultiHeadAttention(nn.Module):
         q, k, v, offset = self._project(x, context, cache)
         if cache is not None and cache.fixed and cache.groups > 1:
             if self.groups_queries and attn_mask is None and not self.record_weights:
-                out = self._attend_grouped(q, k, v, cache.groups, key_padding_mask)
+                out = self._attend_grouped(q, *self._shared_heads(k, v), cache.groups,
+                                           key_padding_mask)
                 return self.out_proj(self._merge(out))
             cache.ungroup()
             k, v = cache.k, cache.v
+        k, v = self._shared_heads(k, v)
         out = self._attend(q, k, v, offset=offset, key_padding_mask=key_padding_mask,
                            attn_mask=attn_mask)
         return self.out_proj(self._merge(out))

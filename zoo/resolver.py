@@ -67,6 +67,7 @@ class Resolved:
     def layer_factories(
         self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
         max_len: int = 1024, activation_dropout: float = 0.0, head_dim: int | None = None,
+        n_kv_heads: int | None = None,
     ) -> dict[str, Any]:
         """The ``make_attention``, ``make_norm`` and ``make_ffn`` a block is built with,
         from the ``attention`` (``cross_attention`` where the architecture has one),
@@ -77,7 +78,8 @@ class Resolved:
         module per layer when the component says ``per_layer``, else one shared by
         every layer of a stack (a stack being told apart by ``causal``). ``head_dim``, when
         given, is passed to each attention (heads narrower or wider than d_model / n_heads),
-        and positions inside attention are built for that width (n_heads x head_dim)."""
+        and positions inside attention are built for that width (n_heads x head_dim);
+        ``n_kv_heads``, when fewer than ``n_heads``, too (grouped-query attention)."""
         inside = self.position_kind not in ("absolute", "none")
         per_layer = inside and self.parts["positional"].component.capabilities.per_layer
         shared: dict[bool, Any] = {}
@@ -97,6 +99,8 @@ class Resolved:
             return shared[causal]
 
         width = {} if head_dim is None else {"head_dim": head_dim}
+        if n_kv_heads is not None and n_kv_heads != n_heads:
+            width["n_kv_heads"] = n_kv_heads  # grouped-query attention (given only when set)
 
         def make_attention(*, causal: bool = False, cross: bool = False) -> Any:
             slot = "cross_attention" if cross and "cross_attention" in self.parts else "attention"

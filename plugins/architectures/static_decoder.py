@@ -64,6 +64,9 @@ def plain_decoder(model: nn.Module) -> bool:
         for attn in (block.self_attn, block.cross_attn):
             if not _declares(attn, "softmax_attention", "_attend") or attn.record_weights:
                 return False
+            if (getattr(attn, "n_kv_heads", attn.n_heads) != attn.n_heads
+                    or getattr(attn, "window", None) is not None):
+                return False  # grouped-query and windowed attention: the general path
         if block.self_attn.position_kind not in (None, "rotary"):
             return False
     return True

@@ -13,7 +13,7 @@ import torch
 
 from pydantic import Field
 
-from zoo.plugin_api import AttentionSettings, MultiHeadAttention, boolean_mask
+from zoo.plugin_api import AttentionSettings, MultiHeadAttention, boolean_mask, relative_positions
 
 
 class VanillaSettings(AttentionSettings):
@@ -21,6 +21,10 @@ class VanillaSettings(AttentionSettings):
     """The factor of q·k before the softmax; None: 1/sqrt(d_k), the paper's. 1.0 gives
     the unscaled dot product whose softmax saturates as d_k grows (``zoo experiment
     sqrt-dk``)."""
+    window: int | None = Field(None, ge=1)
+    """Causal self-attention over the ``window`` most recent keys only, the query's own
+    included (Mistral's sliding window, Jiang et al. 2023; Child et al. 2019's local
+    attention); None: every key."""
 
 
 class VanillaAttention(MultiHeadAttention):
@@ -34,10 +38,15 @@ class VanillaAttention(MultiHeadAttention):
         settings = settings or VanillaSettings()
         super().__init__(settings, **kwargs)
         self.scale = settings.scale
+        self.window = settings.window if self.causal and not self.cross else None
+        """The sliding window of a causal self-attention, or None (every key)."""
 
     def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask) -> torch.Tensor:
         lq, lk = q.shape[-2], k.shape[-2]
         causal = self.causal and lq > 1
+        if self.window is not None and lk > self.window:
+            near = relative_positions(lq, lk, lk - lq, q.device) > -self.window
+            attn_mask = near if attn_mask is None else attn_mask & near
         if causal and attn_mask is None and key_padding_mask is None and lq == lk:
             return self._dense(q, k, v, None, offset=offset, is_causal=True)
         mask = boolean_mask(lq, lk, causal=causal, key_padding_mask=key_padding_mask,

@@ -37,11 +37,23 @@ class LearnedPositions(nn.Module):
         self.weight = nn.Parameter(torch.empty(max_len + self.offset, d_model))
         nn.init.trunc_normal_(self.weight, std=settings.init_std)
 
-    def forward(self, x: torch.Tensor, offset: int = 0,
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0,
                 padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d) -> x + P[offset : offset + L] (rows shifted by the setting's offset);
         with ``count: real`` and ``padding_mask`` (B, L, True at padding), each real token
-        gets ``offset`` plus the number of real tokens before it."""
+        gets ``offset`` plus the number of real tokens before it. ``offset`` may be a (B,)
+        tensor, one per row (a language model's left-padded prompts, step by step)."""
+        if torch.is_tensor(offset):
+            offset = offset.view(-1, 1)
+            if self.count == "real" and padding_mask is not None:
+                return x + self._real_positions(padding_mask, offset).to(x.dtype)
+            rows = offset + self.offset + torch.arange(x.shape[1], device=x.device)
+            if rows.numel() and int(rows.max()) >= self.weight.shape[0]:
+                raise ValueError(
+                    f"positions up to {int(rows.max()) + 1 - self.offset} asked of learned "
+                    f"positions trained for {self.weight.shape[0] - self.offset}; raise "
+                    "max_len in the recipe")
+            return x + self.weight[rows].to(x.dtype)
         if self.count == "real" and padding_mask is not None:
             return x + self._real_positions(padding_mask, offset).to(x.dtype)
         start = offset + self.offset
@@ -54,7 +66,8 @@ class LearnedPositions(nn.Module):
             )
         return x + self.weight[start:end].to(x.dtype)
 
-    def _real_positions(self, padding_mask: torch.Tensor, offset: int) -> torch.Tensor:
+    def _real_positions(self, padding_mask: torch.Tensor,
+                        offset: int | torch.Tensor) -> torch.Tensor:
         real = ~padding_mask
         rows = offset + self.offset + real.long().cumsum(1) - 1
         if real.any() and int(rows[real].max()) >= self.weight.shape[0]:

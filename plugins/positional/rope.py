@@ -5,16 +5,41 @@ the position, theta_i = base^(-2i/d), so the dot product of a query at m and a
 key at n depends only on m - n. Two pairings are in use: ``half`` rotates
 feature i with feature i + d/2 (GPT-NeoX, Llama in Hugging Face), ``interleaved``
 rotates features 2i and 2i+1 (the paper, GPT-J, Mesh Transformer JAX).
+
+``scaling`` stretches a model's positions past the length it was trained for, as the
+Hub's configs ask (``rope_scaling``): ``linear`` divides every frequency by ``factor``
+(position interpolation, Chen et al. 2023); ``llama3`` divides only the low
+frequencies, those whose wavelength exceeds ``original_max_len / low_freq_factor``,
+keeps those shorter than ``original_max_len / high_freq_factor`` and blends linearly
+in between (Llama 3.1, Dubey et al. 2024).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from zoo.plugin_api import InsideAttention, RecipeError
+
+
+def scaled(inv_freq: torch.Tensor, settings) -> torch.Tensor:
+    """The frequencies under the settings' ``scaling`` (see the module)."""
+    if settings.scaling == "linear":
+        return inv_freq / settings.factor
+    if settings.scaling != "llama3":
+        return inv_freq
+    wavelength = 2 * math.pi / inv_freq
+    long = settings.original_max_len / settings.low_freq_factor
+    short = settings.original_max_len / settings.high_freq_factor
+    # 0 at the long edge of the band, 1 at its short edge
+    blend = ((settings.original_max_len / wavelength - settings.low_freq_factor)
+             / (settings.high_freq_factor - settings.low_freq_factor)).clamp(0.0, 1.0)
+    mixed = (1 - blend) * inv_freq / settings.factor + blend * inv_freq
+    return torch.where(wavelength > long, inv_freq / settings.factor,
+                       torch.where(wavelength < short, inv_freq, mixed))
 
 
 class RotaryPositions(InsideAttention):
@@ -26,6 +51,21 @@ class RotaryPositions(InsideAttention):
         model_config = ConfigDict(extra="forbid")
         base: float = Field(10000.0, gt=1.0)
         layout: Literal["half", "interleaved"] = "half"
+        scaling: Literal["none", "linear", "llama3"] = "none"
+        factor: float = Field(1.0, gt=0.0)
+        """How many times longer than ``original_max_len`` positions may go (scaling)."""
+        low_freq_factor: float = Field(1.0, gt=0.0)
+        high_freq_factor: float = Field(4.0, gt=0.0)
+        original_max_len: int = Field(8192, gt=0)
+        """llama3: the length the model was first trained for."""
+
+        @model_validator(mode="after")
+        def _bands(self):
+            if self.scaling == "llama3" and self.high_freq_factor <= self.low_freq_factor:
+                raise ValueError("llama3 scaling needs high_freq_factor above "
+                                 f"low_freq_factor (got {self.high_freq_factor} and "
+                                 f"{self.low_freq_factor})")
+            return self
 
     def __init__(
         self, settings: Settings, *, d_model: int, n_heads: int, max_len: int = 0,
@@ -41,7 +81,7 @@ class RotaryPositions(InsideAttention):
             )
         self.layout = settings.layout
         inv_freq = settings.base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", scaled(inv_freq, settings), persistent=False)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x (B, H, L, D) at ``positions`` (L,) -> x rotated, same dtype."""
