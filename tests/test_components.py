@@ -332,6 +332,12 @@ def test_block_contracts(name, norm_first):
         y[0, 4:] += 3.0
         a, b = block(x, key_padding_mask=pad), block(y, key_padding_mask=pad)
         torch.testing.assert_close(a[0, :4], b[0, :4])
+    elif role == "causal":
+        y = x.detach().clone()
+        y[:, 3] += 3.0
+        a, b = block(x), block(y)
+        torch.testing.assert_close(a[:, :3], b[:, :3])
+        assert not torch.allclose(a[:, 3:], b[:, 3:])
     else:
         memory = torch.randn(2, 5, D)
         y = x.detach().clone()

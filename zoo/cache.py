@@ -152,3 +152,55 @@ class DecoderCache(list):
             for cache in layer.values():
                 if not (within_groups and cache.fixed):
                     cache.reorder(index)
+
+
+class LanguageModelCache(list):
+    """One :class:`KVCache` per layer of a decoder-only model, and which of the positions
+    so far are padding (a batch of prompts padded on the left): every later step's
+    queries skip those keys, and positions that count real tokens go on from each
+    row's own count."""
+
+    def __init__(self, layers: int) -> None:
+        super().__init__(KVCache() for _ in range(layers))
+        self.padding: torch.Tensor | None = None
+        """(B, L) True at the padded positions so far; None while there is none."""
+
+    @property
+    def offset(self) -> int:
+        """How many positions (padding included) each row holds."""
+        return len(self[0]) if self else 0
+
+    def keys_padding(self, new: torch.Tensor | None, rows: int, length: int,
+                     device) -> torch.Tensor | None:
+        """Record the padding of ``length`` new positions (``new`` (B, length), None: no
+        padding) and return the padding of every key so far (None: no padding)."""
+        if new is None and self.padding is None:
+            return None
+        if new is None:
+            new = torch.zeros(rows, length, dtype=torch.bool, device=device)
+        if self.padding is None:
+            self.padding = torch.zeros(rows, self.offset, dtype=torch.bool, device=device)
+        self.padding = torch.cat([self.padding, new], dim=1)
+        return self.padding
+
+    def real_counts(self, rows: int, device) -> torch.Tensor:
+        """(B,) how many real (not padded) positions each row holds so far."""
+        if self.padding is None:
+            return torch.full((rows,), self.offset, dtype=torch.long, device=device)
+        return (~self.padding).sum(1)
+
+    def reorder(self, index: torch.Tensor, **_: object) -> None:
+        """Keep batch rows ``index`` (beam search, or a first step spread over beams)."""
+        for cache in self:
+            cache.reorder(index)
+        if self.padding is not None:
+            self.padding = self.padding.index_select(0, index)
+
+    def spread(self, beams: int) -> None:
+        """Make ``beams`` rows of every row (a prompt read once per source)."""
+        like = next((t for c in self for t in (c._k, *c.state.values()) if t is not None),
+                    self.padding)
+        if like is None:
+            return
+        rows = torch.arange(like.shape[0], device=like.device)
+        self.reorder(rows.repeat_interleave(beams))

@@ -105,9 +105,11 @@ class FFNCapabilities(Capabilities):
 class BlockCapabilities(Capabilities):
     """Where a block goes: an encoder's or a decoder's stack."""
 
-    role: Literal["encoder", "decoder"]
+    role: Literal["encoder", "decoder", "causal"]
     """``encoder``: ``module(x, key_padding_mask=None)``; ``decoder``: ``module(x, memory,
-    self_padding_mask=None, memory_padding_mask=None, cache=None)``."""
+    self_padding_mask=None, memory_padding_mask=None, cache=None)``; ``causal`` (a
+    decoder-only language model's layer): ``module(x, key_padding_mask=None,
+    cache=None)``, causal over x, the mask and a ``KVCache`` over every key so far."""
 
 
 class ArchitectureCapabilities(Capabilities):

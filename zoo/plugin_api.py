@@ -20,7 +20,7 @@ from .attention import (
     boolean_mask,
     relative_positions,
 )
-from .cache import DecoderCache, KVCache
+from .cache import DecoderCache, KVCache, LanguageModelCache
 from .decoding import (
     GenerationSettings,
     beam_search,
@@ -71,7 +71,7 @@ __all__ = [
     "hookimpl",
     # attention and positions inside attention
     "MultiHeadAttention", "AttentionSettings", "InsideAttention", "boolean_mask",
-    "relative_positions", "KVCache", "DecoderCache",
+    "relative_positions", "KVCache", "DecoderCache", "LanguageModelCache",
     # layers
     "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
     # native code of a plugin's own

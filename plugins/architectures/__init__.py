@@ -14,6 +14,12 @@ def register_architectures(register):
         capabilities={"inputs": "tokens", "outputs": "tokens"},
     )
     register(
+        "decoder",
+        "zoo.plugins.architectures.decoder:CausalLM",
+        description="The decoder-only Transformer, a causal language model (GPT-2, Llama)",
+        capabilities={"inputs": "tokens", "outputs": "tokens"},
+    )
+    register(
         "vit",
         "zoo.plugins.architectures.vit:VisionTransformer",
         description="Vision Transformer (Dosovitskiy et al. 2021): patches in, classes out",

@@ -18,6 +18,13 @@ def register_blocks(register):
         capabilities={"role": "decoder"},
     )
     register(
+        "causal",
+        "zoo.plugins.blocks.causal:CausalBlock",
+        description="Causal self-attention + feed-forward, residual, normed: a language "
+                    "model's layer (GPT-2, Llama)",
+        capabilities={"role": "causal"},
+    )
+    register(
         "vit",
         "zoo.plugins.blocks.vit:ViTBlock",
         description="The pre-norm encoder block of ViT, with optional LayerScale (CaiT, DeiT III)",

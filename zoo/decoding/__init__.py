@@ -30,7 +30,7 @@ from .rules import Rules, filter_logits
 from .search import beam_search as search_beams
 from .search import length_penalty, one_per_row
 from .settings import OLD_NAMES, GenerationSettings, parse_settings, settings_with
-from .steps import Seq2SeqSteps
+from .steps import PromptSteps, Seq2SeqSteps
 
 __all__ = ["generate", "stream", "GenerationSettings", "settings_for", "filter_logits",
            "length_penalty", "greedy", "beam_search", "sample", "parse_settings"]
@@ -71,7 +71,8 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
     base = settings if settings is not None else getattr(model, "generation", None)
     if base is None:
         name = type(model).__name__
-        if not callable(getattr(model, "decode", None)):
+        if not callable(getattr(model, "decode", None)) and not getattr(
+                model, "decoder_only", False):
             raise RecipeError(f"a {name} does not generate text: zoo decodes models with "
                               "encode and decode (architecture seq2seq).")
         missing = [k for k in ("start_id", "eos_ids") if k not in changes]
@@ -85,14 +86,35 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
     return settings_with(parse_settings(base, "generation settings"), changes)
 
 
-def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bool):
-    """The step for ``model``, its first tokens and their rules."""
+def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bool,
+           padding_mask: torch.Tensor | None = None):
+    """The step for ``model``, its first tokens and their rules: a decoder-only model
+    goes on from the prompts ``src``, an encoder-decoder one from its start token."""
+    beams = settings.num_beams
+    if getattr(model, "decoder_only", False):
+        if src.dim() != 2 or src.shape[1] == 0:
+            raise RecipeError(f"a prompt is (batch, length) token ids, at least one token "
+                              f"each; got a tensor of shape {tuple(src.shape)}")
+        if padding_mask is None:
+            padding_mask = model.padding_mask(src)
+        elif padding_mask.shape != src.shape:
+            raise RecipeError(f"padding_mask has shape {tuple(padding_mask.shape)}, the "
+                              f"prompts {tuple(src.shape)}: one flag per token, True at "
+                              "padding")
+        if padding_mask is not None and bool(padding_mask[:, -1].any()):
+            raise RecipeError("a prompt ends in padding: pad prompts on the left "
+                              "(tokenizer.padding_side = 'left'), so that every row's "
+                              "next token follows its last real one")
+        step = PromptSteps(model, src, padding_mask, use_cache=use_cache, beams=beams)
+        return step, src.repeat_interleave(beams, 0), Rules(settings, start=src.shape[1])
+    if padding_mask is not None:
+        raise RecipeError("padding_mask is for a decoder-only model's prompts; an "
+                          "encoder-decoder model reads its sources' padding from pad_id")
     if not all(callable(getattr(model, f, None)) for f in ("encode", "decode", "padding_mask")):
         raise RecipeError(f"a {type(model).__name__} cannot be decoded: zoo's decoding "
                           "serves models with encode, decode and padding_mask (architecture "
                           "seq2seq).")
     rules = Rules(settings, start=1)
-    beams = settings.num_beams
     step = Seq2SeqSteps(model, src, use_cache=use_cache, beams=beams,
                         steps=rules.max_length - 1)
     first = torch.full((src.shape[0] * beams, 1), settings.start_id, dtype=torch.long,
@@ -110,17 +132,23 @@ def _generator(settings: GenerationSettings, generator: torch.Generator | None,
 @torch.no_grad()
 def generate(model, src: torch.Tensor, settings: GenerationSettings | dict | None = None, *,
              use_cache: bool = True, generator: torch.Generator | None = None,
-             return_scores: bool = False, **changes: Any):
+             return_scores: bool = False, padding_mask: torch.Tensor | None = None,
+             **changes: Any):
     """(B, Ls) source ids -> (B, T) new tokens (the start token left out; the pad id after
     a sequence's end), decoded by ``settings`` (else ``model.generation``) with
     ``changes`` (any :class:`GenerationSettings` field by name).
+
+    For a decoder-only model ``src`` are prompts, padded on the left, and
+    ``padding_mask`` (B, Ls) says where (True at padding; a tokenizer's
+    ``attention_mask == 0``); the new tokens follow each prompt. Lengths count the
+    prompt, as transformers' do (``max_new_tokens`` does not).
 
     ``use_cache=False`` re-runs the decoder over the prefix at every step (the same
     tokens, slower); ``generator`` draws the samples (else one seeded by ``seed``, else
     torch's global one); ``return_scores`` (beam search) also returns each best
     hypothesis' normalised score (B,)."""
     settings = settings_for(model, settings, **changes)
-    step, first, rules = _steps(model, src, settings, use_cache)
+    step, first, rules = _steps(model, src, settings, use_cache, padding_mask)
     if settings.num_beams > 1:
         out, scores = search_beams(step, first, rules, sources=src.shape[0])
         return (out, scores) if return_scores else out
@@ -133,6 +161,7 @@ def generate(model, src: torch.Tensor, settings: GenerationSettings | dict | Non
 @torch.no_grad()
 def stream(model, src: torch.Tensor, settings: GenerationSettings | dict | None = None, *,
            use_cache: bool = True, generator: torch.Generator | None = None,
+           padding_mask: torch.Tensor | None = None,
            **changes: Any) -> Iterator[torch.Tensor]:
     """The tokens :func:`generate` makes, one step at a time: (B,) new tokens per step, as
     soon as they are chosen (the pad id for a sequence that has ended). Beam search
@@ -142,7 +171,7 @@ def stream(model, src: torch.Tensor, settings: GenerationSettings | dict | None 
         raise RecipeError(f"stream gives tokens as they are chosen; beam search "
                           f"(num_beams={settings.num_beams}) chooses only at its end. Stream "
                           "with num_beams=1 (greedy or do_sample), or generate with beams.")
-    step, first, rules = _steps(model, src, settings, use_cache)
+    step, first, rules = _steps(model, src, settings, use_cache, padding_mask)
     yield from one_per_row(step, first, rules, _generator(settings, generator, src.device))
 
 

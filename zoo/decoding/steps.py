@@ -9,8 +9,8 @@ one decoder step; ``use_cache=False`` re-runs the decoder over the whole prefix 
 where zoo's kernels are built, in C++).
 
 The searches (:mod:`zoo.decoding.search`) ask a step only for ``step(tokens)`` and
-``step.reorder(index)``, so another kind of model (a decoder-only one, reading a prompt)
-needs only another step.
+``step.reorder(index)``: :class:`PromptSteps` serves a decoder-only model (``decoder_only``,
+the ``decoder`` architecture) going on from prompts.
 """
 
 from __future__ import annotations
@@ -74,3 +74,47 @@ class Seq2SeqSteps:
             self.static.reorder(index)
         elif self.cache is not None:
             self.cache.reorder(index, within_groups=True)
+
+
+class PromptSteps:
+    """Next-token logits of a decoder-only model (``decoder_only``: ``model(tokens,
+    padding_mask=, cache=)``, ``init_cache()``) going on from prompts.
+
+    The rows are ``beams`` copies of each prompt; its first step reads each prompt
+    once (padded on the left, ``padding_mask`` True at the padding) and copies the
+    caches to every beam. Later steps give the model only the newest token."""
+
+    def __init__(self, model, prompt: torch.Tensor, padding_mask: torch.Tensor | None, *,
+                 use_cache: bool = True, beams: int = 1) -> None:
+        self.model, self.beams = model, beams
+        use_cache = use_cache and getattr(model, "decodes_incrementally", True)
+        self.cache = model.init_cache() if use_cache else None
+        self.mask = _repeat(padding_mask, beams)
+        """(N, L0) the prompts' padding, one row per beam (None: no padding)."""
+        self.first = True
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N, T) sequences so far, the prompt first -> (N, V) float32 logits."""
+        if self.cache is None:
+            mask = self.mask
+            if mask is not None:
+                new = tokens.shape[1] - mask.shape[1]
+                mask = torch.nn.functional.pad(mask, (0, new), value=False)
+            return self.model(tokens, padding_mask=mask)[:, -1].float()
+        if self.first:
+            self.first = False
+            rows = slice(None, None, self.beams)
+            mask = None if self.mask is None else self.mask[rows]
+            logits = self.model(tokens[rows], padding_mask=mask, cache=self.cache)[:, -1]
+            if self.beams > 1:
+                self.cache.spread(self.beams)
+                logits = logits.repeat_interleave(self.beams, 0)
+            return logits.float()
+        return self.model(tokens[:, -1:], cache=self.cache)[:, -1].float()
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows ``index`` (beam search)."""
+        if self.cache is not None:
+            self.cache.reorder(index)
+        if self.mask is not None:
+            self.mask = self.mask.index_select(0, index)

@@ -27,7 +27,9 @@ def _block(component: Component, settings: Any, norm_first: bool) -> nn.Module:
 def _block_contract(component, settings):
     """encoder: module(x, key_padding_mask) keeps shapes and ignores padded keys;
     decoder: module(x, memory, ...) is causal over x, ignores padded memory, and decodes
-    with a cache ({"self": KVCache, "cross": KVCache}) as it computes the whole; both
+    with a cache ({"self": KVCache, "cross": KVCache}) as it computes the whole; causal:
+    module(x, key_padding_mask, cache=KVCache) is causal, ignores left padding and decodes
+    with a cache as it computes the whole; both
     norm placements; gradients reach every parameter."""
     role = component.capabilities.role
     for norm_first in (False, True):
@@ -43,6 +45,28 @@ def _block_contract(component, settings):
                 a, b = block(x, key_padding_mask=pad), block(y, key_padding_mask=pad)
                 shape(a, (2, 6, D), f"output ({where})")
                 close(a[0, :4], b[0, :4], f"real tokens when padded ones change ({where})")
+                loss = block(x).square().mean()
+            elif role == "causal":
+                y = x.clone()
+                y[:, 3] += 3.0
+                a, b = block(x), block(y)
+                shape(a, (2, 6, D), f"output ({where})")
+                close(a[:, :3], b[:, :3], f"positions before a changed one ({where})")
+                # a prompt padded on the left: its real tokens ignore the padding (what
+                # padded queries give, attending to nothing, is not asked)
+                pad = torch.zeros(2, 6, dtype=torch.bool)
+                pad[1, :2] = True
+                z = x.clone()
+                z[1, :2] += 3.0
+                padded = block(x, key_padding_mask=pad)
+                close(block(z, key_padding_mask=pad)[1, 2:], padded[1, 2:],
+                      f"real tokens when the padding before them changes ({where})")
+                close(padded[0], a[0], f"a row without padding beside a padded one ({where})")
+                cache = KVCache()
+                steps = torch.cat([block(x[:, t:t + 1], key_padding_mask=pad[:, :t + 1],
+                                         cache=cache) for t in range(6)], 1)
+                close(steps[0], a[0], f"decoding with a cache ({where})")
+                close(steps[1, 2:], padded[1, 2:], f"decoding a padded row with a cache ({where})")
                 loss = block(x).square().mean()
             else:
                 memory = torch.randn(2, 5, D)

@@ -1,0 +1,183 @@
+"""The decoder-only Transformer, a causal language model: GPT (Radford et al. 2018),
+GPT-2 (Radford et al. 2019), LLaMA (Touvron et al. 2023) and their descendants.
+
+Token embeddings (optionally scaled) plus absolute positions, or positions inside
+attention (RoPE); N causal blocks; a final norm; logits through the embedding matrix
+(tied) or an output layer of its own. The settings express the published models zoo
+imports: GPT-2 (learned positions, pre-norm LayerNorm, tanh-GELU, tied, biases),
+Llama, Mistral and Qwen2 (RoPE, RMSNorm, SwiGLU, grouped-query attention with
+``n_kv_heads``, no biases, untied).
+
+A batch of prompts is padded on the left, as generation pads them: the padding mask
+keeps every real token from seeing the padding, and positions that count real tokens
+(``learned`` with ``count: real``, as transformers' generate numbers them) start each
+row at 0.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import nn
+
+from zoo.plugin_api import Dropout, GenerationSettings, LanguageModelCache, Linear, Slot
+
+from .seq2seq import MAX_FF, MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_VOCAB, MAX_WIDTH
+
+
+class DecoderSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
+    d_model: int = Field(768, gt=0, le=MAX_WIDTH)
+    n_heads: int = Field(12, gt=0, le=MAX_HEADS)
+    n_kv_heads: int | None = Field(None, gt=0, le=MAX_HEADS)
+    """Key/value heads (grouped-query attention, Ainslie et al. 2023); None: n_heads."""
+    head_dim: int | None = Field(None, gt=0, le=MAX_WIDTH)
+    """The width of one head; None: d_model / n_heads."""
+    d_ff: int = Field(3072, gt=0, le=MAX_FF)
+    layers: int = Field(12, ge=1, le=MAX_LAYERS)
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    """Residual dropout and dropout on the embeddings (GPT-2's resid_pdrop, embd_pdrop)."""
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    activation_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    max_len: int = Field(1024, gt=0, le=MAX_LENGTH)
+    norm_placement: Literal["post", "pre"] = "pre"
+    final_norm: bool | None = None
+    """A norm after the last block; None means: only with pre-norm."""
+    tie_output: bool = True
+    """The output projection is the embedding matrix (GPT-2); Llama's is its own."""
+    scale_embeddings: bool = False
+    """Multiply the embeddings by sqrt(d_model) (the paper's sec. 3.4; Gemma)."""
+    output_bias: bool = False
+    pad_id: int | None = Field(None, ge=0)
+    """The padding token, for a padding mask read from the tokens (None: padding is
+    given as a mask; GPT-2 and Llama have no pad token of their own)."""
+    bos_id: int | None = Field(None, ge=0)
+    """The token a text begins with (GPT-2's <|endoftext|>, Llama's <s>), if any."""
+    eos_id: int = Field(0, ge=0)
+    """The token that ends a text."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "DecoderSettings":
+        if self.head_dim is None and self.d_model % self.n_heads:
+            divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads "
+                             f"{self.n_heads}; n_heads could be one of {divisors}")
+        if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
+            divisors = [h for h in range(1, self.n_heads + 1) if self.n_heads % h == 0]
+            raise ValueError(f"n_kv_heads {self.n_kv_heads} does not divide n_heads "
+                             f"{self.n_heads}; n_kv_heads could be one of {divisors}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            if value is not None and value >= self.vocab_size:
+                raise ValueError(f"{name} {value} is not a token of a vocabulary of "
+                                 f"{self.vocab_size} (ids start at 0)")
+        return self
+
+
+class CausalLM(nn.Module):
+    """Decoder-only Transformer: forward(tokens, padding_mask=None, cache=None) ->
+    logits (B, L, vocab) of each next token."""
+
+    Settings = DecoderSettings
+    slots = {
+        "attention": Slot("attention", {"causal": True, "padding_mask": True},
+                          "self-attention is causal, and left padding is skipped"),
+        "kernel": Slot("kernel", {"causal": True, "arbitrary_mask": True},
+                       "padding and causal masks", default="sdpa"),
+        "positional": Slot("positional", default="learned"),
+        "norm": Slot("norm", default="layernorm"),
+        "ffn": Slot("ffn", default="gelu"),
+        "block": Slot("block", {"role": "causal"}, default="causal"),
+    }
+
+    decoder_only = True
+    """Decoded from a prompt (``zoo.generate(model, prompt)`` gives the new tokens)."""
+
+    def __init__(self, settings: DecoderSettings, parts) -> None:
+        super().__init__()
+        s = self.settings = settings
+        self.pad_id = s.pad_id
+        self.decodes_incrementally = parts.parts["attention"].component.capabilities.kv_cache
+        """False when the attention keeps no KV cache: decoding re-runs the prefix."""
+        start = s.bos_id if s.bos_id is not None else s.eos_id
+        self.generation = GenerationSettings(
+            start_id=start, eos_ids=(s.eos_id,),
+            pad_id=s.pad_id if s.pad_id is not None else s.eos_id, max_new_tokens=128)
+        """How the model decodes (``zoo.generate``) unless told otherwise: greedy, 128 new
+        tokens at most, ending at ``eos_id``. An imported model's own settings replace
+        these."""
+        self.positions_see_padding = parts.parts["positional"].component.capabilities.padding_aware
+        self.embed_scale = s.d_model ** 0.5 if s.scale_embeddings else 1.0
+        self.embed = nn.Embedding(s.vocab_size, s.d_model)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
+        self.drop = Dropout(s.dropout)
+        factories = parts.layer_factories(
+            d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
+            attention_dropout=s.attention_dropout, max_len=s.max_len,
+            activation_dropout=s.activation_dropout, head_dim=s.head_dim,
+            n_kv_heads=s.n_kv_heads)
+        self.layers = nn.ModuleList(
+            parts.make("block", d_model=s.d_model, dropout=s.dropout,
+                       norm_first=s.norm_placement == "pre", **factories)
+            for _ in range(s.layers))
+        final = s.norm_placement == "pre" if s.final_norm is None else s.final_norm
+        self.norm = factories["make_norm"]() if final else None
+        self.lm_head = Linear(s.d_model, s.vocab_size, bias=s.output_bias)
+        if s.output_bias:
+            nn.init.zeros_(self.lm_head.bias)
+        if s.tie_output:
+            self.lm_head.weight = self.embed.weight
+
+    def padding_mask(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """(B, L) True at ``pad_id``, or None without one (give the mask instead)."""
+        return None if self.pad_id is None else tokens.eq(self.pad_id)
+
+    def init_cache(self) -> LanguageModelCache:
+        """An empty cache for decoding step by step with :meth:`forward`."""
+        return LanguageModelCache(len(self.layers))
+
+    def _embed(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None,
+               cache: LanguageModelCache | None) -> torch.Tensor:
+        x = self.embed(tokens) * self.embed_scale
+        if not self.positions_see_padding:
+            return self.drop(self.positional(x, offset=cache.offset if cache else 0))
+        if cache is not None and cache.offset:  # each row goes on from its own count
+            offset = cache.real_counts(tokens.shape[0], tokens.device)
+            return self.drop(self.positional(x, offset=offset, padding_mask=padding_mask))
+        return self.drop(self.positional(x, offset=0, padding_mask=padding_mask))
+
+    def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None,
+                cache: LanguageModelCache | None = None) -> torch.Tensor:
+        """tokens (B, L) -> logits (B, L, vocab). ``padding_mask`` (B, L), True at
+        padding (left padding for prompts; None: none, or ``pad_id``'s). With ``cache``,
+        tokens are the new ones and earlier keys and values come from the cache."""
+        if padding_mask is None and self.pad_id is not None and cache is None:
+            padding_mask = self.padding_mask(tokens)
+        if padding_mask is not None and not bool(padding_mask.any()):
+            padding_mask = None
+        x = self._embed(tokens, padding_mask, cache)
+        keys = (cache.keys_padding(padding_mask, *tokens.shape, tokens.device)
+                if cache is not None else padding_mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, key_padding_mask=keys, cache=cache[i] if cache is not None else None)
+            if padding_mask is not None:
+                # a padded query attends to nothing; what it gives is zeroed, so that no
+                # NaN reaches a real token through the next layer's values
+                x = x.masked_fill(padding_mask[..., None], 0.0)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.lm_head(x)
+
+    def generate(self, prompt: torch.Tensor, settings: GenerationSettings | None = None,
+                 **changes) -> torch.Tensor:
+        """``zoo.generate(self, prompt, settings, **changes)``: the new tokens after each
+        prompt (B, L, padded on the left; ``padding_mask=`` says where), by the model's
+        own settings with ``changes`` (``do_sample=True, temperature=0.8, seed=0``)."""
+        from zoo.plugin_api import generate
+
+        return generate(self, prompt, settings, **changes)
