@@ -30,6 +30,19 @@ def register_formats(register):
         capabilities={"model_types": ("t5",)},
     )
     register(
+        "gpt2",
+        "zoo.plugins.formats.gpt2:GPT2Format",
+        description="transformers' GPT2LMHeadModel (Radford et al. 2019)",
+        capabilities={"model_types": ("gpt2",)},
+    )
+    register(
+        "llama",
+        "zoo.plugins.formats.llama:LlamaFormat",
+        description="transformers' LlamaForCausalLM, MistralForCausalLM and "
+                    "Qwen2ForCausalLM (Llama 2 and 3, TinyLlama, Mistral, Qwen2.5)",
+        capabilities={"model_types": ("llama", "mistral", "qwen2")},
+    )
+    register(
         "timm-vit",
         "zoo.plugins.formats.timm_vit:TimmViTFormat",
         description="timm's VisionTransformer checkpoints (a recipe's weights.converter)",

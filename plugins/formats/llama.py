@@ -1,0 +1,179 @@
+"""transformers' Llama (Touvron et al. 2023, ``LlamaForCausalLM``) and the models of its
+layout: Mistral (Jiang et al. 2023, ``MistralForCausalLM``) and Qwen2 (Yang et al.
+2024, ``Qwen2ForCausalLM``); TinyLlama, Llama 2 and 3, Mistral-7B and Qwen2.5 load
+through it.
+
+Llama in zoo's components: the ``decoder`` architecture with RoPE (``rope_theta``,
+and the ``linear`` and ``llama3`` scalings of ``rope_scaling``), RMSNorm pre-norm with
+a final norm, a SwiGLU network, grouped-query attention (``num_key_value_heads``), no
+biases (Qwen2: on q, k and v only), an output of its own or tied. Mistral's
+``sliding_window`` is vanilla attention's ``window``.
+
+| transformers | zoo |
+|---|---|
+| model.embed_tokens | embed |
+| model.layers.i.input_layernorm, post_attention_layernorm | layers.i.norm1, norm2 |
+| model.layers.i.self_attn.q_proj, k_proj + v_proj, o_proj | layers.i.attn.q_proj, kv_proj, out_proj |
+| model.layers.i.mlp.gate_proj, up_proj, down_proj | layers.i.ffn.fc1_g, fc1_x, fc2 |
+| model.norm, lm_head | norm, lm_head |
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from zoo.plugin_api import Format, FormatError, Options
+
+from ._decoder import decoder_generation
+from ._kv import KeysValues
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                   "special_tokens_map.json", "vocab.json", "merges.txt")
+GATED = {"silu": ("swiglu", {}), "swish": ("swiglu", {}),
+         "gelu": ("geglu", {}), "gelu_pytorch_tanh": ("geglu", {"approximate": "tanh"}),
+         "gelu_new": ("geglu", {"approximate": "tanh"})}
+"""``hidden_act`` of the gated network down(act(gate(x)) * up(x)), as zoo's networks."""
+INERT = {"pretraining_tp", "max_window_layers"}
+"""``pretraining_tp`` splits the products into slices whose sum is the same product;
+Qwen2's ``max_window_layers`` matters only with ``use_sliding_window`` (refused)."""
+LAYER = re.compile(r"^model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)_proj\.(weight|bias)$")
+NORMS = re.compile(r"^model\.layers\.(\d+)\.(input_layernorm|post_attention_layernorm)\.weight$")
+PROJ = {"q": "attn.q_proj", "o": "attn.out_proj", "gate": "ffn.fc1_g", "up": "ffn.fc1_x",
+        "down": "ffn.fc2"}
+ROTARY = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+"""The frequencies older checkpoints saved (computed, not learned)."""
+
+
+def _rope(options: Options) -> dict[str, Any]:
+    """The rope component's settings: ``rope_parameters`` (transformers 5) or
+    ``rope_theta`` and ``rope_scaling`` (the published configs)."""
+    params = dict(options.get("rope_parameters", {}) or {})
+    scaling = dict(options.get("rope_scaling", {}) or {})
+    theta = params.pop("rope_theta", options.get("rope_theta", 10000.0))
+    merged = {**scaling, **params}
+    kind = merged.pop("rope_type", merged.pop("type", "default"))
+    settings: dict[str, Any] = {"base": theta}
+    if kind == "default":
+        return settings
+    key = "rope_parameters" if params else "rope_scaling"
+    if kind == "linear":
+        return {**settings, "scaling": "linear", "factor": merged.get("factor", 1.0)}
+    if kind == "llama3":
+        return {**settings, "scaling": "llama3", "factor": merged["factor"],
+                "low_freq_factor": merged.get("low_freq_factor", 1.0),
+                "high_freq_factor": merged.get("high_freq_factor", 4.0),
+                "original_max_len": merged.get("original_max_position_embeddings", 8192)}
+    raise options.refuse(key, {"rope_type": kind, **merged},
+                         "RoPE unscaled, or scaled 'linear' or 'llama3'")
+
+
+class LlamaFormat(Format):
+    """Reads transformers' Llama, Mistral and Qwen2 folders."""
+
+    family = "llama"
+    files = TOKENIZER_FILES
+    legacy = frozenset(INERT)
+
+    def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
+        kind = config.get("model_type", "llama")
+        options = Options(config, kind)
+        d_model = options.get("hidden_size", 4096)
+        heads = options.get("num_attention_heads", 32)
+        head_dim = options.get("head_dim", d_model // heads)
+        act = options.need("hidden_act", tuple(GATED), "silu")
+        ffn, ffn_settings = GATED[act]
+        if kind == "qwen2":
+            bias, out_bias = True, False  # Qwen2: q, k and v only
+            if options.get("use_sliding_window", False):
+                raise options.refuse("use_sliding_window", True,
+                                     "attention over every key in every layer")
+            options.get("sliding_window")  # inert without use_sliding_window
+        else:
+            bias = out_bias = options.get("attention_bias", False)
+        window = options.get("sliding_window") if kind == "mistral" else None
+        layer_types = options.get("layer_types", [])
+        expected = "sliding_attention" if window else "full_attention"
+        if any(t != expected for t in layer_types):
+            raise options.refuse("layer_types", layer_types,
+                                 f"every layer '{expected}'")
+        attention: dict[str, Any] = {"bias": bias}
+        if out_bias != bias:
+            attention["out_bias"] = out_bias
+        if window:
+            attention["window"] = window
+        eos = options.get("eos_token_id", 2)
+        eos = eos[0] if isinstance(eos, list) else eos
+        settings = {
+            "vocab_size": options.get("vocab_size", 32000), "d_model": d_model,
+            "n_heads": heads, "n_kv_heads": options.get("num_key_value_heads", heads),
+            "head_dim": None if head_dim * heads == d_model else head_dim,
+            "d_ff": options.get("intermediate_size", 11008),
+            "layers": options.get("num_hidden_layers", 32),
+            "dropout": 0.0, "attention_dropout": options.get("attention_dropout", 0.0),
+            "max_len": options.get("max_position_embeddings", 2048),
+            "norm_placement": "pre", "final_norm": True,
+            "tie_output": options.get("tie_word_embeddings", False), "bos_id":
+            options.get("bos_token_id"), "eos_id": eos,
+            "pad_id": options.get("pad_token_id"),
+        }
+        ffn_settings = {**ffn_settings, "bias": options.get("mlp_bias", False)}
+        rope = _rope(options)
+        eps = options.get("rms_norm_eps", 1e-6)
+        options.done(self.legacy)
+        return {
+            "name": kind,
+            "description": f"A {kind} model imported from its transformers folder.",
+            "architecture": {"name": "decoder", "settings": settings},
+            "components": {
+                "attention": {"name": "vanilla", "settings": attention}, "kernel": "sdpa",
+                "positional": {"name": "rope", "settings": rope},
+                "norm": {"name": "rmsnorm", "settings": {"eps": eps}},
+                "ffn": {"name": ffn, "settings": ffn_settings}, "block": "causal",
+            },
+        }
+
+    def weights(self, state: dict[str, torch.Tensor],
+                config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        kind = config.get("model_type", "llama")
+        tied = bool(config.get("tie_word_embeddings", False))
+        out: dict[str, torch.Tensor] = {}
+        kv = KeysValues(kind, ("k", "v"))
+        unknown = []
+        for key, value in state.items():
+            layer, norm = LAYER.match(key), NORMS.match(key)
+            if layer:
+                i, _, proj, part = layer.groups()
+                if proj in ("k", "v"):
+                    kv.add(f"layers.{i}.attn.kv_proj.{part}", proj, value)
+                elif proj in PROJ:
+                    out[f"layers.{i}.{PROJ[proj]}.{part}"] = value
+                else:
+                    unknown.append(key)
+            elif norm:
+                i, which = norm.groups()
+                out[f"layers.{i}.norm{1 if which == 'input_layernorm' else 2}.weight"] = value
+            elif key == "model.embed_tokens.weight":
+                out["embed.weight"] = value
+            elif key == "model.norm.weight":
+                out["norm.weight"] = value
+            elif key == "lm_head.weight":
+                if not tied:
+                    out["lm_head.weight"] = value
+            elif not ROTARY.match(key):
+                unknown.append(key)
+        out.update(kv.stacked())
+        if unknown:
+            raise FormatError(f"{kind} weights hold tensors zoo's decoder has no place for: "
+                              f"{sorted(unknown)[:8]}. Nothing was loaded.")
+        if not tied and "lm_head.weight" not in out:
+            raise FormatError(f"{kind} weights lack lm_head.weight, and the config does not "
+                              "tie it to the embeddings (tie_word_embeddings).")
+        return out
+
+    def generation(self, config: dict[str, Any],
+                   generation: dict[str, Any]) -> dict[str, Any] | None:
+        """transformers' settings, lengths counting the prompt."""
+        return decoder_generation(config, generation, config.get("model_type", "llama"))

@@ -1,0 +1,90 @@
+"""Decoder-only folders made by transformers from the Hub's published configs at small
+widths: gpt2, TinyLlama-1.1B, Llama-3.2-1B (GQA, llama3 RoPE scaling, tied),
+Qwen2.5-0.5B (q/k/v biases, tied) and Mistral-7B-v0.1 (GQA, a sliding window). Every
+key of each published config is kept (the widths, vocabulary and token ids shrunk),
+and config.json is written as published (``rope_theta``/``rope_scaling``), not as
+transformers 5 rewrites it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+VOCAB = 96
+SMALL = dict(hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+             num_attention_heads=8)
+
+PUBLISHED = {
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(
+        activation_function="gelu_new", attn_pdrop=0.1, bos_token_id=VOCAB - 1, embd_pdrop=0.1,
+        eos_token_id=VOCAB - 1, initializer_range=0.02, layer_norm_epsilon=1e-05, n_ctx=64,
+        n_embd=64, n_head=4, n_layer=2, n_positions=64, resid_pdrop=0.1,
+        summary_activation=None, summary_first_dropout=0.1, summary_proj_to_labels=True,
+        summary_type="cls_index", summary_use_proj=True, vocab_size=VOCAB,
+        task_specific_params={"text-generation": {"do_sample": True, "max_length": 50}})),
+    "tinyllama": ("LlamaForCausalLM", "LlamaConfig", dict(
+        SMALL, attention_bias=False, bos_token_id=1, eos_token_id=2, hidden_act="silu",
+        initializer_range=0.02, max_position_embeddings=64, num_key_value_heads=2,
+        pretraining_tp=1, rms_norm_eps=1e-05, rope_scaling=None, rope_theta=10000.0,
+        tie_word_embeddings=False, vocab_size=VOCAB)),
+    "llama-3.2": ("LlamaForCausalLM", "LlamaConfig", dict(
+        SMALL, attention_bias=False, attention_dropout=0.0, bos_token_id=VOCAB - 2,
+        eos_token_id=VOCAB - 1, head_dim=8, hidden_act="silu", initializer_range=0.02,
+        max_position_embeddings=256, mlp_bias=False, num_key_value_heads=2,
+        pretraining_tp=1, rms_norm_eps=1e-05, rope_theta=500000.0,
+        rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 16, "rope_type": "llama3"},
+        tie_word_embeddings=True, vocab_size=VOCAB)),
+    "qwen2.5": ("Qwen2ForCausalLM", "Qwen2Config", dict(
+        SMALL, attention_dropout=0.0, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+        hidden_act="silu", initializer_range=0.02, max_position_embeddings=128,
+        max_window_layers=2, num_key_value_heads=2, rms_norm_eps=1e-06, rope_theta=1000000.0,
+        sliding_window=128, tie_word_embeddings=True, use_sliding_window=False,
+        vocab_size=VOCAB)),
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(
+        SMALL, attention_dropout=0.0, bos_token_id=1, eos_token_id=2, hidden_act="silu",
+        initializer_range=0.02, max_position_embeddings=128, num_key_value_heads=2,
+        rms_norm_eps=1e-05, rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False,
+        vocab_size=VOCAB)),
+}
+"""Each variant's transformers class, config class and published config (small)."""
+END = {name: config["eos_token_id"] for name, (_, _, config) in PUBLISHED.items()}
+
+
+def save_language_model(variant: str, folder: Path):
+    """The variant's transformers model (eval mode, seeded, weights wide enough that
+    greedy decoding wanders and sometimes ends) saved in ``folder`` with its published
+    config.json; returns the model."""
+    import transformers as tf
+
+    model_class, config_class, published = PUBLISHED[variant]
+    torch.manual_seed(0)
+    model = getattr(tf, model_class)(getattr(tf, config_class)(**published))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "wpe" not in name:
+                p.normal_(std=0.5 if ("embed" in name or "wte" in name or "lm_head" in name)
+                          else 0.25)
+            elif name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.eval().save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    as_published = {"architectures": [model_class], "model_type": config["model_type"],
+                    "torch_dtype": "float32",
+                    "transformers_version": config.get("transformers_version"), **published}
+    (folder / "config.json").write_text(json.dumps(as_published, indent=2))
+    return model
+
+
+def left_padded(vocab: int = VOCAB, low: int = 3):
+    """A (3, 8) batch of prompts padded on the left to three lengths, and its
+    attention mask (1: a real token)."""
+    g = torch.Generator().manual_seed(4)
+    prompts = torch.randint(low, vocab - 3, (3, 8), generator=g)
+    mask = torch.ones(3, 8, dtype=torch.long)
+    for row, pads in enumerate((0, 3, 5)):
+        prompts[row, :pads] = 0
+        mask[row, :pads] = 0
+    return prompts, mask

@@ -1,0 +1,155 @@
+"""Decoder-only language models: transformers' GPT-2, Llama, Qwen2 and Mistral folders
+(the published configs at small widths) load into zoo's ``decoder`` architecture with
+transformers' logits on left-padded prompts and its ``generate`` tokens (greedy, beams,
+sampling under one seed); the recipes count the reference models' parameters; options
+zoo cannot express are refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import zoo
+from zoo.builder import footprint, get_recipe
+from zoo.resolver import resolve
+
+from .language_models import END, PUBLISHED, left_padded, save_language_model
+
+VARIANTS = list(PUBLISHED)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Each variant saved once: {variant: (transformers model, folder)}."""
+    root = tmp_path_factory.mktemp("language-models")
+    return {v: (save_language_model(v, root / v), root / v) for v in VARIANTS}
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """The position ids transformers' generate gives left-padded prompts."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_logits_equal_transformers_on_left_padded_prompts(variant, folders):
+    hf, folder = folders[variant]
+    model = zoo.build(f"local-dir:{folder}").eval()
+    prompts, mask = left_padded()
+    with torch.no_grad():
+        ref = hf(prompts, attention_mask=mask, position_ids=_positions(mask)).logits
+        out = model(prompts, padding_mask=mask == 0)
+        whole = model(prompts[:1])  # no padding at all
+    real = mask.bool()
+    assert ref[real].std() > 0.5  # logits that differ from token to token
+    scale = max(1.0, ref[real].abs().max().item())
+    torch.testing.assert_close(out[real], ref[real], rtol=0, atol=1e-5 * scale)
+    torch.testing.assert_close(whole[0], ref[0], rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_generate_gives_transformers_tokens(variant, beams, folders):
+    hf, folder = folders[variant]
+    model = zoo.build(f"local-dir:{folder}").eval()
+    prompts, mask = left_padded()
+    with torch.no_grad():
+        ref = hf.generate(prompts, attention_mask=mask, max_new_tokens=12, num_beams=beams,
+                          do_sample=False, pad_token_id=END[variant])[:, prompts.shape[1]:]
+    out = model.generate(prompts, padding_mask=mask == 0, max_new_tokens=12, num_beams=beams)
+    assert len(set(map(tuple, ref.tolist()))) == 3  # three different continuations
+    assert out.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "llama-3.2"])
+def test_sampling_draws_transformers_tokens_under_one_seed(variant, folders):
+    hf, folder = folders[variant]
+    model = zoo.build(f"local-dir:{folder}").eval()
+    prompts, mask = left_padded()
+    sampling = dict(do_sample=True, temperature=0.7, top_k=20, top_p=0.9,
+                    repetition_penalty=1.3, max_new_tokens=10)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        ref = hf.generate(prompts, attention_mask=mask, pad_token_id=END[variant],
+                          **sampling)[:, prompts.shape[1]:]
+    torch.manual_seed(7)
+    out = zoo.generate(model, prompts, padding_mask=mask == 0, **sampling)
+    assert out.tolist() == ref.tolist()
+    # zoo's own seed repeats a run exactly, whatever the global generator did between
+    first = zoo.generate(model, prompts, padding_mask=mask == 0, seed=3, **sampling)
+    torch.manual_seed(11)
+    assert torch.equal(zoo.generate(model, prompts, padding_mask=mask == 0, seed=3,
+                                    **sampling), first)
+    streamed = list(zoo.decoding.stream(model, prompts, padding_mask=mask == 0, seed=3,
+                                        **sampling))
+    assert torch.equal(torch.stack(streamed, 1), first)
+
+
+def test_the_window_and_the_rope_scaling_are_what_gives_transformers_logits(folders):
+    # without Mistral's window, or Llama 3's frequency scaling, the logits differ: the
+    # equality above holds because zoo reproduces them, not because they change nothing
+    prompts = torch.randint(3, 90, (1, 12), generator=torch.Generator().manual_seed(0))
+    for variant, change in [("mistral", {"attention.window": None}),
+                            ("llama-3.2", {"positional.scaling": "none"})]:
+        hf, folder = folders[variant]
+        with torch.no_grad():
+            ref = hf(prompts).logits
+            same = zoo.build(f"local-dir:{folder}").eval()(prompts)
+            other = zoo.build(f"local-dir:{folder}", **change).eval()(prompts)
+        torch.testing.assert_close(same, ref, rtol=0, atol=1e-4)
+        assert (other - ref).abs().max() > 1e-2, variant
+
+
+def test_grouped_query_attention_caches_only_its_key_value_heads(folders):
+    model = zoo.build(f"local-dir:{folders['tinyllama'][1]}").eval()
+    attn = model.layers[0].attn
+    assert (attn.n_heads, attn.n_kv_heads) == (8, 2)
+    assert attn.kv_proj.weight.shape == (2 * 2 * 8, 64)
+    cache = model.init_cache()
+    with torch.no_grad():
+        model(torch.tensor([[5, 6, 7]]), cache=cache)
+    assert cache[0].k.shape == (1, 2, 3, 8)
+
+
+@pytest.mark.parametrize("name, reference", [
+    ("gpt2-small", ("GPT2LMHeadModel", "GPT2Config", {})),
+    ("llama-7b-shape", ("LlamaForCausalLM", "LlamaConfig", dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32))),
+    ("llama-tiny", ("LlamaForCausalLM", "LlamaConfig", dict(
+        vocab_size=1000, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256))),
+])
+def test_the_recipes_count_the_reference_models_parameters(name, reference):
+    import transformers as tf
+
+    model_class, config_class, options = reference
+    with torch.device("meta"):
+        ref = getattr(tf, model_class)(getattr(tf, config_class)(**options))
+    expected = sum(p.numel() for p in ref.parameters())  # tied matrices once
+    assert footprint(resolve(get_recipe(name))).parameters == expected
+
+
+@pytest.mark.parametrize("variant, key, value, says", [
+    ("gpt2", "scale_attn_by_inverse_layer_idx", True, "scale_attn_by_inverse_layer_idx"),
+    ("gpt2", "activation_function", "gelu_fast", "activation_function"),
+    ("tinyllama", "rope_scaling", {"rope_type": "yarn", "factor": 4.0}, "rope_scaling"),
+    ("qwen2.5", "use_sliding_window", True, "use_sliding_window"),
+    ("mistral", "layer_types", ["full_attention", "sliding_attention"], "layer_types"),
+    ("tinyllama", "logits_soft_cap", 30.0, "logits_soft_cap"),
+])
+def test_options_zoo_cannot_express_are_refused_by_name(variant, key, value, says, folders,
+                                                        tmp_path):
+    folder = folders[variant][1]
+    changed = tmp_path / variant
+    changed.mkdir()
+    for f in folder.iterdir():
+        (changed / f.name).symlink_to(f)
+    config = json.loads((folder / "config.json").read_text())
+    (changed / "config.json").unlink()
+    (changed / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(zoo.FormatError, match=says):
+        zoo.build(f"local-dir:{changed}")
