@@ -108,8 +108,10 @@ def with_plugins(plugin_site, monkeypatch):
         yield plugin_site
 
 
-def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | None = None):
-    """Run the installed ``zoo`` command line in a fresh process."""
+def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | None = None,
+            input: str | None = None):
+    """Run the installed ``zoo`` command line in a fresh process (``input``: its standard
+    input)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     if pythonpath is not None:
@@ -117,7 +119,8 @@ def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | No
             p for p in (str(pythonpath), full_env.get("PYTHONPATH")) if p
         )
     return subprocess.run(
-        [sys.executable, "-m", "zoo", *args], capture_output=True, text=True, env=full_env
+        [sys.executable, "-m", "zoo", *args], capture_output=True, text=True, env=full_env,
+        input=input,
     )
 
 

@@ -88,3 +88,37 @@ def left_padded(vocab: int = VOCAB, low: int = 3):
         prompts[row, :pads] = 0
         mask[row, :pads] = 0
     return prompts, mask
+
+
+TEXT = ["The cat sat on the mat.", "A dog ran into the garden.",
+        "Über den Fluss führt eine Brücke.", "The weather is nice today, isn't it?",
+        "Zoë bought a café au lait and a crème brûlée.", "She sells sea shells by the shore."]
+"""Text for a tokenizer (German and French letters: characters of two bytes)."""
+
+
+def gpt2_with_tokenizer(folder: Path, vocab_size: int = 320):
+    """A GPT-2 (random weights, as ``save_language_model``'s) with a byte-level BPE
+    tokenizer trained here on :data:`TEXT`, saved as GPT2TokenizerFast writes it; its
+    end token <|endoftext|> is the last id."""
+    import transformers as tf
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(TEXT * 4, vocab_size=vocab_size - 1, min_frequency=1,
+                            show_progress=False)
+    bpe.add_special_tokens(["<|endoftext|>"])
+    tokenizer = tf.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer,
+                                           bos_token="<|endoftext|>",
+                                           eos_token="<|endoftext|>")
+    end = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = dict(PUBLISHED["gpt2"][2], vocab_size=len(tokenizer), bos_token_id=end,
+                  eos_token_id=end)
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(**config))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "wpe" not in name:
+                p.normal_(std=0.5 if "wte" in name else 0.25)
+    model.eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, tokenizer

@@ -17,7 +17,8 @@ import zoo
 from zoo.builder import footprint, get_recipe
 from zoo.resolver import resolve
 
-from .language_models import END, PUBLISHED, left_padded, save_language_model
+from .conftest import run_zoo
+from .language_models import END, PUBLISHED, gpt2_with_tokenizer, left_padded, save_language_model
 
 VARIANTS = list(PUBLISHED)
 
@@ -153,3 +154,71 @@ def test_options_zoo_cannot_express_are_refused_by_name(variant, key, value, say
     (changed / "config.json").write_text(json.dumps({**config, key: value}))
     with pytest.raises(zoo.FormatError, match=says):
         zoo.build(f"local-dir:{changed}")
+
+
+@pytest.fixture(scope="module")
+def with_tokenizer(tmp_path_factory):
+    """A GPT-2 and its own byte-level BPE tokenizer: (transformers model, tokenizer, folder)."""
+    folder = tmp_path_factory.mktemp("gpt2-text") / "gpt2"
+    return (*gpt2_with_tokenizer(folder), folder)
+
+
+PROMPTS = ["The cat", "Über den Fluss", "Zoë bought a"]
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_complete_gives_transformers_text_with_the_models_own_tokenizer(beams, with_tokenizer):
+    hf, tokenizer, folder = with_tokenizer
+    model = zoo.build(f"local-dir:{folder}")
+    tokenizer.padding_side, tokenizer.pad_token = "left", tokenizer.eos_token
+    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        ref = hf.generate(**batch, max_new_tokens=10, num_beams=beams, do_sample=False,
+                          pad_token_id=tokenizer.eos_token_id)
+    expected = tokenizer.batch_decode(ref[:, batch["input_ids"].shape[1]:],
+                                      skip_special_tokens=True)
+    assert zoo.complete(model, PROMPTS, max_new_tokens=10, num_beams=beams) == expected
+
+
+def test_streamed_text_is_the_completed_text_and_stops_after_a_stop_string(with_tokenizer):
+    _, _, folder = with_tokenizer
+    model = zoo.build(f"local-dir:{folder}")
+    whole = zoo.complete(model, PROMPTS, max_new_tokens=10)
+    for prompt, text in zip(PROMPTS, whole):
+        assert "".join(zoo.stream_text(model, prompt, max_new_tokens=10)) == text
+    steps = list(zoo.stream_text(model, PROMPTS, max_new_tokens=10))
+    assert ["".join(row) for row in zip(*steps)] == whole
+    stop = whole[0][3:5]  # a string that occurs in the first continuation
+    cut = zoo.complete(model, PROMPTS, max_new_tokens=10, stop=[stop])
+    assert cut[0] == whole[0][:whole[0].index(stop) + len(stop)]
+    assert "".join(zoo.stream_text(model, PROMPTS[0], max_new_tokens=10, stop=[stop])) == cut[0]
+
+
+def test_a_character_split_across_tokens_is_shown_whole(with_tokenizer):
+    from zoo.decoding.text import TextPieces
+
+    _, tokenizer, _ = with_tokenizer
+    first, second = tokenizer.convert_tokens_to_ids(["Ã", "©"])  # é's two bytes, apart
+    pieces = TextPieces(tokenizer, (), {tokenizer.eos_token_id})
+    assert [pieces.add(t) for t in (first, second, tokenizer.eos_token_id)] == ["", "é", ""]
+    assert pieces.text == "é" and pieces.done
+
+
+def test_zoo_generate_streams_continuations_of_prompts_and_standard_input(with_tokenizer):
+    _, _, folder = with_tokenizer
+    model = zoo.build(f"local-dir:{folder}")
+    expected = zoo.complete(model, PROMPTS[:2], max_new_tokens=6)
+    done = run_zoo("generate", f"local-dir:{folder}", PROMPTS[0], "-", "--max-new-tokens",
+                   "6", input=PROMPTS[1] + "\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == [p + t for p, t in zip(PROMPTS, expected)]
+    sampled = [run_zoo("generate", f"local-dir:{folder}", PROMPTS[0], "--only-new",
+                       "--temperature", "0.8", "--top-p", "0.9", "--seed", "5",
+                       "--max-new-tokens", "6").stdout for _ in range(2)]
+    assert sampled[0] == sampled[1]
+    assert sampled[0].rstrip("\n") == zoo.complete(model, PROMPTS[:1], max_new_tokens=6,
+                                                    do_sample=True, temperature=0.8,
+                                                    top_p=0.9, seed=5)[0]
+    wrong = run_zoo("generate", f"local-dir:{folder}", "x", "--beam", "0")
+    assert wrong.returncode != 0 and "num_beams" in wrong.stderr
+    assert "Traceback" not in wrong.stderr

@@ -45,6 +45,8 @@ _LAZY = {
     "TrainRecipe": "zoo.training.config",
     "generate": "zoo.decoding",
     "stream": "zoo.decoding",
+    "complete": "zoo.decoding.text",
+    "stream_text": "zoo.decoding.text",
     "GenerationSettings": "zoo.decoding",
     "quantize": "zoo.quantization",
     "KVCache": "zoo.cache",

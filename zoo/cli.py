@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench.cli import add_bench
+from .cli_decode import add_generate, add_translate
 from .version import __version__
 
 
@@ -387,56 +388,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- zoo translate -------------------------------------------------------------------------------
-def add_translate(sub) -> None:
-    """``zoo translate RUN TEXT ...``."""
-    p = sub.add_parser("translate", help="decode text with a trained run (translation, sort) "
-                       "or a translation model from the Hub (opus-mt, T5, BART)")
-    p.add_argument("run", help="a run folder (runs/translate-de-en), a run saved with "
-                   "zoo save / zoo push (local-dir:PATH, hf-hub:OWNER/NAME), or a "
-                   "transformers model folder (hf-hub:Helsinki-NLP/opus-mt-de-en)")
-    p.add_argument("text", nargs="+", help="one or more inputs")
-    p.add_argument("--beam", type=int, help="beam size (1: greedy); default the model's "
-                   "own (a run's task's, an imported model's generation settings)")
-    p.add_argument("--max-new-tokens", type=int, help="default the model's own (a run's "
-                   "task's limit for the input's length, an imported model's max_length)")
-    p.add_argument("--device")
-    p.add_argument("--int8", action="store_true", help="decode with the model quantized to "
-                   "int8 (zoo.quantize: int8 linear layers, CPU)")
-    p.set_defaults(func=cmd_translate)
-
-
-def cmd_translate(args: argparse.Namespace) -> int:
-    """Decode each input with a trained run's model, or an imported model with its own
-    tokenizer and generation settings."""
-    from .builder import imported_model
-    from .training.runs import load_run
-
-    if args.int8 and args.device not in (None, "cpu"):
-        raise SystemExit("zoo translate: --int8 runs on the CPU; leave out --device")
-    model = imported_model(args.run, device=args.device, quantize="int8" if args.int8 else None)
-    if model is not None:
-        changes = {} if args.beam is None else {"num_beams": args.beam}
-        if args.max_new_tokens is not None:
-            changes["max_new_tokens"] = args.max_new_tokens
-        for line in model.imported.translate(model, args.text, **changes):
-            print(line)
-        return 0
-    run = load_run(args.run, device=args.device)
-    if not hasattr(run.task, "translate"):
-        raise SystemExit(f"zoo: the task of {args.run} ({run.recipe.task.name}) does not "
-                         "decode text")
-    model = run.model
-    if args.int8:
-        from .quantization import quantize
-
-        model = quantize(model)  # on the CPU: --device was checked above
-    for line in run.task.translate(model, args.text, beam_size=args.beam,
-                                   max_new_tokens=args.max_new_tokens):
-        print(line)
-    return 0
-
-
 # -- zoo export ----------------------------------------------------------------------------------
 def add_export(sub) -> None:
     """``zoo export SOURCE --format ctranslate2|onnx|transformers --out DIR``."""
@@ -616,7 +567,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 # -- the parser ----------------------------------------------------------------------------------
 COMMANDS = (add_list, add_save, add_push, add_pull, add_components, add_info, add_plugins,
-            add_env, add_native, add_train, add_translate, add_export, add_plot,
+            add_env, add_native, add_train, add_translate, add_generate, add_export, add_plot,
             add_attention_map, add_plot_positions, add_experiment, add_bench)
 """Each adds one subcommand (its arguments and its handler), in ``zoo --help``'s order."""
 
@@ -635,7 +586,7 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SPINNING_COMMANDS = ("translate", "bench")
+SPINNING_COMMANDS = ("translate", "generate", "bench")
 """Commands that keep libgomp's spinning: one request at a time, many short products."""
 TRAINING_COMMANDS = ("train", "experiment")
 """Commands that keep libgomp's spinning when the machine is idle as they start."""

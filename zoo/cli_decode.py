@@ -1,0 +1,162 @@
+"""The commands that decode text: ``zoo translate`` (a source to its translation) and
+``zoo generate`` (a prompt to its continuation, streamed)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+# -- zoo translate -------------------------------------------------------------------------------
+def add_translate(sub) -> None:
+    """``zoo translate RUN TEXT ...``."""
+    p = sub.add_parser("translate", help="decode text with a trained run (translation, sort) "
+                       "or a translation model from the Hub (opus-mt, T5, BART)")
+    p.add_argument("run", help="a run folder (runs/translate-de-en), a run saved with "
+                   "zoo save / zoo push (local-dir:PATH, hf-hub:OWNER/NAME), or a "
+                   "transformers model folder (hf-hub:Helsinki-NLP/opus-mt-de-en)")
+    p.add_argument("text", nargs="+", help="one or more inputs")
+    p.add_argument("--beam", type=int, help="beam size (1: greedy); default the model's "
+                   "own (a run's task's, an imported model's generation settings)")
+    p.add_argument("--max-new-tokens", type=int, help="default the model's own (a run's "
+                   "task's limit for the input's length, an imported model's max_length)")
+    p.add_argument("--device")
+    p.add_argument("--int8", action="store_true", help="decode with the model quantized to "
+                   "int8 (zoo.quantize: int8 linear layers, CPU)")
+    p.set_defaults(func=cmd_translate)
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    """Decode each input with a trained run's model, or an imported model with its own
+    tokenizer and generation settings."""
+    from .builder import imported_model
+    from .training.runs import load_run
+
+    if args.int8 and args.device not in (None, "cpu"):
+        raise SystemExit("zoo translate: --int8 runs on the CPU; leave out --device")
+    model = imported_model(args.run, device=args.device, quantize="int8" if args.int8 else None)
+    if model is not None:
+        changes = {} if args.beam is None else {"num_beams": args.beam}
+        if args.max_new_tokens is not None:
+            changes["max_new_tokens"] = args.max_new_tokens
+        for line in model.imported.translate(model, args.text, **changes):
+            print(line)
+        return 0
+    run = load_run(args.run, device=args.device)
+    if not hasattr(run.task, "translate"):
+        raise SystemExit(f"zoo: the task of {args.run} ({run.recipe.task.name}) does not "
+                         "decode text")
+    model = run.model
+    if args.int8:
+        from .quantization import quantize
+
+        model = quantize(model)  # on the CPU: --device was checked above
+    for line in run.task.translate(model, args.text, beam_size=args.beam,
+                                   max_new_tokens=args.max_new_tokens):
+        print(line)
+    return 0
+
+
+# -- zoo generate --------------------------------------------------------------------------------
+SAMPLING = ("temperature", "top_k", "top_p", "min_p")
+"""The options that mean sampling: giving one samples, unless --greedy."""
+
+
+def add_generate(sub) -> None:
+    """``zoo generate MODEL PROMPT ...``."""
+    p = sub.add_parser("generate", help="continue prompts with a language model (GPT-2, "
+                       "Llama, Qwen2, Mistral from the Hub, or a trained run), streamed")
+    p.add_argument("model", help="a transformers folder (local-dir:PATH, hf-hub:OWNER/NAME) "
+                   "or a run folder trained on text")
+    p.add_argument("prompt", nargs="+", help="one or more prompts; - reads one prompt per "
+                   "line of standard input")
+    p.add_argument("--max-new-tokens", type=int, help="default the model's own settings")
+    p.add_argument("--temperature", type=float, help="sample at this temperature")
+    p.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
+    p.add_argument("--top-p", type=float, help="sample among the most likely tokens holding "
+                   "this probability (nucleus sampling)")
+    p.add_argument("--min-p", type=float, help="sample among tokens at least this times as "
+                   "likely as the most likely")
+    p.add_argument("--repetition-penalty", type=float)
+    p.add_argument("--seed", type=int, help="the sampler's seed: a run repeats exactly")
+    p.add_argument("--beam", type=int, help="beam search of this many beams (not streamed)")
+    choice = p.add_mutually_exclusive_group()
+    choice.add_argument("--sample", action="store_true", help="sample (the model's own "
+                        "filters), as --temperature and the other sampling options do")
+    choice.add_argument("--greedy", action="store_true", help="the most likely token each "
+                        "step, whatever the model's own settings say")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="end a continuation right after this text (repeatable)")
+    p.add_argument("--only-new", action="store_true", help="print only the new text, not "
+                   "the prompt before it")
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_generate)
+
+
+def _prompts(given: list[str]) -> list[str]:
+    prompts = []
+    for prompt in given:
+        if prompt == "-":
+            prompts += [line.rstrip("\n") for line in sys.stdin if line.strip()]
+        else:
+            prompts.append(prompt)
+    if not prompts:
+        raise SystemExit("zoo generate: no prompt (standard input was empty)")
+    return prompts
+
+
+def _generation_changes(args: argparse.Namespace) -> dict:
+    changes = {name: getattr(args, name) for name in (*SAMPLING, "repetition_penalty", "seed",
+                                                      "max_new_tokens")
+               if getattr(args, name) is not None}
+    if args.beam is not None:
+        changes.update(num_beams=args.beam, do_sample=False)
+    elif args.greedy:
+        changes.update(do_sample=False, num_beams=1)
+    elif args.sample or any(getattr(args, name) is not None for name in SAMPLING):
+        changes.update(do_sample=True, num_beams=1)
+    return changes
+
+
+def _language_model(name: str, device):
+    """The model ``name`` names and its tokenizer: an imported one's own, or a run's
+    task's."""
+    from .builder import imported_model
+    from .training.runs import load_run
+
+    model = imported_model(name, device=device)
+    if model is not None:
+        if not getattr(model, "decoder_only", False):
+            raise SystemExit(f"zoo generate: {name} is not a language model (a "
+                             f"{model.imported.format} model); zoo translate decodes it")
+        return model, None
+    run = load_run(name, device=device)
+    if not getattr(run.model, "decoder_only", False) or not hasattr(run.task, "text_tokenizer"):
+        raise SystemExit(f"zoo generate: the run {name} ({run.recipe.task.name}) is not a "
+                         "language model trained on text; zoo translate decodes "
+                         "sequence-to-sequence runs")
+    return run.model, run.task.text_tokenizer()
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Continue each prompt, streaming its new text as it is chosen (all of it at once
+    for beam search)."""
+    from .decoding import settings_for
+    from .decoding.text import complete, stream_text
+
+    prompts = _prompts(args.prompt)
+    model, tokenizer = _language_model(args.model, args.device)
+    changes = _generation_changes(args)
+    settings_for(model, None, **changes)  # a setting out of range: one zoo error, first
+    for prompt in prompts:
+        if not args.only_new:
+            print(prompt, end="", flush=True)
+        if args.beam is not None and args.beam > 1:
+            print(complete(model, [prompt], tokenizer=tokenizer, stop=args.stop,
+                           **changes)[0], end="")
+        else:
+            for piece in stream_text(model, prompt, tokenizer=tokenizer, stop=args.stop,
+                                     **changes):
+                print(piece, end="", flush=True)
+        print(flush=True)
+    return 0

@@ -1,0 +1,159 @@
+"""Text in, text out, through the one engine: prompts read by a model's own tokenizer,
+the new tokens decoded back, all at once (:func:`complete`) or as they come
+(:func:`stream_text`, for a terminal or a server), ending at the model's end token or at
+a stop string.
+
+The tokenizer is transformers' kind (``tokenizer(texts, padding=True)``,
+``tokenizer.decode(ids)``): an imported model's own (``model.imported.tokenizer()``),
+or one given. Prompts are padded on the left, as generation needs. Text streams in
+pieces that never split a character: a piece whose bytes end inside one (a byte-level
+BPE token holding half a UTF-8 sequence) waits for the next token. A stop string ends
+the text right after it, as transformers' ``stop_strings`` do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ..errors import RecipeError
+from . import generate, settings_for, stream
+
+PARTIAL = "\ufffd"
+"""What a tokenizer decodes an unfinished UTF-8 sequence as."""
+
+
+def model_tokenizer(model, tokenizer: Any = None) -> Any:
+    """``tokenizer``, else the model's own (an imported model's, or one a trained run's
+    task gave it as ``model.tokenizer``), ready for prompts: padded on the left, its pad
+    token the end token where it has none (GPT-2, Llama)."""
+    if tokenizer is None:
+        imported = getattr(model, "imported", None)
+        tokenizer = imported.tokenizer() if imported is not None else getattr(
+            model, "tokenizer", None)
+    if tokenizer is None:
+        raise RecipeError(f"this {type(model).__name__} has no tokenizer of its own (it was "
+                          "built from a recipe, not imported or trained on text): give "
+                          "tokenizer=, or generate from token ids with zoo.generate")
+    if getattr(tokenizer, "padding_side", "left") != "left":
+        tokenizer.padding_side = "left"
+    if getattr(tokenizer, "pad_token", "") is None and getattr(tokenizer, "eos_token", None):
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], device=None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts as (B, L) token ids padded on the left, and their padding mask (True at
+    padding)."""
+    if isinstance(prompts, str) or not prompts:
+        raise RecipeError("prompts are a list of one or more texts")
+    batch = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    ids, mask = batch["input_ids"], batch["attention_mask"] == 0
+    if ids.shape[1] == 0:
+        raise RecipeError("the prompts hold no tokens: give each prompt some text")
+    return ids.to(device), mask.to(device)
+
+
+def _stopped(text: str, stops: Sequence[str], start: int = 0) -> int | None:
+    """Where ``text`` ends if a stop string occurs in it from ``start`` on: right after
+    the first one to end (None: none occurs)."""
+    ends = [i + len(s) for s in stops if (i := text.find(s, start)) >= 0]
+    return min(ends) if ends else None
+
+
+class TextPieces:
+    """One prompt's new tokens turned into text as they come: :meth:`add` gives what may
+    be shown now (never half a character), :meth:`rest` what was held back; ``text`` is
+    the text so far, ``done`` True once the end token or a stop string came."""
+
+    def __init__(self, tokenizer, stops: Sequence[str], eos: set[int]) -> None:
+        self.tokenizer, self.stops, self.eos = tokenizer, stops, eos
+        self.ids: list[int] = []
+        self.text, self.shown, self.done = "", 0, False
+
+    def add(self, token: int) -> str:
+        """Take the next token; return the new text that may be shown now."""
+        if self.done:
+            return ""
+        if token in self.eos:
+            self.done = True
+            return self.rest()
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        longest = max((len(s) for s in self.stops), default=0)
+        end = _stopped(text, self.stops, max(0, len(self.text) - longest))
+        if end is not None:
+            self.done = True
+            text = text[:end]
+        self.text = text
+        return self._show(text if self.done else text.rstrip(PARTIAL))
+
+    def rest(self) -> str:
+        """The text not shown yet (held back at the end of a stream)."""
+        return self._show(self.text)
+
+    def _show(self, text: str) -> str:
+        piece = text[self.shown:]
+        self.shown = max(self.shown, len(text))
+        return piece
+
+
+def _rows(model, tokenizer, prompts, stops, changes):
+    tokenizer = model_tokenizer(model, tokenizer)
+    device = next(model.parameters()).device
+    ids, mask = encode_prompts(tokenizer, prompts, device)
+    settings = settings_for(model, None, **changes)
+    rows = [TextPieces(tokenizer, tuple(stops), set(settings.eos_ids)) for _ in prompts]
+    return ids, mask, settings, rows
+
+
+@torch.no_grad()
+def stream_text(model, prompts: str | Sequence[str], *, tokenizer: Any = None,
+                stop: Sequence[str] = (), **changes: Any) -> Iterator[str] | Iterator[list[str]]:
+    """The new text after ``prompts`` as it comes: for one prompt (a ``str``) its pieces
+    (``str``), for a list one list of pieces per step, a piece per prompt ("" where none
+    is new). Ends when every prompt has met its end token or a ``stop`` string, or at
+    the length limit. ``changes`` are generation settings (``max_new_tokens=64,
+    do_sample=True, temperature=0.8, seed=0``); beam search chooses only at its end,
+    so it does not stream."""
+    single = isinstance(prompts, str)
+    ids, mask, settings, rows = _rows(model, tokenizer, [prompts] if single else prompts,
+                                      stop, changes)
+    for tokens in stream(model.eval(), ids, settings, padding_mask=mask):
+        pieces = [row.add(int(t)) for row, t in zip(rows, tokens.tolist())]
+        if single:
+            if pieces[0]:
+                yield pieces[0]
+        else:
+            yield pieces
+        if all(row.done for row in rows):
+            return
+    tails = [row.rest() for row in rows]  # the length limit: what was held back
+    if single:
+        if tails[0]:
+            yield tails[0]
+    elif any(tails):
+        yield tails
+
+
+@torch.no_grad()
+def complete(model, prompts: Sequence[str], *, tokenizer: Any = None,
+             stop: Sequence[str] = (), **changes: Any) -> list[str]:
+    """The new text after each prompt, decoded by the model's settings with ``changes``
+    (greedy, sampled or beam search), each cut right after a ``stop`` string."""
+    ids, mask, settings, rows = _rows(model, tokenizer, list(prompts), stop, changes)
+    if settings.num_beams == 1:  # step by step, so that stop strings end it early
+        for tokens in stream(model.eval(), ids, settings, padding_mask=mask):
+            for row, t in zip(rows, tokens.tolist()):
+                row.add(int(t))
+            if all(row.done for row in rows):
+                break
+    else:
+        out = generate(model.eval(), ids, settings, padding_mask=mask)
+        for row, tokens in zip(rows, out.tolist()):
+            for t in tokens:
+                row.add(t)
+    return [row.text for row in rows]
