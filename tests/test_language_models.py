@@ -7,6 +7,9 @@ zoo cannot express are refused by name."""
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -222,3 +225,61 @@ def test_zoo_generate_streams_continuations_of_prompts_and_standard_input(with_t
     wrong = run_zoo("generate", f"local-dir:{folder}", "x", "--beam", "0")
     assert wrong.returncode != 0 and "num_beams" in wrong.stderr
     assert "Traceback" not in wrong.stderr
+
+
+needs_trans = pytest.mark.skipif(not Path("/usr/share/trans/de-en").exists(),
+                                 reason="Debian's trans-de-en is not installed")
+
+
+def _unigram_perplexity(task) -> float:
+    """The held-out perplexity of the training split's token frequencies (add-one): what
+    a model that ignores every token before the next one reaches at best, near enough."""
+    counts = Counter(t for ids in task.dataset("train") for t in ids[1:])
+    total, vocab = sum(counts.values()), task.tokenizer.get_vocab_size()
+    test = [t for ids in task.dataset("test") for t in ids[1:]]
+    nll = -sum(math.log((counts[t] + 1) / (total + vocab)) for t in test) / len(test)
+    return math.exp(nll)
+
+
+@needs_trans
+def test_the_language_model_task_reads_sentences_and_its_loss_is_the_next_token_loss(tmp_path):
+    from zoo.plugins.tasks.language_model import EnglishLanguageModel, LanguageModelSettings
+
+    task = EnglishLanguageModel(LanguageModelSettings(vocab_size=500, max_train=400),
+                                workdir=tmp_path)
+    task.prepare()
+    tokenizer = task.text_tokenizer()
+    sentence = "The weather is nice today, isn't it? Zoë's café."
+    assert tokenizer.decode(tokenizer(sentence)["input_ids"]) == sentence  # byte-level: exact
+    model = zoo.build("gpt2-tiny", **task.model_overrides(), dropout=0.0).eval()
+    batch = task.collate(task.dataset("valid")[:5])
+    loss, count = task.loss(model, batch, torch.nn.functional.cross_entropy)
+    logits = model(batch["tokens"])
+    keep = batch["target"] != 0
+    expected = torch.nn.functional.cross_entropy(logits[keep], batch["target"][keep])
+    torch.testing.assert_close(loss, expected)
+    assert count == int(keep.sum())
+    metrics = task.evaluate(model, "valid", limit=5)
+    assert metrics["perplexity"] == pytest.approx(math.exp(expected.item()), rel=1e-4)
+    # each sentence is in one split only (byte-level BPE: two texts never share their ids)
+    held_out = {tuple(ids) for split in ("valid", "test") for ids in task.dataset(split)}
+    assert held_out.isdisjoint(tuple(ids) for ids in task.dataset("train"))
+
+
+@needs_trans
+@pytest.mark.slow(seconds=90)
+def test_lm_english_learns_in_a_minute_and_the_run_generates_text(tmp_path):
+    result = zoo.train("lm-english", run_dir=tmp_path / "lm", progress=False,
+                       overrides={"train.time_limit_minutes": 1})
+    task_perplexity = result.metrics["perplexity"]
+    from zoo.training.runs import load_run
+
+    run = load_run(tmp_path / "lm")
+    run.task.prepare()
+    unigram = _unigram_perplexity(run.task)
+    # a minute of training halves the perplexity of word frequencies alone (CI's slowest
+    # hour measured: see docs/language-models.md)
+    assert task_perplexity < 0.5 * unigram, (task_perplexity, unigram)
+    done = run_zoo("generate", str(tmp_path / "lm"), "The weather", "--max-new-tokens", "12")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("The weather") and len(done.stdout) > len("The weather\n")

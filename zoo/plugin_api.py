@@ -31,6 +31,7 @@ from .decoding import (
     sample,
     stream,
 )
+from .decoding.text import complete, stream_text
 from .format_base import (
     BOOKKEEPING,
     Format,
@@ -79,7 +80,8 @@ __all__ = [
     # architectures
     "Slot",
     # decoding
-    "generate", "stream", "GenerationSettings", "filter_logits", "length_penalty",
+    "generate", "stream", "complete", "stream_text", "GenerationSettings", "filter_logits",
+    "length_penalty",
     "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
     # formats
     "Format", "Options", "BOOKKEEPING", "generation_settings", "generation_json",

@@ -48,6 +48,8 @@ class Task(Protocol):
         """Metrics on ``split`` (at most ``limit`` examples), including ``metric``."""
 
 
+# Optional: ``lower_is_better = True`` when a smaller ``metric`` is the better one
+# (perplexity): the loop's best checkpoint, ``target`` and patience then follow it down.
 # Optional: ``data_bytes() -> int | None``, about how much memory ``prepare`` will hold.
 # The training loop calls it before ``prepare`` and refuses, with MemoryBudgetError,
 # data larger than the machine's memory (a typo of num_samples, say).

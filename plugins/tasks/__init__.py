@@ -20,6 +20,13 @@ def register_tasks(register):
         capabilities={"architectures": ("seq2seq",)},
     )
     register(
+        "lm-english",
+        "zoo.plugins.tasks.language_model:EnglishLanguageModel",
+        description="Next-token prediction on the English sentences of Debian's trans-de-en; "
+                    "byte-level BPE; perplexity",
+        capabilities={"architectures": ("decoder",)},
+    )
+    register(
         "fashion-mnist",
         "zoo.plugins.tasks.fashion_mnist:FashionMNIST",
         description="Fashion-MNIST (60k/10k 28x28 images, 10 classes) from Debian's "

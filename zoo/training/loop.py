@@ -521,12 +521,15 @@ class Trainer:
             self._say(f"step {self.step} (epoch {self.epoch}): validation "
                       + ", ".join(f"{k} {v:.5g}" for k, v in metrics.items()))
             target, metric = self.recipe.target, self.task.metric
-            value = metrics.get(metric, -math.inf)
-            if target is not None and value >= target:
+            lower = getattr(self.task, "lower_is_better", False)  # perplexity, a loss
+            sign = -1.0 if lower else 1.0
+            value = metrics.get(metric, math.inf if lower else -math.inf)
+            if target is not None and sign * value >= sign * target:
                 reached[0] = 1
+                than = "\u2264" if lower else "\u2265"
                 self._say(f"target reached at step {self.step}: validation {metric} "
-                          f"{metrics[metric]:.5g} \u2265 {target:g}")
-            if self.best is None or value > self.best:
+                          f"{metrics[metric]:.5g} {than} {target:g}")
+            if self.best is None or sign * value > sign * self.best:
                 self.best, self.since_best = value, 0
                 if self.recipe.keep_best:
                     save_best(self.folder.path, self.model, self.step, metric, value)
