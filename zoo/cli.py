@@ -396,8 +396,8 @@ def add_export(sub) -> None:
     p.add_argument("source", help="a run folder (runs/translate-de-en), a recipe, "
                    "local-dir:PATH or hf-hub:OWNER/NAME")
     p.add_argument("--format", required=True, choices=["ctranslate2", "onnx", "transformers"],
-                   help="transformers: a folder from_pretrained loads (Marian; "
-                   "docs/from-the-hub.md)")
+                   help="transformers: a folder from_pretrained loads (Marian, GPT-2, "
+                   "Llama, Qwen2, Mistral; docs/from-the-hub.md, docs/language-models.md)")
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--quantization", help="ctranslate2: CTranslate2's weight type (int8, "
                    "int8_float32, float16, ...); default float32")

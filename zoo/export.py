@@ -12,9 +12,10 @@ back to the transformers format.
   ``encoder.onnx`` (source ids to memory) and ``decoder.onnx`` (target ids, memory,
   source ids to logits over the whole target, no cache), through ``torch.onnx.export``
   with the batch and lengths dynamic. ONNX Runtime runs them.
-- ``transformers``: a ``seq2seq`` model a transformers family expresses (through a
-  ``format`` plugin with ``exports``: Marian, the paper's base Transformer among
-  them) becomes a folder ``from_pretrained`` loads with the same logits:
+- ``transformers``: a ``seq2seq`` or ``decoder`` model a transformers family
+  expresses (through a ``format`` plugin with ``exports``: Marian, the paper's base
+  Transformer among them; GPT-2; Llama, Qwen2, Mistral) becomes a folder
+  ``from_pretrained`` loads with the same logits:
   ``config.json``, ``generation_config.json``, ``model.safetensors`` and, for a model
   imported from such a folder, its tokenizer's files. Anything else is refused by name.
 
@@ -407,8 +408,10 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
             for path in Path(source).iterdir():
                 if path.is_file() and _tokenizer_file(path.name):
                     (tmp / path.name).write_bytes(path.read_bytes())
+        auto = ("AutoModelForCausalLM" if getattr(model, "decoder_only", False)
+                else "AutoModelForSeq2SeqLM")
         _describe(tmp, model, "transformers", {"family": component.name,
-                                               "load": "AutoModelForSeq2SeqLM.from_pretrained"})
+                                               "load": f"{auto}.from_pretrained"})
     return Path(folder)
 
 

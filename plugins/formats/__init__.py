@@ -33,14 +33,14 @@ def register_formats(register):
         "gpt2",
         "zoo.plugins.formats.gpt2:GPT2Format",
         description="transformers' GPT2LMHeadModel (Radford et al. 2019)",
-        capabilities={"model_types": ("gpt2",)},
+        capabilities={"model_types": ("gpt2",), "exports": True},
     )
     register(
         "llama",
         "zoo.plugins.formats.llama:LlamaFormat",
         description="transformers' LlamaForCausalLM, MistralForCausalLM and "
                     "Qwen2ForCausalLM (Llama 2 and 3, TinyLlama, Mistral, Qwen2.5)",
-        capabilities={"model_types": ("llama", "mistral", "qwen2")},
+        capabilities={"model_types": ("llama", "mistral", "qwen2"), "exports": True},
     )
     register(
         "timm-vit",

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Format, FormatError
+from zoo.plugin_api import Format, FormatError, generation_json
 
-from ._decoder import ACTIVATIONS, decoder_generation
+from ._decoder import ACTIVATIONS, common_problems, decoder_generation, part, refuse, to_family
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json")
@@ -43,7 +43,8 @@ MASKS = re.compile(r"^(?:transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$")
 
 
 class GPT2Format(Format):
-    """Reads transformers' GPT-2 folders."""
+    """Reads transformers' GPT-2 folders, and writes zoo's decoder models that GPT-2
+    expresses (``zoo export --format transformers``)."""
 
     family = "gpt2"
     files = TOKENIZER_FILES
@@ -136,3 +137,72 @@ class GPT2Format(Format):
         """transformers' settings, lengths counting the prompt (20 tokens in all unless
         the files say otherwise, as transformers' default)."""
         return decoder_generation(config, generation, self.family)
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any]):
+        """A zoo decoder recipe as GPT2LMHeadModel's config.json, generation_config.json
+        and state dict; what GPT-2 cannot express is refused by name."""
+        found = common_problems(recipe, "gpt2")
+        if found and found[0].startswith("architecture"):
+            refuse(found, "gpt2")
+        s = recipe["architecture"].get("settings", {})
+        for key in ("n_kv_heads", "head_dim"):
+            if s.get(key) not in (None, s.get("n_heads") if key == "n_kv_heads" else None):
+                found.append(f"{key} {s[key]!r}: GPT-2's heads are n_embd / n_head, one "
+                             "key/value head each")
+        name, settings = part(recipe, "attention")
+        if settings.get("bias") is False or settings.get("out_bias") is False \
+                or settings.get("window"):
+            found.append(f"attention {settings}: GPT-2's has biases and sees every key")
+        name, settings = part(recipe, "positional")
+        if name != "learned" or settings.get("offset", 0):
+            found.append(f"positional {name} {settings}: GPT-2's positions are learned, "
+                         "from row 0")
+        norm, norm_settings = part(recipe, "norm")
+        if norm != "layernorm" or norm_settings.get("bias") is False:
+            found.append(f"norm {norm} {norm_settings}: GPT-2's is a LayerNorm with a bias")
+        ffn, ffn_settings = part(recipe, "ffn")
+        tanh = ffn_settings.get("approximate") == "tanh"
+        wanted = (ffn, {"approximate": "tanh"} if tanh else {})
+        activation = next((act for act, zoo_ffn in ACTIVATIONS.items() if zoo_ffn == wanted),
+                          None)
+        if activation is None or ffn_settings.get("bias") is False:
+            found.append(f"ffn {ffn} {ffn_settings}: GPT-2's network is one activation "
+                         f"({', '.join(sorted(ACTIVATIONS))}) between two biased layers")
+        refuse(found, "gpt2")
+        d = s.get("d_model", 768)
+        config = {
+            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+            "vocab_size": s["vocab_size"], "n_embd": d, "n_head": s.get("n_heads", 12),
+            "n_layer": s.get("layers", 12), "n_inner": s.get("d_ff", 3072),
+            "n_positions": s.get("max_len", 1024), "activation_function": activation,
+            "resid_pdrop": s.get("dropout", 0.1), "embd_pdrop": s.get("dropout", 0.1),
+            "attn_pdrop": s.get("attention_dropout", 0.0),
+            "layer_norm_epsilon": norm_settings.get("eps", 1e-5),
+            "tie_word_embeddings": s.get("tie_output", True),
+            "bos_token_id": generation["start_id"], "eos_token_id": generation["eos_ids"][0],
+        }
+        return config, generation_json(generation), _to_gpt2(state, d, config)
+
+
+def _to_gpt2(state: dict[str, torch.Tensor], d: int, config: dict) -> dict[str, torch.Tensor]:
+    """zoo's decoder state dict in GPT-2's names (linear weights as Conv1D's, q, k and v
+    in one c_attn)."""
+    back = {v: k for k, v in NAMES.items()}
+
+    def layer(i: str, name: str, kind: str, value: torch.Tensor) -> dict[str, torch.Tensor]:
+        if name == "attn.kv_proj":
+            return {}
+        if name == "attn.q_proj":
+            value = torch.cat([value, state[f"layers.{i}.attn.kv_proj.{kind}"]])
+            name = "attn.c_attn"
+        else:
+            name = back[name]
+        if kind == "weight" and "ln" not in name:
+            value = value.t()
+        return {f"transformer.h.{i}.{name}.{kind}": value.contiguous()}
+
+    top = {"embed.weight": "transformer.wte.weight", "positional.weight":
+           "transformer.wpe.weight", "norm.weight": "transformer.ln_f.weight",
+           "norm.bias": "transformer.ln_f.bias"}
+    return to_family(state, top, config["tie_word_embeddings"], layer)

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Format, FormatError, Options
+from zoo.plugin_api import Format, FormatError, Options, generation_json
 
-from ._decoder import decoder_generation
+from ._decoder import common_problems, decoder_generation, part, refuse, to_family
 from ._kv import KeysValues
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
@@ -71,7 +71,8 @@ def _rope(options: Options) -> dict[str, Any]:
 
 
 class LlamaFormat(Format):
-    """Reads transformers' Llama, Mistral and Qwen2 folders."""
+    """Reads transformers' Llama, Mistral and Qwen2 folders, and writes zoo's decoder
+    models that they express (``zoo export --format transformers``)."""
 
     family = "llama"
     files = TOKENIZER_FILES
@@ -177,3 +178,91 @@ class LlamaFormat(Format):
                    generation: dict[str, Any]) -> dict[str, Any] | None:
         """transformers' settings, lengths counting the prompt."""
         return decoder_generation(config, generation, config.get("model_type", "llama"))
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any]):
+        """A zoo decoder recipe as LlamaForCausalLM's config.json (Qwen2's with biases on
+        q, k and v only, Mistral's with a window), generation_config.json and state dict;
+        what they cannot express is refused by name."""
+        found = common_problems(recipe, "llama")
+        if found and found[0].startswith("architecture"):
+            refuse(found, "llama")
+        s = recipe["architecture"].get("settings", {})
+        _, attention = part(recipe, "attention")
+        bias, out_bias = attention.get("bias", True), attention.get("out_bias")
+        out_bias = bias if out_bias is None else out_bias
+        kind = "qwen2" if (bias, out_bias) == (True, False) else (
+            "mistral" if attention.get("window") else "llama")
+        if kind != "qwen2" and bias != out_bias:
+            found.append(f"attention {attention}: Llama's projections all have biases or none")
+        if kind == "qwen2" and attention.get("window"):
+            found.append("attention window with Qwen2's biases: no transformers family has both")
+        name, rope = part(recipe, "positional")
+        if name != "rope" or rope.get("layout", "half") != "half":
+            found.append(f"positional {name} {rope}: Llama's positions are RoPE, halves paired")
+        norm, norm_settings = part(recipe, "norm")
+        if norm != "rmsnorm":
+            found.append(f"norm {norm}: Llama's is RMSNorm")
+        ffn, ffn_settings = part(recipe, "ffn")
+        act = {("swiglu", None): "silu", ("geglu", "tanh"): "gelu_pytorch_tanh",
+               ("geglu", None): "gelu", ("geglu", "none"): "gelu"}.get(
+            (ffn, ffn_settings.get("approximate")))
+        if act is None:
+            found.append(f"ffn {ffn}: Llama's network is gated (swiglu, geglu)")
+        refuse(found, "llama")
+        heads = s.get("n_heads", 32)
+        d = s.get("d_model", 4096)
+        config = {
+            "architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+                               "qwen2": "Qwen2ForCausalLM"}[kind]], "model_type": kind,
+            "vocab_size": s["vocab_size"], "hidden_size": d, "num_attention_heads": heads,
+            "num_key_value_heads": s.get("n_kv_heads") or heads,
+            "head_dim": s.get("head_dim") or d // heads,
+            "intermediate_size": s.get("d_ff", 11008), "num_hidden_layers": s.get("layers", 12),
+            "hidden_act": act, "max_position_embeddings": s.get("max_len", 1024),
+            "rms_norm_eps": norm_settings.get("eps", 1e-6),
+            "rope_theta": rope.get("base", 10000.0), "rope_scaling": _scaling(rope),
+            "attention_dropout": s.get("attention_dropout", 0.0),
+            "tie_word_embeddings": s.get("tie_output", True),
+            "bos_token_id": generation["start_id"], "eos_token_id": generation["eos_ids"][0],
+        }
+        if kind == "llama":
+            config.update(attention_bias=bias, mlp_bias=ffn_settings.get("bias", False))
+        elif ffn_settings.get("bias", False):
+            raise FormatError(f"this model cannot be written as {kind}: its feed-forward "
+                              f"network has biases, which {kind}'s has not")
+        if kind == "mistral":
+            config["sliding_window"] = attention["window"]
+        return config, generation_json(generation), _to_llama(state, config)
+
+
+def _scaling(rope: dict[str, Any]) -> dict[str, Any] | None:
+    """The rope component's scaling as ``rope_scaling``."""
+    scaling = rope.get("scaling", "none")
+    if scaling == "none":
+        return None
+    if scaling == "linear":
+        return {"rope_type": "linear", "factor": rope.get("factor", 1.0)}
+    return {"rope_type": "llama3", "factor": rope.get("factor", 1.0),
+            "low_freq_factor": rope.get("low_freq_factor", 1.0),
+            "high_freq_factor": rope.get("high_freq_factor", 4.0),
+            "original_max_position_embeddings": rope.get("original_max_len", 8192)}
+
+
+def _to_llama(state: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
+    """zoo's decoder state dict in Llama's names (kv_proj split into k_proj and v_proj)."""
+    back = {v: k for k, v in PROJ.items()}
+
+    def layer(i: str, name: str, kind: str, value: torch.Tensor) -> dict[str, torch.Tensor]:
+        if name in ("norm1", "norm2"):
+            which = "input_layernorm" if name == "norm1" else "post_attention_layernorm"
+            return {f"model.layers.{i}.{which}.{kind}": value}
+        if name == "attn.kv_proj":
+            k, v = value.chunk(2, dim=0)
+            return {f"model.layers.{i}.self_attn.k_proj.{kind}": k.contiguous(),
+                    f"model.layers.{i}.self_attn.v_proj.{kind}": v.contiguous()}
+        module = "self_attn" if name.startswith("attn.") else "mlp"
+        return {f"model.layers.{i}.{module}.{back[name]}_proj.{kind}": value}
+
+    top = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
+    return to_family(state, top, config["tie_word_embeddings"], layer)
