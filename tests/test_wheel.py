@@ -43,7 +43,7 @@ def _checkout_tokens() -> list[list[int]]:
     return model.generate(src, max_new_tokens=8).tolist()
 
 
-@pytest.mark.skipif(not native.available(), reason="zoo's kernels do not run here")
+@pytest.mark.skipif(not native.available(), reason="zoo's native libraries do not run here")
 def test_the_wheel_installed_apart_decodes_through_the_native_libraries(tmp_path):
     source = tmp_path / "source"
     for part in ("zoo", "plugins", "recipes"):
@@ -72,3 +72,19 @@ def test_the_wheel_installed_apart_decodes_through_the_native_libraries(tmp_path
     assert found["status"]["folder"] == native.status()["folder"]  # the same sources
     assert found["native_step"]
     assert found["tokens"] == _checkout_tokens()
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """Each folder of zoo's packages (an ``__init__.py`` under zoo/, plugins/, recipes/)
+    is listed in pyproject.toml's packages, as setuptools builds the wheel from that list
+    alone: a package left out is missing from every user's install."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    roots = {"zoo": "zoo", "plugins": "zoo.plugins", "recipes": "zoo.recipes"}
+    found = {".".join([roots[init.relative_to(ROOT).parts[0]],
+                       *init.relative_to(ROOT).parts[1:-1]])
+             for top in roots for init in (ROOT / top).rglob("__init__.py")
+             if "__pycache__" not in init.parts}
+    assert found - listed == set(), sorted(found - listed)
