@@ -24,8 +24,12 @@ from zoo.artifact import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 from .conftest import run_zoo
 from .hubserver import HubServer
 
-SMALL = ["transformer-tiny", "transformer-small", "vit-tiny-patch4-28", "vit-tiny-patch16-224"]
-LARGE = [n for n in zoo.list_recipes() if n not in SMALL]
+SMALL = ["transformer-tiny", "transformer-small", "vit-tiny-patch4-28", "vit-tiny-patch16-224",
+         "gpt2-tiny", "llama-tiny"]
+LARGE = [n for n in zoo.list_recipes() if n not in SMALL
+         and zoo.footprint(zoo.resolve(zoo.get_recipe(n))).parameters < 10**9]
+"""The other recipes this machine holds (llama-7b-shape's 6.7B parameters are only
+counted, in test_language_models.py)."""
 
 
 @pytest.fixture
@@ -59,6 +63,9 @@ def same_model(a: torch.nn.Module, b: torch.nn.Module, recipe: str) -> None:
             size = a.recipe.architecture.settings["image_size"]
             chans = a.recipe.architecture.settings.get("in_chans", 3)
             x = torch.randn(2, chans, size, size)
+            assert torch.equal(a(x), b(x))
+        elif getattr(a, "decoder_only", False):
+            x = torch.randint(4, a.recipe.architecture.settings["vocab_size"], (2, 9))
             assert torch.equal(a(x), b(x))
         else:
             x = torch.randint(4, a.recipe.architecture.settings["vocab_size"], (2, 9))

@@ -9,13 +9,18 @@ from torch import nn
 
 import zoo
 
-RECIPES = zoo.list_recipes()
+RECIPES = [n for n in zoo.list_recipes()
+           if zoo.footprint(zoo.resolve(zoo.get_recipe(n))).parameters < 10**9]
+"""The recipes this machine builds (llama-7b-shape's 6.7B parameters are only counted, in
+test_language_models.py)."""
 
 
 def batch_for(model, batch=2):
     s = model.settings
     if model.recipe.architecture.name == "vit":
         return (torch.randn(batch, s.in_chans, s.image_size, s.image_size),)
+    if getattr(model, "decoder_only", False):
+        return (torch.randint(1, s.vocab_size, (batch, 7)),)
     return (torch.randint(1, s.vocab_size, (batch, 9)), torch.randint(1, s.vocab_size, (batch, 7)))
 
 
