@@ -189,7 +189,7 @@ class LanguageModelCache(list):
             return torch.full((rows,), self.offset, dtype=torch.long, device=device)
         return (~self.padding).sum(1)
 
-    def reorder(self, index: torch.Tensor, **_: object) -> None:
+    def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search, or a first step spread over beams)."""
         for cache in self:
             cache.reorder(index)

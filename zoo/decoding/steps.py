@@ -91,7 +91,6 @@ class PromptSteps:
         self.cache = model.init_cache() if use_cache else None
         self.mask = _repeat(padding_mask, beams)
         """(N, L0) the prompts' padding, one row per beam (None: no padding)."""
-        self.first = True
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, T) sequences so far, the prompt first -> (N, V) float32 logits."""
@@ -101,8 +100,7 @@ class PromptSteps:
                 new = tokens.shape[1] - mask.shape[1]
                 mask = torch.nn.functional.pad(mask, (0, new), value=False)
             return self.model(tokens, padding_mask=mask)[:, -1].float()
-        if self.first:
-            self.first = False
+        if self.cache.offset == 0:  # the first step: each prompt once
             rows = slice(None, None, self.beams)
             mask = None if self.mask is None else self.mask[rows]
             logits = self.model(tokens[rows], padding_mask=mask, cache=self.cache)[:, -1]
