@@ -105,8 +105,13 @@ class Seq2SeqTask:
         return {"token_accuracy": correct / max(total, 1), "loss": nll / max(total, 1)}
 
     def batches(self, split: str, batch_size: int, device=None, limit: int | None = None):
-        data = self.dataset(split)
-        n = len(data) if limit is None else min(limit, len(data))
-        for start in range(0, n, batch_size):
-            batch = self.collate([data[i] for i in range(start, min(start + batch_size, n))])
-            yield {k: v.to(device) if device is not None else v for k, v in batch.items()}
+        return batches_of(self.dataset(split), self.collate, batch_size, device, limit)
+
+
+def batches_of(data, collate, batch_size: int, device=None, limit: int | None = None):
+    """The first ``limit`` items of ``data`` (all: None), ``batch_size`` at a time, collated
+    and moved to ``device``."""
+    n = len(data) if limit is None else min(limit, len(data))
+    for start in range(0, n, batch_size):
+        batch = collate([data[i] for i in range(start, min(start + batch_size, n))])
+        yield {k: v.to(device) if device is not None else v for k, v in batch.items()}

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._seq2seq import pad_batch
+from ._seq2seq import batches_of, pad_batch
 from .translate import DATA, sentence_pairs
 
 PAD, END = 0, 1
@@ -155,11 +155,7 @@ class EnglishLanguageModel:
         return loss, int(target.ne(PAD).sum())
 
     def batches(self, split: str, batch_size: int, device=None, limit: int | None = None):
-        data = self.dataset(split)
-        n = len(data) if limit is None else min(limit, len(data))
-        for start in range(0, n, batch_size):
-            batch = self.collate(data[start:min(start + batch_size, n)])
-            yield {k: v.to(device) if device is not None else v for k, v in batch.items()}
+        return batches_of(self.dataset(split), self.collate, batch_size, device, limit)
 
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int = 64, limit: int | None = None,
