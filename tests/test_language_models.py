@@ -319,3 +319,76 @@ def test_an_export_transformers_cannot_express_is_refused_by_name(tmp_path):
     with pytest.raises(ExportError, match="norm_placement 'post'"):
         export(model, tmp_path / "out", format="transformers")
     assert not (tmp_path / "out").exists()
+
+
+def _model_of(source, folders):
+    if source in folders:
+        return zoo.build(f"local-dir:{folders[source][1]}").eval()
+    return zoo.build(source, dropout=0.0, attention_dropout=0.0).eval()
+
+
+@pytest.mark.parametrize("source", ["gpt2", "tinyllama", "qwen2.5", "mistral", "llama-tiny"])
+def test_ctranslate2_generator_export_decodes_zoos_greedy_tokens(source, folders, tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from zoo.export import default_vocabulary, export
+
+    model = _model_of(source, folders)
+    export(model, tmp_path / "ct2", format="ctranslate2")
+    names = default_vocabulary(model.settings.vocab_size)
+    prompts, mask = left_padded(model.settings.vocab_size)
+    rows = [[names[int(t)] for t in row[keep.bool()]] for row, keep in zip(prompts, mask)]
+    found = ctranslate2.Generator(str(tmp_path / "ct2")).generate_batch(
+        rows, max_length=10, sampling_topk=1, include_prompt_in_result=False, end_token=[])
+    theirs = [[names.index(t) for t in r.sequences[0]] for r in found]
+    with torch.no_grad():
+        ours = model.generate(prompts, padding_mask=mask == 0, max_new_tokens=10,
+                              min_new_tokens=10, do_sample=False, num_beams=1)
+    assert theirs == ours.tolist()
+
+
+def test_ctranslate2_export_names_the_ids_by_the_models_tokenizer(with_tokenizer, tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from zoo.export import export
+
+    _, tokenizer, folder = with_tokenizer
+    model = zoo.build(f"local-dir:{folder}").eval()
+    export(model, tmp_path / "ct2", format="ctranslate2")
+    info = json.loads((tmp_path / "ct2" / "zoo-export.json").read_text())
+    assert info["tokens"]["eos"] == "<|endoftext|>"
+    prompt = tokenizer("Zoë bought a")["input_ids"]
+    found = ctranslate2.Generator(str(tmp_path / "ct2")).generate_batch(
+        [tokenizer.convert_ids_to_tokens(prompt)], max_length=8, sampling_topk=1,
+        include_prompt_in_result=False)
+    theirs = tokenizer.convert_tokens_to_ids(found[0].sequences[0])
+    ours = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)[0].tolist()
+    end = tokenizer.eos_token_id  # CTranslate2 leaves the end token out of its result
+    assert theirs == (ours[: ours.index(end)] if end in ours else ours)
+
+
+def test_ctranslate2_export_refuses_llama3_scaled_rope_by_name(folders, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from zoo.export import ExportError, export
+
+    model = _model_of("llama-3.2", folders)
+    with pytest.raises(ExportError, match="rope scaling 'llama3'"):
+        export(model, tmp_path / "ct2", format="ctranslate2")
+    assert not (tmp_path / "ct2").exists()
+
+
+@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "mistral"])
+def test_onnx_export_gives_zoos_logits_on_left_padded_prompts(source, folders, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from zoo.export import export
+
+    model = _model_of(source, folders)
+    export(model, tmp_path / "onnx", format="onnx")
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    prompts, mask = left_padded()
+    theirs = session.run(None, {"tokens": prompts.numpy(),
+                                "padding_mask": (mask == 0).numpy()})[0]
+    with torch.no_grad():
+        ours = model(prompts, padding_mask=mask == 0)
+    real = mask.bool()
+    scale = max(1.0, ours[real].abs().max().item())
+    torch.testing.assert_close(torch.from_numpy(theirs)[real], ours[real], rtol=0,
+                               atol=1e-5 * scale)

@@ -7,11 +7,16 @@ back to the transformers format.
   (``int8``, ...). Only what CTranslate2's Transformer can express is exported:
   softmax attention with the paper's scale, sinusoidal or learned positions,
   LayerNorm or RMSNorm, ReLU, GELU or SwiGLU feed-forward, pre- or post-norm. Any
-  other component is refused by name before anything is written.
+  other component is refused by name before anything is written. A ``decoder``
+  (language) model becomes a model for CTranslate2's ``Generator``: its transformers
+  export (below: GPT-2, Llama, Qwen2 or Mistral), converted by CTranslate2's own
+  converter with the model's vocabulary and start and end tokens.
 - ``onnx``: a ViT becomes ``model.onnx`` (images to logits); a seq2seq model
   ``encoder.onnx`` (source ids to memory) and ``decoder.onnx`` (target ids, memory,
-  source ids to logits over the whole target, no cache), through ``torch.onnx.export``
-  with the batch and lengths dynamic. ONNX Runtime runs them.
+  source ids to logits over the whole target, no cache); a decoder model
+  ``model.onnx`` (tokens and their padding mask to the logits of every next token, no
+  cache), through ``torch.onnx.export`` with the batch and lengths dynamic. ONNX
+  Runtime runs them.
 - ``transformers``: a ``seq2seq`` or ``decoder`` model a transformers family
   expresses (through a ``format`` plugin with ``exports``: Marian, the paper's base
   Transformer among them; GPT-2; Llama, Qwen2, Mistral) becomes a folder
@@ -203,12 +208,7 @@ def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = Non
         else default_vocabulary(model.src_embed.num_embeddings))
     for name, tokens, size in (("vocabulary", target, s.vocab_size),
                                ("source vocabulary", source, model.src_embed.num_embeddings)):
-        if len(tokens) != size:
-            raise ExportError(f"the {name} has {len(tokens)} tokens; the model has {size} "
-                              "ids: give one name per id, in id order")
-        if len(set(tokens)) != len(tokens):
-            raise ExportError(f"the {name} names a token twice; CTranslate2 needs each "
-                              "token once")
+        _checked_vocabulary(tokens, size, name)
     spec.register_source_vocabulary(source)
     spec.register_target_vocabulary(target)
     spec.config.bos_token = target[bos_id]
@@ -232,6 +232,10 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
     except ImportError as exc:
         raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
                           "pip install 'zoo-transformers[export]'") from None
+    if getattr(model, "decoder_only", False):
+        return _generator_to_ctranslate2(model, folder, quantization=quantization,
+                                         vocabulary=vocabulary, bos_id=bos_id, eos_id=eos_id,
+                                         unk_id=unk_id, force=force)
     imported = getattr(model, "imported", None)
     if imported is not None and imported.generation is not None and vocabulary is None:
         # a model from the Hub: its own tokenizer names the ids
@@ -250,6 +254,94 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
             "load": "ctranslate2.Translator(FOLDER).translate_batch([[token, ...], ...])",
             "tokens": {"bos": spec.config.bos_token, "eos": spec.config.eos_token,
                        "unk": spec.config.unk_token}})
+    return Path(folder)
+
+
+def _checked_vocabulary(tokens: Sequence[str], size: int, name: str = "vocabulary") -> None:
+    if len(tokens) != size:
+        raise ExportError(f"the {name} has {len(tokens)} tokens; the model has {size} "
+                          "ids: give one name per id, in id order")
+    if len(set(tokens)) != len(tokens):
+        raise ExportError(f"the {name} names a token twice; CTranslate2 needs each token once")
+
+
+def _tokenizer_vocabulary(model: nn.Module, size: int) -> list[str] | None:
+    """An imported model's token names in id order (ids its tokenizer lacks named as
+    CTranslate2's own converter names them, ``<extra_id_N>``), or None when the model was
+    not imported or its folder has no tokenizer."""
+    imported = getattr(model, "imported", None)
+    if imported is None:
+        return None
+    try:
+        tokenizer = imported.tokenizer()
+    except ZooError:
+        return None
+    named = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    tokens = [t for t, i in named if i < size]
+    return tokens + [f"<extra_id_{i}>" for i in range(size - len(tokens))]
+
+
+class _TokenNames:
+    """What CTranslate2's converter reads of a tokenizer: the names of the ids in order
+    and of the start, end and unknown tokens."""
+
+    def __init__(self, tokens: list[str], bos: str, eos: str, unk: str) -> None:
+        self.tokens, self.bos_token, self.eos_token, self.unk_token = tokens, bos, eos, unk
+
+    def get_vocab(self) -> dict[str, int]:
+        return {t: i for i, t in enumerate(self.tokens)}
+
+
+def _generator_to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
+                              quantization: str | None, vocabulary: Sequence[str] | None,
+                              bos_id: int | None, eos_id: int | None, unk_id: int | None,
+                              force: bool) -> Path:
+    """A decoder model for ``ctranslate2.Generator``: its transformers export converted by
+    CTranslate2's ``TransformersConverter``, which names the ids by ``vocabulary`` (else
+    the imported model's tokenizer, else :func:`default_vocabulary`)."""
+    import tempfile
+
+    try:
+        from ctranslate2.converters import TransformersConverter
+    except ImportError as exc:
+        raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
+                          "pip install 'zoo-transformers[export]'") from None
+    if is_quantized(model):
+        raise ExportError("export the fp32 model: CTranslate2 quantizes it itself "
+                          "(quantization='int8'), from the full-precision weights")
+    positional = model.recipe.components.get("positional")
+    if positional is not None and positional.settings.get("scaling") == "llama3":
+        # measured: CTranslate2 4.8's converter leaves Llama 3's scaling out, and its
+        # model scores a text as the unscaled RoPE does
+        raise ExportError("positional rope scaling 'llama3': CTranslate2's converter does not "
+                          "carry Llama 3's frequency scaling (its model would compute RoPE "
+                          "unscaled); export with --format onnx or transformers")
+    size = model.settings.vocab_size
+    tokens = list(vocabulary) if vocabulary is not None else (
+        _tokenizer_vocabulary(model, size) or default_vocabulary(size))
+    _checked_vocabulary(tokens, size)
+    start, end = _start_and_end(model, bos_id, eos_id)
+    unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < size else ""
+    names = _TokenNames(tokens, tokens[start], tokens[end], unk)
+
+    class Converter(TransformersConverter):
+        def load_tokenizer(self, tokenizer_class, model_name_or_path, **kwargs):
+            return names
+
+    with tempfile.TemporaryDirectory(prefix="zoo-ct2-") as work:
+        try:
+            to_transformers(model, Path(work) / "transformers", bos_id=start, eos_id=end)
+        except ExportError as exc:
+            raise ExportError("CTranslate2's Generator runs the language models of "
+                              f"transformers' families, and {exc}") from None
+        with _written(folder, force, model) as tmp:
+            Converter(str(Path(work) / "transformers")).convert(
+                str(tmp), quantization=quantization, force=True)
+            _describe(tmp, model, "ctranslate2", {
+                "quantization": quantization or "float32",
+                "load": "ctranslate2.Generator(FOLDER).generate_batch([[token, ...], ...])",
+                "tokens": {"bos": names.bos_token, "eos": names.eos_token,
+                           "unk": names.unk_token}})
     return Path(folder)
 
 
@@ -272,6 +364,15 @@ class _Decoder(nn.Module):
         return self.model.decode(tgt, memory, self.model.padding_mask(src))
 
 
+class _LanguageModel(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens, padding_mask=padding_mask)
+
+
 def _onnx_export(module: nn.Module, args: tuple, path: Path, names: list[str],
                  output: str, dynamic: dict[str, dict[int, str]], opset: int) -> None:
     from torch.export import Dim
@@ -292,8 +393,10 @@ def _onnx_export(module: nn.Module, args: tuple, path: Path, names: list[str],
 def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18,
             force: bool = False) -> Path:
     """Write ``model`` as ONNX in ``folder``: ``model.onnx`` for a ViT (``pixel_values`` to
-    ``logits``), ``encoder.onnx`` and ``decoder.onnx`` for a seq2seq model (``src`` to
-    ``memory``; ``tgt``, ``memory``, ``src`` to ``logits``). Returns the folder."""
+    ``logits``) and for a decoder model (``tokens`` and ``padding_mask``, True at the
+    padding, to ``logits``), ``encoder.onnx`` and ``decoder.onnx`` for a seq2seq model
+    (``src`` to ``memory``; ``tgt``, ``memory``, ``src`` to ``logits``). Returns the
+    folder."""
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
@@ -302,9 +405,9 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18
                           "pip install 'zoo-transformers[export]'") from None
     recipe = getattr(model, "recipe", None)
     arch = recipe.architecture.name if recipe is not None else None
-    if arch not in ("vit", "seq2seq"):
-        raise ExportError(f"--format onnx exports 'vit' and 'seq2seq' models; this one is "
-                          f"{arch!r}")
+    if arch not in ("vit", "seq2seq", "decoder"):
+        raise ExportError(f"--format onnx exports 'vit', 'seq2seq' and 'decoder' models; "
+                          f"this one is {arch!r}")
     if is_quantized(model):
         raise ExportError("export the fp32 model: ONNX Runtime quantizes an ONNX graph "
                           "itself (onnxruntime.quantization.quantize_dynamic)")
@@ -318,6 +421,17 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18
             _onnx_export(model, (x,), tmp / "model.onnx", ["pixel_values"], "logits",
                          {"images": {0: "batch"}}, opset)
             calls = {"model.onnx": "pixel_values (B, C, H, W) float32 -> logits (B, classes)"}
+        elif arch == "decoder":
+            tokens = torch.randint(0, model.settings.vocab_size, (2, 7), device=device)
+            padding = torch.zeros_like(tokens, dtype=torch.bool)
+            padding[1, :3] = True  # left padding, as prompts are padded
+            _onnx_export(_LanguageModel(model).eval(), (tokens, padding), tmp / "model.onnx",
+                         ["tokens", "padding_mask"], "logits",
+                         {"tokens": {0: "batch", 1: "length"},
+                          "padding_mask": {0: "batch", 1: "length"}}, opset)
+            calls = {"model.onnx": "tokens (B, L) int64, padding_mask (B, L) bool (True at "
+                                   "the left padding) -> logits (B, L, vocab); no cache: "
+                                   "feed the whole text"}
         else:
             vocab = model.settings.vocab_size
             src = torch.randint(4, vocab, (2, 7), device=device)

@@ -158,8 +158,9 @@ class CausalLM(nn.Module):
         tokens are the new ones and earlier keys and values come from the cache."""
         if padding_mask is None and self.pad_id is not None and cache is None:
             padding_mask = self.padding_mask(tokens)
-        if padding_mask is not None and not bool(padding_mask.any()):
-            padding_mask = None
+        if (padding_mask is not None and not torch.compiler.is_exporting()
+                and not bool(padding_mask.any())):
+            padding_mask = None  # (an exported graph keeps the mask: it is an input)
         x = self._embed(tokens, padding_mask, cache)
         keys = (cache.keys_padding(padding_mask, *tokens.shape, tokens.device)
                 if cache is not None else padding_mask)

@@ -70,7 +70,9 @@ class LearnedPositions(nn.Module):
                         offset: int | torch.Tensor) -> torch.Tensor:
         real = ~padding_mask
         rows = offset + self.offset + real.long().cumsum(1) - 1
-        if real.any() and int(rows[real].max()) >= self.weight.shape[0]:
+        # (not checked inside an exported graph: the check reads the data)
+        if (not torch.compiler.is_exporting() and real.any()
+                and int(rows[real].max()) >= self.weight.shape[0]):
             raise ValueError(
                 f"positions up to {int(rows[real].max()) + 1 - self.offset} asked of learned "
                 f"positions trained for {self.weight.shape[0] - self.offset}; raise max_len "
