@@ -252,13 +252,15 @@ def test_the_language_model_task_reads_sentences_and_its_loss_is_the_next_token_
     sentence = "The weather is nice today, isn't it? Zoë's café."
     assert tokenizer.decode(tokenizer(sentence)["input_ids"]) == sentence  # byte-level: exact
     model = zoo.build("gpt2-tiny", **task.model_overrides(), dropout=0.0).eval()
-    batch = task.collate(task.dataset("valid")[:5])
+    sentences = task.dataset("valid")[:5]
+    batch = task.collate(sentences)
     loss, count = task.loss(model, batch, torch.nn.functional.cross_entropy)
-    logits = model(batch["tokens"])
-    keep = batch["target"] != 0
-    expected = torch.nn.functional.cross_entropy(logits[keep], batch["target"][keep])
-    torch.testing.assert_close(loss, expected)
-    assert count == int(keep.sum())
+    with torch.no_grad():  # each sentence alone, unpadded: every next token once
+        logits = torch.cat([model(torch.tensor([ids[:-1]]))[0] for ids in sentences])
+        expected = torch.nn.functional.cross_entropy(
+            logits, torch.tensor([i for ids in sentences for i in ids[1:]]))
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    assert count == sum(len(ids) - 1 for ids in sentences)
     metrics = task.evaluate(model, "valid", limit=5)
     assert metrics["perplexity"] == pytest.approx(math.exp(expected.item()), rel=1e-4)
     # each sentence is in one split only (byte-level BPE: two texts never share their ids)
@@ -392,3 +394,42 @@ def test_onnx_export_gives_zoos_logits_on_left_padded_prompts(source, folders, t
     scale = max(1.0, ours[real].abs().max().item())
     torch.testing.assert_close(torch.from_numpy(theirs)[real], ours[real], rtol=0,
                                atol=1e-5 * scale)
+
+
+@needs_trans
+@pytest.mark.slow(seconds=50)
+def test_fine_tuning_an_imported_language_model_keeps_its_tokenizer(with_tokenizer, tmp_path):
+    """zoo train lm-english --set model=local-dir:GPT2: the run starts from the imported
+    weights, reads the sentences with the model's own tokenizer and end token, learns,
+    and writes text from its run folder with that tokenizer."""
+    _, tokenizer, folder = with_tokenizer
+    name = f"local-dir:{folder}"
+    imported = zoo.build(name).eval()
+    result = zoo.train("lm-english", run_dir=tmp_path / "run", progress=False, overrides={
+        "model": name, "model.dropout": 0.0, "task.max_train": 400, "task.valid_size": 40,
+        "task.test_size": 40, "train.steps": 60, "schedule.warmup_steps": 10,
+        "optimizer.lr": 3e-3, "train.log_every": 10, "train.eval_every": 60,
+        "train.eval_limit": 40, "train.time_limit_minutes": None, "schedule.over": "steps"})
+    task, end = result.task, tokenizer.eos_token_id
+    assert (task.bos_id, task.eos_id) == (end, end)
+    assert task.encode("Zoë bought a café.") == [end, *tokenizer("Zoë bought a café.")["input_ids"],
+                                                 end]
+    before = task.evaluate(imported, "test")["perplexity"]
+    assert result.metrics["perplexity"] < 0.5 * before  # it learned from where GPT-2 stood
+    assert (result.run_dir / "tokenizer" / "zoo-ids.json").is_file()
+    done = run_zoo("generate", str(result.run_dir), "The cat", "--max-new-tokens", "8")
+    assert done.returncode == 0, done.stderr
+    expected = zoo.complete(result.model.eval(), ["The cat"], tokenizer=tokenizer,
+                            max_new_tokens=8)
+    assert done.stdout.rstrip("\n") == "The cat" + expected[0]
+    for fmt in ("transformers", "ctranslate2"):  # the exports keep the tokenizer
+        done = run_zoo("export", str(result.run_dir), "--format", fmt, "--out",
+                       str(tmp_path / fmt))
+        assert done.returncode == 0, done.stderr
+    import transformers as tf
+
+    back = tf.AutoTokenizer.from_pretrained(tmp_path / "transformers")
+    assert back("Zoë bought a café.")["input_ids"] == tokenizer("Zoë bought a café.")["input_ids"]
+    names = (tmp_path / "ctranslate2" / "vocabulary.json").read_text()
+    assert json.loads(names)[:len(tokenizer)] == tokenizer.convert_ids_to_tokens(
+        list(range(len(tokenizer))))

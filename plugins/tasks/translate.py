@@ -31,10 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from zoo.plugin_api import missing_debian_package
 
+from ._pretrained import FOLDER as PRETRAINED_TOKENIZER
+from ._pretrained import PretrainedTokenizer
 from ._seq2seq import PAD, Seq2SeqTask
 
 DATA = Path("/usr/share/trans/de-en")
-PRETRAINED_TOKENIZER = "tokenizer"
 """The run folder's copy of a fine-tuned model's own tokenizer (transformers' files)."""
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0, 1, 2, 3 = PAD, BOS, EOS, UNK
 _SENTENCE = re.compile(r"^[A-ZÄÖÜ\"'„»‚].*[.!?]$")
@@ -179,7 +180,7 @@ class TranslateDeEn(Seq2SeqTask):
     def _saved_tokenizer(self):
         """The tokenizer this run saved, or None."""
         if self.workdir is not None and (self.workdir / PRETRAINED_TOKENIZER).is_dir():
-            self._adopt(_Pretrained.load(self.workdir / PRETRAINED_TOKENIZER))
+            self._adopt(PretrainedTokenizer.load(self.workdir / PRETRAINED_TOKENIZER))
             return self.pretrained
         saved = self.workdir / "tokenizer.json" if self.workdir is not None else None
         if saved is None or not saved.exists():
@@ -215,19 +216,12 @@ class TranslateDeEn(Seq2SeqTask):
         """Fine-tune ``model`` (imported from a transformers folder): its own tokenizer
         and token ids (start, end, pad) replace the task's BPE, and are saved in the run
         folder so the run decodes without the source."""
-        imported = getattr(model, "imported", None)
-        if imported is None or imported.generation is None:
-            raise ValueError("translate-de-en fine-tunes a model imported with its tokenizer "
-                             "and generation settings (a transformers folder)")
-        tokenizer = imported.tokenizer()
-        g = imported.generation
-        pretrained = _Pretrained(tokenizer, pad=g.pad_id, start=g.start_id, eos=g.eos_ids[0],
-                                 generation=g.model_dump(mode="json"))
+        pretrained = PretrainedTokenizer.of(model, "translate-de-en")
         if self.workdir is not None:
             pretrained.save(self.workdir / PRETRAINED_TOKENIZER)
         self._adopt(pretrained)
 
-    def _adopt(self, pretrained: "_Pretrained") -> None:
+    def _adopt(self, pretrained: PretrainedTokenizer) -> None:
         self.pretrained = self.tokenizer = pretrained
         self.pad_id, self.bos_id, self.eos_id = pretrained.pad, pretrained.start, pretrained.eos
 
@@ -357,55 +351,3 @@ class TranslateDeEn(Seq2SeqTask):
         metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [refs]).score
         metrics["chrf"] = sacrebleu.corpus_chrf(hyps, [refs]).score
         return metrics
-
-
-class _Pretrained:
-    """A transformers tokenizer behind the ``tokenizers`` calls the task makes (``encode``
-    with ``.ids``, ``decode``, ``get_vocab_size``, ``id_to_token``), with the model's
-    start, end and pad ids. Sources are encoded as the model was trained (Marian's end
-    its source with the end token); targets without the end token, which ``collate``
-    adds."""
-
-    class _Ids:
-        def __init__(self, ids: list[int]) -> None:
-            self.ids = ids
-
-    def __init__(self, tokenizer, *, pad: int, start: int, eos: int,
-                 generation: dict | None = None) -> None:
-        self.tokenizer, self.pad, self.start, self.eos = tokenizer, pad, start, eos
-        self.generation = generation
-        """The imported model's generation settings, as data (None in runs saved before
-        zoo kept them: the ids alone then)."""
-
-    def encode(self, text: str) -> "_Pretrained._Ids":
-        return self._Ids(self.tokenizer(text)["input_ids"])
-
-    def encode_target(self, text: str) -> list[int]:
-        ids = self.tokenizer(text_target=text)["input_ids"]
-        return ids[:-1] if ids and ids[-1] == self.eos else ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def get_vocab_size(self) -> int:
-        return len(self.tokenizer)
-
-    def id_to_token(self, i: int) -> str:
-        return self.tokenizer.convert_ids_to_tokens(int(i))
-
-    def save(self, folder: Path) -> None:
-        import json
-
-        self.tokenizer.save_pretrained(str(folder))
-        (folder / "zoo-ids.json").write_text(json.dumps(
-            {"pad": self.pad, "start": self.start, "eos": self.eos,
-             "generation": self.generation}))
-
-    @classmethod
-    def load(cls, folder: Path) -> "_Pretrained":
-        import json
-
-        from transformers import AutoTokenizer
-
-        ids = json.loads((folder / "zoo-ids.json").read_text())
-        return cls(AutoTokenizer.from_pretrained(str(folder)), **ids)

@@ -199,18 +199,23 @@ SECTIONS = {"model", "task", "optimizer", "schedule", "decode", "train", "loss"}
 
 def apply_train_overrides(recipe: TrainRecipe, overrides: dict[str, Any]) -> TrainRecipe:
     """``model`` (another model recipe, or a pretrained model to fine-tune:
-    ``hf-hub:Helsinki-NLP/opus-mt-de-en``), ``model.X`` (a model override), ``task.X`` (a
+    ``hf-hub:Helsinki-NLP/opus-mt-de-en``; the recipe's own model overrides are dropped
+    with its model, whatever the order), ``model.X`` (a model override), ``task.X`` (a
     task setting), ``optimizer.X``,
     ``schedule.X``, ``decode.X``, ``train.X`` (a top-level field such as steps),
     ``loss.name`` (another loss: its settings start afresh) and ``loss.X`` (a setting)."""
     check_data(dict(overrides), "training overrides")
     data = recipe.model_dump(mode="json")
+    if "model" in overrides:  # another model: a recipe, or a pretrained one to fine-tune
+        value = overrides["model"]
+        if not isinstance(value, str):
+            raise RecipeError(f"model={value!r}: name a model recipe, a recipe file, "
+                              "local-dir:PATH or hf-hub:OWNER/NAME.")
+        # its settings start afresh, as loss.name's: the recipe's model overrides were
+        # written for its own model (lm-english's widths cannot reshape a GPT-2)
+        data["model"] = {"recipe": value, "overrides": {}}
     for key, value in overrides.items():
-        if key == "model":  # another model: a recipe, or a pretrained one to fine-tune
-            if not isinstance(value, str):
-                raise RecipeError(f"model={value!r}: name a model recipe, a recipe file, "
-                                  "local-dir:PATH or hf-hub:OWNER/NAME.")
-            data["model"]["recipe"] = value
+        if key == "model":
             continue
         section, _, rest = key.partition(".")
         if section not in SECTIONS or not rest:
