@@ -123,6 +123,9 @@ def test_grouped_query_attention_caches_only_its_key_value_heads(folders):
     ("llama-7b-shape", ("LlamaForCausalLM", "LlamaConfig", dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=32))),
+    ("llama-110m-shape", ("LlamaForCausalLM", "LlamaConfig", dict(
+        vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+        num_attention_heads=12, num_key_value_heads=12, tie_word_embeddings=True))),
     ("llama-tiny", ("LlamaForCausalLM", "LlamaConfig", dict(
         vocab_size=1000, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256))),
@@ -433,3 +436,21 @@ def test_fine_tuning_an_imported_language_model_keeps_its_tokenizer(with_tokeniz
     names = (tmp_path / "ctranslate2" / "vocabulary.json").read_text()
     assert json.loads(names)[:len(tokenizer)] == tokenizer.convert_ids_to_tokens(
         list(range(len(tokenizer))))
+
+
+def test_zoo_bench_decodes_a_language_model_beside_transformers_and_ctranslate2(folders,
+                                                                               tmp_path):
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "bench.json"
+    done = run_zoo("bench", "decode", "--model", f"local-dir:{folders['tinyllama'][1]}",
+                   "--batch", "2", "--length", "6", "--new-tokens", "4", "--latency", "3,3",
+                   "--dtypes", "fp32,int8", "--repeats", "1", "--wait", "0", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())
+    found = {(r["bench"], r["impl"], r["dtype"], r["mode"]) for r in rows}
+    expected = {(bench, impl, dtype, mode) for bench in ("decode", "latency")
+                for mode in ("greedy", "sample")
+                for impl, dtype in (("zoo", "fp32"), ("transformers", "fp32"), ("ct2", "fp32"),
+                                    ("zoo", "int8"), ("ct2", "int8"))}
+    assert found == expected
+    assert all(r["throughput"] > 0 for r in rows)

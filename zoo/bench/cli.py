@@ -31,7 +31,8 @@ def _int_list(text: str) -> list[int]:
 MODEL_BENCHES = (
     ("train", "transformer-base training steps: zoo vs torch.nn.Transformer and Marian"),
     ("decode", "greedy and beam-4 decoding: zoo vs Marian's generate, torch.nn.Transformer "
-     "and CTranslate2"),
+     "and CTranslate2; a language model (--model): greedy and sampled, vs transformers and "
+     "CTranslate2's Generator"),
     ("vit", "ViT inference and training: zoo vs timm"),
     ("startup", "zoo --help, import zoo, zoo.build('transformer-base') in fresh processes"),
     ("all", "train, decode, vit and startup in one run"),
@@ -144,11 +145,12 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--plot", metavar="OUT.png", help="bar chart of each peer vs zoo")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,ct2 (decode), timm "
-                        "(vit)")
+    parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,ct2 (decode; a "
+                        "language model: zoo,transformers,ct2), timm (vit)")
     parser.add_argument("--dtypes", help="comma-separated: fp32,bf16,int8 (int8: decode and "
                         "vit inference; decode's default is fp32 alone)")
-    parser.add_argument("--modes", help="decode: greedy,beam4; vit: inference,train")
+    parser.add_argument("--modes", help="decode: greedy,beam4 (a language model: "
+                        "greedy,sample); vit: inference,train")
     parser.add_argument("--batch", type=int, help="default 16 (train, decode), 8 (vit)")
     parser.add_argument("--length", type=int, help="source (and target) length, default 64")
     parser.add_argument("--new-tokens", type=int, default=64, help="decode: tokens made")
@@ -163,7 +165,8 @@ def _model_bench_arguments(parser) -> None:
                         "CTranslate2), in a process of its own")
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--model", help="decode: a saved or imported model instead of "
-                        "transformer-base (local-dir:PATH, hf-hub:Helsinki-NLP/opus-mt-de-en); "
+                        "transformer-base (local-dir:PATH, hf-hub:Helsinki-NLP/opus-mt-de-en), "
+                        "or a language model (llama-110m-shape, hf-hub:openai-community/gpt2); "
                         "its own vocabulary replaces --vocab")
     parser.add_argument("--vit-recipe", default="vit-small-patch16-224")
     parser.add_argument("--device", default="cpu")

@@ -6,10 +6,13 @@ child process that imports CTranslate2 and nothing of torch; :class:`Translator`
 hands it a batch and waits for the answer. A call costs the child's decoding plus one
 short line each way on a pipe.
 
-The child is ``python -m zoo.bench.ct2 MODEL_DIR COMPUTE_TYPE THREADS``. It reads one
-JSON job per line (``{"source": [[token, ...], ...]}`` once, then
-``{"beam_size": k, "length": n}``) and answers each with a JSON line (the length of
-every hypothesis made, or ``{"error": ...}``). This module imports no torch.
+The child is ``python -m zoo.bench.ct2 MODEL_DIR COMPUTE_TYPE THREADS [KIND]``, KIND
+``translator`` (the default: an encoder-decoder model) or ``generator`` (a language
+model, continuing each source as its prompt). It reads one JSON job per line
+(``{"source": [[token, ...], ...]}`` once, then ``{"beam_size": k, "length": n}``, with
+``"sampling": {"topk": k, "topp": p, "temperature": t}`` to sample) and answers each
+with a JSON line (the length of every hypothesis made, or ``{"error": ...}``). This
+module imports no torch.
 """
 
 from __future__ import annotations
@@ -20,15 +23,18 @@ import sys
 
 
 class Translator:
-    """A CTranslate2 translator of ``model_dir`` in a child process.
+    """A CTranslate2 translator (or, ``kind="generator"``, generator) of ``model_dir`` in a
+    child process.
 
     ``compute_type`` is CTranslate2's (``float32``, ``int8``, ``int8_float32``, ...);
     ``threads`` its intra-op threads."""
 
-    def __init__(self, model_dir: str, compute_type: str = "float32", threads: int = 1) -> None:
+    def __init__(self, model_dir: str, compute_type: str = "float32", threads: int = 1,
+                 kind: str = "translator") -> None:
         self.compute_type = compute_type
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "zoo.bench.ct2", str(model_dir), compute_type, str(threads)],
+            [sys.executable, "-m", "zoo.bench.ct2", str(model_dir), compute_type, str(threads),
+             kind],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._ask({"ping": True})  # fails here, with the child's error, if it cannot load
 
@@ -52,10 +58,15 @@ class Translator:
         """The batch every later :meth:`translate` call decodes (token strings)."""
         self._ask({"source": source})
 
-    def translate(self, beam_size: int, length: int) -> list[int]:
+    def translate(self, beam_size: int, length: int,
+                  sampling: dict | None = None) -> list[int]:
         """Decode the batch, exactly ``length`` new tokens per sentence (no end token can
-        stop it earlier); returns each hypothesis' length."""
-        return self._ask({"beam_size": beam_size, "length": length})["lengths"]
+        stop it earlier), sampled when ``sampling`` gives ``topk``, ``topp`` and
+        ``temperature``; returns each hypothesis' length."""
+        job: dict = {"beam_size": beam_size, "length": length}
+        if sampling:
+            job["sampling"] = sampling
+        return self._ask(job)["lengths"]
 
     def close(self) -> None:
         """End the child process."""
@@ -73,12 +84,31 @@ class Translator:
             pass
 
 
-def serve(model_dir: str, compute_type: str, threads: int) -> int:
-    """The child: load the translator, then answer one job per line of stdin."""
+def _decode(engine, kind: str, source: list[list[str]], job: dict) -> list[int]:
+    """Run one job; the length of each hypothesis."""
+    n = job["length"]
+    if kind == "generator":
+        sampling = job.get("sampling") or {"topk": 1, "topp": 1.0, "temperature": 1.0}
+        out = engine.generate_batch(
+            source, beam_size=job["beam_size"], max_length=n, min_length=n,
+            include_prompt_in_result=False, max_batch_size=0, num_hypotheses=1,
+            sampling_topk=sampling["topk"], sampling_topp=sampling["topp"],
+            sampling_temperature=sampling["temperature"])
+        return [len(r.sequences_ids[0]) for r in out]
+    out = engine.translate_batch(
+        source, beam_size=job["beam_size"], max_decoding_length=n, min_decoding_length=n,
+        max_batch_size=0, num_hypotheses=1)
+    return [len(r.hypotheses[0]) for r in out]
+
+
+def serve(model_dir: str, compute_type: str, threads: int, kind: str = "translator") -> int:
+    """The child: load the translator or generator, then answer one job per line of
+    stdin."""
     import ctranslate2
 
-    translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute_type,
-                                        intra_threads=threads, inter_threads=1)
+    engine = (ctranslate2.Generator if kind == "generator" else ctranslate2.Translator)(
+        model_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
+        inter_threads=1)
     source: list[list[str]] = []
     for line in sys.stdin:
         try:
@@ -87,11 +117,7 @@ def serve(model_dir: str, compute_type: str, threads: int) -> int:
                 source = job["source"]
                 answer: dict = {"sentences": len(source)}
             elif "beam_size" in job:
-                n = job["length"]
-                out = translator.translate_batch(
-                    source, beam_size=job["beam_size"], max_decoding_length=n,
-                    min_decoding_length=n, max_batch_size=0, num_hypotheses=1)
-                answer = {"lengths": [len(r.hypotheses[0]) for r in out]}
+                answer = {"lengths": _decode(engine, kind, source, job)}
             else:
                 answer = {"ready": True}
         except Exception as exc:  # the parent reports it
@@ -102,4 +128,4 @@ def serve(model_dir: str, compute_type: str, threads: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    sys.exit(serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:5]))

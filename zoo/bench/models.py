@@ -92,7 +92,7 @@ def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: i
 
 
 def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: int = 16,
-                 src_len: int = 64, new_tokens: int = 64, modes=("greedy", "beam4"),
+                 src_len: int = 64, new_tokens: int = 64, modes=None,
                  dtypes=("fp32",), impls=("zoo", "marian", "torch", "ct2"), device: str = "cpu",
                  kernel: str | None = None, model: str | None = None,
                  latency: tuple[int, int] | None = (20, 20), say=None) -> list[Case]:
@@ -102,7 +102,11 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     ``model`` names a saved or imported model to decode instead of ``recipe`` (its own
     weights and vocabulary: ``hf-hub:Helsinki-NLP/opus-mt-de-en``); the peers get its
     sizes. ``latency`` = (source length, new tokens) adds the bench ``latency``: one
-    sentence at a time, as ``zoo translate`` and a translation service see it."""
+    sentence at a time, as ``zoo translate`` and a translation service see it. A
+    decoder-only model (``--model llama-110m-shape``, a GPT-2 or Llama folder) is timed
+    by :func:`zoo.bench.language_models.generate_cases` instead: prompts continued,
+    greedy and sampled, beside transformers and CTranslate2's Generator. ``modes``:
+    None for each kind's own (greedy and beam4; greedy and sample)."""
     import zoo
 
     torch.manual_seed(0)
@@ -113,6 +117,15 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     else:
         built = zoo.build(recipe, vocab_size=vocab, device=device, **overrides).eval()
     model = built
+    if getattr(model, "decoder_only", False):  # a language model: its own peers and modes
+        from .language_models import MODES, generate_cases
+
+        peers = ["zoo", *(["transformers"] if {"transformers", "marian"} & set(impls) else []),
+                 *(["ct2"] if "ct2" in impls else [])]
+        return generate_cases(model, batch=batch, prompt_len=src_len, new_tokens=new_tokens,
+                              modes=modes or MODES, dtypes=dtypes, impls=peers, device=device,
+                              latency=latency, say=say)
+    modes = modes or ("greedy", "beam4")
     impls = list(impls)
     wanted = [i for i in impls if i != "ct2"]
     if "ct2" in impls and "marian" not in wanted:

@@ -70,7 +70,7 @@ def cases_for(bench: str, args, say) -> list:
     if bench == "decode":
         return models.decode_cases(
             batch=args.batch or 16, src_len=args.length or 64, new_tokens=args.new_tokens,
-            vocab=args.vocab, modes=_list(args.modes, ("greedy", "beam4")),
+            vocab=args.vocab, modes=_list(args.modes, None),
             dtypes=dtypes_for(args) if args.dtypes else ("fp32",),
             impls=impls or ("zoo", "marian", "torch", "ct2"), device=args.device,
             kernel=args.kernel, model=args.model, say=say,

@@ -1,0 +1,161 @@
+"""What ``zoo bench decode --model`` measures for a decoder-only language model (GPT-2,
+Llama, ``--model llama-110m-shape``): ``new_tokens`` generated after each prompt of a
+batch (``decode``) and after one prompt alone (``latency``), greedy and sampled, by
+zoo and its peers on the same weights:
+
+- ``zoo``: ``zoo.generate`` with the KV cache;
+- ``transformers``: the model's transformers export (``zoo export --format
+  transformers``: ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ...) and its ``generate``;
+- ``ct2``: CTranslate2's ``Generator`` over the model's CTranslate2 export (CTranslate2's
+  own converter of that transformers folder), in a process of its own
+  (:mod:`zoo.bench.ct2`).
+
+Every implementation makes exactly ``new_tokens`` tokens (no end token stops one
+early), and samples with the same settings: temperature 0.8, the 50 likeliest tokens,
+top-p 0.95. Prompts are random tokens of one length, so no padding is timed.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..export import ExportError, default_vocabulary, to_ctranslate2, to_transformers
+from .harness import Case, count_flops
+
+SAMPLING = {"temperature": 0.8, "top_k": 50, "top_p": 0.95}
+"""The sampling every implementation runs in the ``sample`` mode."""
+MODES = ("greedy", "sample")
+CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
+
+
+class _Peers:
+    """The transformers model and the CTranslate2 folder made from one zoo model (kept in
+    a temporary folder as long as this object lives)."""
+
+    def __init__(self, model: nn.Module, impls: list[str], say) -> None:
+        self.names = default_vocabulary(model.settings.vocab_size)
+        """The token names of the CTranslate2 export (the prompts are written in them)."""
+        self.folder = tempfile.TemporaryDirectory(prefix="zoo-bench-lm-")
+        root = Path(self.folder.name)
+        self.transformers = self.ct2 = None
+        if "transformers" in impls:
+            try:
+                from transformers import AutoModelForCausalLM
+
+                to_transformers(model, root / "transformers")
+                self.transformers = AutoModelForCausalLM.from_pretrained(
+                    root / "transformers", dtype=torch.float32).eval()
+            except (ImportError, ExportError) as exc:
+                say(f"peer transformers skipped: {exc}")
+        if "ct2" in impls:
+            try:
+                to_ctranslate2(model, root / "ct2", vocabulary=self.names)
+                self.ct2 = str(root / "ct2")
+            except ExportError as exc:
+                say(f"peer ct2 skipped: {exc}")
+
+
+def _prompts(vocab: int, batch: int, length: int, device: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(3, vocab - 1, (batch, length), generator=g).to(device)
+
+
+def _zoo_run(model: nn.Module, prompts: torch.Tensor, mode: str, new_tokens: int):
+    sampling = dict(do_sample=True, seed=0, **SAMPLING) if mode == "sample" else \
+        dict(do_sample=False)
+    return lambda: model.generate(prompts, num_beams=1, max_new_tokens=new_tokens,
+                                  min_new_tokens=new_tokens, **sampling)
+
+
+def _transformers_run(model: nn.Module, prompts: torch.Tensor, mode: str, new_tokens: int):
+    sampling = dict(do_sample=True, **SAMPLING) if mode == "sample" else dict(do_sample=False)
+    mask = torch.ones_like(prompts)
+    return torch.no_grad()(lambda: model.generate(
+        input_ids=prompts, attention_mask=mask, max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens, num_beams=1, pad_token_id=0, **sampling))
+
+
+def _generators(folder: str | None, sources: dict[str, list[list[str]]], dtypes,
+                say) -> dict[str, dict]:
+    """One CTranslate2 generator per source batch and dtype, each in its own process."""
+    from . import ct2
+
+    found: dict[str, dict] = {bench: {} for bench in sources}
+    if folder is None:
+        return found
+    for bench, source in sources.items():
+        for dtype in dtypes:
+            try:
+                generator = ct2.Translator(folder, CT2_COMPUTE_TYPES[dtype],
+                                           torch.get_num_threads(), kind="generator")
+                generator.set_source(source)
+            except RuntimeError as exc:
+                say(f"peer ct2 {dtype} skipped: {exc}")
+                continue
+            found[bench][dtype] = generator
+    return found
+
+
+def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens: int,
+                   modes, dtypes, impls, device: str,
+                   latency: tuple[int, int] | None, say) -> list[Case]:
+    """The cases of a decoder-only ``model`` (see the module)."""
+    import zoo
+
+    say = say or (lambda _: None)
+    modes = [m for m in modes if m in MODES] or list(MODES)
+    impls = list(impls)
+    peers = _Peers(model, impls, say)
+    vocab = model.settings.vocab_size
+    groups = [("decode", _prompts(vocab, batch, prompt_len, device), new_tokens)]
+    if latency is not None:
+        groups.append(("latency", _prompts(vocab, 1, latency[0], device), latency[1]))
+    if "int8" in dtypes and torch.device(device).type != "cpu":
+        dtypes = tuple(d for d in dtypes if d != "int8")
+        say("decode int8 skipped: zoo's int8 kernels run on the CPU")
+    zoos = {dtype: model for dtype in dtypes if dtype != "int8"}
+    if "int8" in dtypes:
+        zoos["int8"] = zoo.quantize(copy.deepcopy(model))
+    generators = _generators(peers.ct2, {b: [[peers.names[i] for i in row]
+                                             for row in p.tolist()]
+                                         for b, p, _ in groups}, dtypes, say)
+    cases = []
+    for bench, prompts, tokens in groups:
+        unit, per_call = ("sentences/s", 1) if bench == "latency" else (
+            "tokens/s", prompts.shape[0] * tokens)
+        for mode in modes:
+            flops = count_flops(_zoo_run(model, prompts, mode, tokens))
+            for dtype in dtypes:
+                runs = {"zoo": _zoo_run(zoos[dtype], prompts, mode, tokens)} \
+                    if dtype in zoos else {}
+                if peers.transformers is not None and dtype == "fp32":
+                    runs["transformers"] = _transformers_run(peers.transformers, prompts, mode,
+                                                             tokens)
+                for name, run in runs.items():
+                    made = run().shape[1] - (prompts.shape[1] if name == "transformers" else 0)
+                    if made != tokens:  # the same work as the others, or none
+                        raise RuntimeError(f"{name} made {made} tokens, not exactly {tokens}")
+                    cases.append(Case(bench, name, dtype, mode, run, per_call, unit, flops,
+                                      device))
+                generator = generators[bench].get(dtype)
+                if generator is not None:
+                    sampling = ({"topk": SAMPLING["top_k"], "topp": SAMPLING["top_p"],
+                                 "temperature": SAMPLING["temperature"]}
+                                if mode == "sample" else None)
+                    lengths = generator.translate(1, tokens, sampling)
+                    if set(lengths) != {tokens}:
+                        raise RuntimeError(f"CTranslate2 made {sorted(set(lengths))} tokens, "
+                                           f"not exactly {tokens}")
+                    cases.append(Case(bench, "ct2", dtype, mode,
+                                      lambda g=generator, n=tokens, s=sampling:
+                                      g.translate(1, n, s),
+                                      per_call, unit, flops, device, in_process=False))
+    for bench in generators:  # the generators' model files live as long as the cases
+        for generator in generators[bench].values():
+            generator.folder = peers.folder
+    return cases
