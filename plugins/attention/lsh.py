@@ -76,6 +76,10 @@ class LSHAttention(MultiHeadAttention):
         if kwargs.get("cross"):
             raise RecipeError("lsh attention is self-attention (queries and keys are one "
                               "projection); use vanilla for cross-attention")
+        if kwargs.get("n_kv_heads", kwargs.get("n_heads")) != kwargs.get("n_heads"):
+            raise RecipeError(f"lsh attention takes no n_kv_heads ({kwargs['n_kv_heads']}): its "
+                              "keys are its queries, one head each, so they cannot be grouped; "
+                              "leave n_kv_heads out or use vanilla")
         super().__init__(settings, **kwargs)
         self.n_buckets, self.chunk_size = settings.n_buckets, settings.chunk_size
         self.kv_proj = Linear(self.d_model, self.d_model, bias=settings.bias)  # values only

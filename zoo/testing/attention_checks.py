@@ -1,6 +1,7 @@
 """The conformance kit's checks of the attention family: shapes, gradients, and each
 capability an attention claims (causal, masks, cross-attention, a KV cache that decodes
-as the whole, grouped beams, positions inside attention)."""
+as the whole, grouped beams, positions inside attention), and grouped-query attention
+for those that take ``n_kv_heads``."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from .references import REFERENCE_POSITIONS, reference_kernel
 
 
 def _attention(component: Component, settings: Any, *, causal: bool = False, cross: bool = False,
-               positional: nn.Module | None = None) -> nn.Module:
+               positional: nn.Module | None = None, **width: int) -> nn.Module:
     module = component.build(settings, d_model=D, n_heads=H, kernel=reference_kernel,
-                             dropout=0.0, causal=causal, cross=cross, positional=positional)
+                             dropout=0.0, causal=causal, cross=cross, positional=positional,
+                             **width)
     return module.eval()
 
 
@@ -185,3 +187,46 @@ def _positions(component, settings):
                        f"outputs before a changed position, with {kind} positions")
             if caps.kv_cache and caps.causal:
                 _decodes_like_the_whole(attn, x, f"decoding with a KVCache and {kind} positions")
+
+
+def _heads_repeated(grouped: nn.Module, full: nn.Module, groups: int) -> dict[str, torch.Tensor]:
+    """``grouped``'s weights in ``full``'s shapes: a tensor that is ``groups`` times longer
+    in ``full`` (the keys' and values' projection, ``[k | v]`` of ``n_kv_heads`` heads
+    each) has each key/value head repeated for its group of query heads."""
+    target = full.state_dict()
+    out = {}
+    for name, value in grouped.state_dict().items():
+        want = target[name].shape
+        if value.shape != want:
+            heads = value.reshape(2, H // groups, -1, *value.shape[1:])  # [k | v], heads
+            value = heads.repeat_interleave(groups, dim=1).reshape(want)
+        out[name] = value
+    return out
+
+
+@check("attention")
+def _grouped_queries(component, settings):
+    """An attention that takes ``n_kv_heads`` (grouped-query attention, Ainslie et al.
+    2023) computes what one of ``n_heads`` key/value heads computes when each of its
+    key/value heads is repeated for its group of query heads; multi-query (one head)
+    included. With a KV cache, the cache keeps ``n_kv_heads`` heads and decoding equals
+    the whole."""
+    caps = component.capabilities
+    with Seed(0):
+        try:
+            grouped = _attention(component, settings, causal=caps.causal, n_kv_heads=1)
+        except (TypeError, ValueError) as exc:  # refused: by Python, or by name
+            if "n_kv_heads" not in str(exc):
+                raise
+            raise Skip("takes no n_kv_heads") from None
+        full = _attention(component, settings, causal=caps.causal)
+        full.load_state_dict(_heads_repeated(grouped, full, H))
+        x = torch.randn(2, 8, D)
+        close(grouped(x), full(x), "multi-query attention against its heads repeated")
+        if caps.kv_cache and caps.causal:
+            _decodes_like_the_whole(grouped, x, "multi-query attention decoded with a KVCache")
+            cache = KVCache()
+            grouped(x, cache=cache)
+            if torch.is_tensor(cache.k) and cache.k.shape[1] != 1:  # (a cache of keys)
+                raise Failed(f"multi-query attention's cache keeps {cache.k.shape[1]} key "
+                             "heads; it needs only its one")
