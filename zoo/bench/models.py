@@ -120,11 +120,11 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     if getattr(model, "decoder_only", False):  # a language model: its own peers and modes
         from .language_models import MODES, generate_cases
 
-        peers = ["zoo", *(["transformers"] if {"transformers", "marian"} & set(impls) else []),
-                 *(["ct2"] if "ct2" in impls else [])]
+        lm_impls = ["zoo", *(["transformers"] if {"transformers", "marian"} & set(impls)
+                             else []), *(["ct2"] if "ct2" in impls else [])]
         return generate_cases(model, batch=batch, prompt_len=src_len, new_tokens=new_tokens,
-                              modes=modes or MODES, dtypes=dtypes, impls=peers, device=device,
-                              latency=latency, say=say)
+                              modes=modes or MODES, dtypes=dtypes, impls=lm_impls,
+                              device=device, latency=latency, say=say)
     modes = modes or ("greedy", "beam4")
     impls = list(impls)
     wanted = [i for i in impls if i != "ct2"]
