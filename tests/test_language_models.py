@@ -420,6 +420,10 @@ def test_fine_tuning_an_imported_language_model_keeps_its_tokenizer(with_tokeniz
     before = task.evaluate(imported, "test")["perplexity"]
     assert result.metrics["perplexity"] < 0.5 * before  # it learned from where GPT-2 stood
     assert (result.run_dir / "tokenizer" / "zoo-ids.json").is_file()
+    from zoo.training.runs import load_run
+
+    again = load_run(result.run_dir).task  # the run, read back: the same ids and context
+    assert (again.bos_id, again.eos_id, again.context) == (end, end, imported.settings.max_len)
     done = run_zoo("generate", str(result.run_dir), "The cat", "--max-new-tokens", "8")
     assert done.returncode == 0, done.stderr
     expected = zoo.complete(result.model.eval(), ["The cat"], tokenizer=tokenizer,

@@ -33,12 +33,15 @@ class PretrainedTokenizer:
                              "generation settings (a transformers folder)")
         g = imported.generation
         return cls(imported.tokenizer(), pad=g.pad_id, start=g.start_id, eos=g.eos_ids[0],
-                   generation=g.model_dump(mode="json"))
+                   generation=g.model_dump(mode="json"),
+                   context=getattr(model.settings, "max_len", None))
 
     def __init__(self, tokenizer, *, pad: int, start: int, eos: int,
-                 generation: dict | None = None) -> None:
+                 generation: dict | None = None, context: int | None = None) -> None:
         self.tokenizer, self.pad, self.start, self.eos = tokenizer, pad, start, eos
         self.generation = generation
+        self.context = context
+        """The positions the model reads (its max_len), None where not known."""
         """The imported model's generation settings, as data (None in runs saved before
         zoo kept them: the ids alone then)."""
 
@@ -68,7 +71,7 @@ class PretrainedTokenizer:
         self.tokenizer.save_pretrained(str(folder))
         (folder / "zoo-ids.json").write_text(json.dumps(
             {"pad": self.pad, "start": self.start, "eos": self.eos,
-             "generation": self.generation}))
+             "generation": self.generation, "context": self.context}))
 
     @classmethod
     def load(cls, folder: Path) -> "PretrainedTokenizer":

@@ -121,13 +121,13 @@ class EnglishLanguageModel:
                              f"Llama, ...); {getattr(model.recipe, 'name', 'this model')} "
                              "is not one")
         pretrained = PretrainedTokenizer.of(model, "lm-english")
-        self.context = model.settings.max_len
         if self.workdir is not None:
             pretrained.save(self.workdir / FOLDER)
         self._adopt(pretrained)
 
     def _adopt(self, pretrained: PretrainedTokenizer) -> None:
         self.pretrained = self.tokenizer = pretrained
+        self.context = pretrained.context
         self.pad_id, self.bos_id, self.eos_id = pretrained.pad, pretrained.start, pretrained.eos
 
     def tokenizer_files(self) -> Path | None:
