@@ -48,7 +48,7 @@ def test_info_shows_recipe_components_parameters_memory():
     assert "parameters: 63,082,496" in out
     weights = (63_082_496 + 1024 * 512) * 4 / 2**20  # parameters + the sinusoid table, fp32
     assert f"weights in float32: {weights:.1f} MiB" in out
-    assert "vanilla" in out and "layernorm" in out and "memory on this machine" in out
+    assert "vanilla" in out and "layernorm" in out and "memory free for this process" in out
     result = run_zoo("info", "transformer-base", "--set", "norm=rmsnorm", "--set", "encoder_layers=3")
     assert "rmsnorm" in result.stdout
 

@@ -277,6 +277,19 @@ def test_a_model_too_large_is_refused_without_allocating_it():
     assert "MemoryBudgetError" in done.stderr and "Nothing was allocated" in done.stderr
 
 
+def test_the_memory_guard_reads_what_this_process_may_still_allocate():
+    """Under an address-space limit (ulimit -v) well below the machine's memory, a model
+    that fits the machine but not the limit is refused by name before anything is
+    allocated (it used to pass the guard and end in the allocator's RuntimeError)."""
+    code = ("import resource, zoo, torch\n"
+            "size = int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) * 1024\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (size + 3 * 2**30, resource.RLIM_INFINITY))\n"
+            "zoo.build('transformer-base', vocab_size=3_000_000)")  # about 5.8 GiB of weights
+    done = python(code, timeout=60)
+    assert "MemoryBudgetError" in done.stderr, done.stderr[-2000:]
+    assert "address-space limit" in done.stderr and "Nothing was allocated" in done.stderr
+
+
 @pytest.mark.parametrize("override", [{"d_model": 10**9}, {"encoder_layers": 10**6},
                                       {"encoder_layers": 10**30}])
 def test_absurd_sizes_are_refused_at_once(override):

@@ -256,7 +256,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for dtype in (torch.float32, torch.bfloat16):
         size = format_bytes(fp.bytes_in(dtype))
         print(f"weights in {str(dtype).removeprefix('torch.')}: {size}")
-    print(f"memory on this machine: {format_bytes(memory_available())}")
+    print(f"memory free for this process: {format_bytes(memory_available())}")
     return 0
 
 
