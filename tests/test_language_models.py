@@ -200,6 +200,16 @@ def test_streamed_text_is_the_completed_text_and_stops_after_a_stop_string(with_
     assert "".join(zoo.stream_text(model, PROMPTS[0], max_new_tokens=10, stop=[stop])) == cut[0]
 
 
+def test_zoo_generate_refuses_numbers_it_cannot_decode_in_its_own_words(with_tokenizer):
+    folder = with_tokenizer[2]
+    for args, says in ((["--beam", "0"], "num_beams"), (["--max-new-tokens", "-5"],
+                                                        "max_new_tokens"),
+                       (["--beam", "10000000"], "fewer beams")):
+        done = run_zoo("generate", f"local-dir:{folder}", "The cat", *args)
+        assert done.returncode != 0 and says in done.stderr, done.stderr[-1500:]
+        assert "Traceback" not in done.stderr
+
+
 def test_a_character_split_across_tokens_is_shown_whole(with_tokenizer):
     from zoo.decoding.text import TextPieces
 

@@ -290,6 +290,19 @@ def test_the_memory_guard_reads_what_this_process_may_still_allocate():
     assert "address-space limit" in done.stderr and "Nothing was allocated" in done.stderr
 
 
+@pytest.mark.parametrize("model", ["transformer-tiny", "llama-tiny"])
+def test_a_decoding_too_large_for_memory_is_refused_before_it_starts(model):
+    """Ten million beams (hundreds of GiB of cached keys and scores) is one
+    MemoryBudgetError naming num_beams, before anything is allocated (it was the
+    allocator's error, or the process killed)."""
+    code = (f"import torch, zoo\nm = zoo.build({model!r}).eval()\n"
+            "zoo.generate(m, torch.tensor([[5, 6, 7]]), num_beams=10**7, max_new_tokens=2)")
+    done = python(code, timeout=120)  # (its own process: a regression may not kill pytest's)
+    assert "MemoryBudgetError: decoding 1 source(s) with num_beams=10000000" in done.stderr, \
+        done.stderr[-2000:]
+    assert "Nothing was allocated" in done.stderr and "fewer beams" in done.stderr
+
+
 @pytest.mark.parametrize("override", [{"d_model": 10**9}, {"encoder_layers": 10**6},
                                       {"encoder_layers": 10**30}])
 def test_absurd_sizes_are_refused_at_once(override):

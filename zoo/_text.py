@@ -123,3 +123,12 @@ def validate_plain(model: type[BaseModel], data: Any) -> BaseModel:
         if refused:
             raise ValidationError.from_exception_data(model.__name__, refused) from None
         return result  # strict refused only what JSON cannot say (a tuple, say)
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError

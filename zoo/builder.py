@@ -23,11 +23,12 @@ from torch import nn
 
 from . import hub
 from .foreign import convert_weights, file_patterns, foreign_config, foreign_recipe, read_foreign
-from ._text import quoted
+from ._text import format_bytes, quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .decoding import parse_settings
 from .errors import ArtifactError, CorruptFileError, MemoryBudgetError, RecipeError
 from .files import recover
+from .hardware import memory_available, memory_limits
 from .quantization import MODES as QUANTIZE_MODES
 from .quantization import quantize as quantize_model
 from .recipe import PretrainedWeights, Recipe, list_recipes
@@ -341,72 +342,6 @@ def footprint(resolved: Resolved, dtype: torch.dtype | None = None) -> Footprint
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for b in model.buffers())
     return Footprint(params, buffers, dtype or torch.get_default_dtype())
-
-
-def memory_available(device: str | torch.device | None = None) -> int:
-    """Bytes this process can still allocate on the device a model is built on. On the
-    CPU, the least of: the memory the kernel counts as available (``MemAvailable``, else
-    the machine's RAM), the room left under the process's cgroup limit
-    (``memory.max`` less ``memory.current``; cgroup v1's ``limit_in_bytes`` less
-    ``usage_in_bytes``) and under its address-space limit (``RLIMIT_AS`` less its
-    current size). On CUDA, the device's free memory plus what torch's allocator holds
-    unused."""
-    device = torch.device(device or "cpu")
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return min(room for _, room in memory_limits())
-
-
-def memory_limits() -> list[tuple[str, int]]:
-    """The CPU memory limits that hold for this process, each as (name, bytes still free
-    under it): the machine's available memory always, and a cgroup or ``RLIMIT_AS`` limit
-    where one is set."""
-    meminfo = _read_numbers("/proc/meminfo", "MemAvailable:")
-    ram = meminfo * 1024 if meminfo is not None else (
-        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    limits = [("available memory", ram)]
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        limit, usage = _read_numbers(limit_file), _read_numbers(usage_file)
-        if limit is not None and usage is not None and limit < 1 << 60:  # v1's "no limit"
-            limits.append(("the cgroup's memory limit", max(0, limit - usage)))
-            break
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    except (ImportError, OSError, ValueError):
-        soft = -1
-    if soft not in (-1, getattr(resource, "RLIM_INFINITY", -1)):
-        size = _read_numbers("/proc/self/status", "VmSize:")
-        used = size * 1024 if size is not None else 0
-        limits.append(("the address-space limit (ulimit -v)", max(0, soft - used)))
-    return limits
-
-
-def _read_numbers(path: str, key: str | None = None) -> int | None:
-    """The first number of the file at ``path`` (of its line starting with ``key``), or
-    None where the file or the number is not there ("max" included)."""
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if key is None or line.startswith(key):
-            words = line.removeprefix(key or "").split()
-            return int(words[0]) if words and words[0].isdigit() else None
-    return None
-
-
-def format_bytes(n: float) -> str:
-    """``1536`` -> ``'1.5 KiB'``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    raise AssertionError
 
 
 def check_memory(resolved: Resolved, *, device: Any = None, dtype: torch.dtype | None = None) -> Footprint:

@@ -235,7 +235,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     """Print a recipe, its components, its parameter count and the memory it needs."""
     import torch
 
-    from .builder import footprint, format_bytes, get_recipe, memory_available
+    from ._text import format_bytes
+    from .builder import footprint, get_recipe
+    from .hardware import memory_available
     from .recipe import dump_recipe
     from .resolver import resolve
 

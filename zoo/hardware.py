@@ -190,3 +190,63 @@ def cores_busy(interval: float = 0.25) -> float:
 def detect() -> Hardware:
     """This machine (read once per process)."""
     return Hardware(cpu=detect_cpu(), gpus=detect_gpus())
+
+
+# -- memory -----------------------------------------------------------------------------------
+def memory_available(device: Any = None) -> int:
+    """Bytes this process can still allocate on the device a model is built on. On the
+    CPU, the least of: the memory the kernel counts as available (``MemAvailable``, else
+    the machine's RAM), the room left under the process's cgroup limit
+    (``memory.max`` less ``memory.current``; cgroup v1's ``limit_in_bytes`` less
+    ``usage_in_bytes``) and under its address-space limit (``RLIMIT_AS`` less its
+    current size). On CUDA, the device's free memory plus what torch's allocator holds
+    unused."""
+    import torch
+
+    device = torch.device(device or "cpu")
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return min(room for _, room in memory_limits())
+
+
+def memory_limits() -> list[tuple[str, int]]:
+    """The CPU memory limits that hold for this process, each as (name, bytes still free
+    under it): the machine's available memory always, and a cgroup or ``RLIMIT_AS`` limit
+    where one is set."""
+    meminfo = _read_numbers("/proc/meminfo", "MemAvailable:")
+    ram = meminfo * 1024 if meminfo is not None else (
+        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    limits = [("available memory", ram)]
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, usage = _read_numbers(limit_file), _read_numbers(usage_file)
+        if limit is not None and usage is not None and limit < 1 << 60:  # v1's "no limit"
+            limits.append(("the cgroup's memory limit", max(0, limit - usage)))
+            break
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        soft = -1
+    if soft not in (-1, getattr(resource, "RLIM_INFINITY", -1)):
+        size = _read_numbers("/proc/self/status", "VmSize:")
+        used = size * 1024 if size is not None else 0
+        limits.append(("the address-space limit (ulimit -v)", max(0, soft - used)))
+    return limits
+
+
+def _read_numbers(path: str, key: str | None = None) -> int | None:
+    """The first number of the file at ``path`` (of its line starting with ``key``), or
+    None where the file or the number is not there ("max" included)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if key is None or line.startswith(key):
+            words = line.removeprefix(key or "").split()
+            return int(words[0]) if words and words[0].isdigit() else None
+    return None

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import RecipeError
+from .budget import check_decoding_memory
 from .rules import Rules, filter_logits
 from .search import beam_search as search_beams
 from .search import length_penalty, one_per_row
@@ -105,6 +106,8 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
             raise RecipeError("a prompt ends in padding: pad prompts on the left "
                               "(tokenizer.padding_side = 'left'), so that every row's "
                               "next token follows its last real one")
+        check_decoding_memory(model, src.shape[0], src.shape[1], settings,
+                              settings.length_limit(src.shape[1]), src.device)
         step = PromptSteps(model, src, padding_mask, use_cache=use_cache, beams=beams)
         return step, src.repeat_interleave(beams, 0), Rules(settings, start=src.shape[1])
     if padding_mask is not None:
@@ -115,6 +118,8 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
                           "serves models with encode, decode and padding_mask (architecture "
                           "seq2seq).")
     rules = Rules(settings, start=1)
+    check_decoding_memory(model, src.shape[0], src.shape[1], settings, rules.max_length,
+                          src.device)
     step = Seq2SeqSteps(model, src, use_cache=use_cache, beams=beams,
                         steps=rules.max_length - 1)
     first = torch.full((src.shape[0] * beams, 1), settings.start_id, dtype=torch.long,

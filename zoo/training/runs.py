@@ -17,16 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import artifact
-from ..builder import (
-    SavedModel,
-    build,
-    format_bytes,
-    load_artifact,
-    memory_available,
-    saved_model,
-)
+from .._text import format_bytes
+from ..builder import SavedModel, build, load_artifact, saved_model
 from ..decoding import settings_for
 from ..errors import MemoryBudgetError, RecipeError
+from ..hardware import memory_available
 from ..files import atomic_write, atomic_write_text
 from ..recipe import Recipe, dump_recipe, load_recipe
 from ..registry import registry
