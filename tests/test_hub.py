@@ -543,6 +543,24 @@ def test_a_download_that_times_out_names_the_setting(hub, pushed, monkeypatch):
         zoo.build("hf-hub:alice/tiny")
 
 
+def test_a_hub_that_never_answers_is_given_up_after_one_round_of_the_clients_tries(
+        hub, pushed, monkeypatch):
+    """huggingface_hub already tries a timed-out download six times (resuming); zoo does
+    not multiply that by its own retries (it took 44 s here, 272 s at the default
+    timeout), so the error comes after about 6 x (timeout + 1) s."""
+    from huggingface_hub import constants
+
+    from .hubserver import Fault
+
+    monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 1)
+    slow = Fault("model.safetensors", "slow", times=1000, seconds=4)
+    hub.state.faults.append(slow)
+    with pytest.raises(zoo.ArtifactError, match="no answer within HF_HUB_DOWNLOAD_TIMEOUT=1 s"
+                                                ".*tried 6 times"):
+        zoo.build("hf-hub:alice/tiny")
+    assert 1000 - slow.times == 6  # the download asked for 6 times (it was 24: 44 s here)
+
+
 @pytest.mark.parametrize("filename", ["model.safetensors", "config.json"])
 def test_a_bad_file_never_stays_in_the_cache(hub, pushed, filename):
     from zoo.errors import CorruptFileError

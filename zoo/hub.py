@@ -98,8 +98,10 @@ def _with_retries(what: str, call):
             return call()
         except Exception as exc:
             transient = _transient(exc)
-            if transient is None or attempt == retries:
-                error = _describe_hub_error(exc, what, attempts=attempt + 1)
+            by_client = _retried_by_the_client(exc)
+            if transient is None or attempt == retries or by_client:
+                error = _describe_hub_error(
+                    exc, what, attempts=(attempt + 1) * (CLIENT_TRIES if by_client else 1))
                 if error is None:
                     raise
                 raise error from None
@@ -128,6 +130,26 @@ _CUT = {"RemoteProtocolError", "ChunkedEncodingError", "IncompleteRead", "Protoc
 _CONNECTION = {"ConnectError", "ConnectionError", "ReadError", "NetworkError"}
 """Transient failures by class name, as httpx2, httpx and requests (the HTTP clients of
 huggingface_hub's releases) call them: no import of a client zoo does not need."""
+
+
+CLIENT_TRIES = 6
+"""How often huggingface_hub's own ``http_get`` tries a download that times out or loses
+its connection (once, then five retries a second apart, resuming), before zoo sees the
+failure: zoo does not try it again, so a Hub that never answers is given up after about
+``CLIENT_TRIES x (HF_HUB_DOWNLOAD_TIMEOUT + 1)`` seconds (66 s by default) instead of
+four times that."""
+
+
+def _retried_by_the_client(exc: BaseException) -> bool:
+    """Whether huggingface_hub already retried this failure itself: a timeout or a lost
+    connection raised out of its ``http_get`` (metadata requests are not retried there,
+    so zoo retries those)."""
+    import traceback
+
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if not names & (_TIMEOUTS | _CONNECTION | _CUT):
+        return False
+    return any(frame.name == "http_get" for frame in traceback.extract_tb(exc.__traceback__))
 
 
 def _transient(exc: BaseException) -> str | None:
