@@ -506,3 +506,41 @@ def test_a_formats_own_exception_names_the_format_and_its_plugin(tmp_path, fresh
                                               "failed in recipe\\(\\): KeyError") as info:
         zoo.build(f"local-dir:{tmp_path / 'm'}")
     assert isinstance(info.value.__cause__, KeyError)
+
+
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("marian") / "m"
+    save_family("opus-mt", folder)
+    return folder
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"decoder_start_token_id": 10**9}, "start_id 1000000000 is not a token of this model's "
+                                        "vocabulary"),
+    ({"length_penalty": 1e308}, "length_penalty: Input should be less than or equal to 10"),
+    ({"bad_words_ids": [[-3]]}, "forbidden_ids.0: Input should be greater than or equal to 0"),
+    ({"forced_eos_token_id": -7}, "forced_eos_id: Input should be greater than or equal to 0"),
+    ({"temperature": float("inf"), "do_sample": True}, "temperature"),
+])
+def test_generation_files_zoo_cannot_decode_by_are_refused_by_name(change, says, marian_folder,
+                                                                    tmp_path):
+    """Ids past the vocabulary or negative, and numbers out of bounds, in a
+    generation_config.json are one FormatError naming the setting (they were an
+    IndexError or OverflowError at decoding, or a token V-3 banned silently)."""
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(marian_folder, folder)
+    path = folder / "generation_config.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**data, **change}))
+    with pytest.raises(zoo.ArtifactError, match=says):
+        zoo.build(f"local-dir:{folder}")
+
+
+def test_decoding_with_an_id_past_the_vocabulary_is_refused_by_name(marian_folder):
+    model = zoo.build(f"local-dir:{marian_folder}").eval()
+    with pytest.raises(zoo.RecipeError, match="eos_ids 99999 is not a token of this model's "
+                                              "vocabulary"):
+        zoo.generate(model, torch.tensor([[5, 6, 7]]), eos_ids=(99999,))

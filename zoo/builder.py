@@ -22,11 +22,19 @@ import torch
 from torch import nn
 
 from . import hub
-from .foreign import convert_weights, file_patterns, foreign_config, foreign_recipe, read_foreign
+from .foreign import (
+    GENERATION_NAME,
+    convert_weights,
+    file_patterns,
+    foreign_config,
+    foreign_recipe,
+    read_foreign,
+)
 from ._text import format_bytes, quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
-from .decoding import parse_settings
-from .errors import ArtifactError, CorruptFileError, MemoryBudgetError, RecipeError
+from .decoding import parse_settings, vocabulary_size
+from .decoding.settings import id_problem
+from .errors import ArtifactError, CorruptFileError, FormatError, MemoryBudgetError, RecipeError
 from .files import recover
 from .hardware import memory_available, memory_limits
 from .quantization import MODES as QUANTIZE_MODES
@@ -257,6 +265,10 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
                           source=saved.name)
         model.imported = imported
         model.generation = imported.generation
+        problem = model.generation and id_problem(model.generation, vocabulary_size(model))
+        if problem:
+            raise FormatError(f"{saved.name}: its generation settings ({GENERATION_NAME}, "
+                              f"or config.json's) cannot decode it: {problem}.")
         return model
     folder = saved.files_folder() if weights else config_folder
     recipe, config = read_config(folder, saved.name)
@@ -268,6 +280,9 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
     if config.get("generation") is not None:
         try:
             model.generation = parse_settings(config["generation"], "generation settings")
+            problem = id_problem(model.generation, vocabulary_size(model))
+            if problem:
+                raise RecipeError(problem)
         except RecipeError as exc:
             raise ArtifactError(f"{saved.name}: config.json's \"generation\" cannot be used "
                                 f"({exc}); remove it to decode by the architecture's "

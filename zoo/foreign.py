@@ -24,7 +24,7 @@ from ._text import quoted, short_repr
 from .artifact import CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME
 from .artifact import read_json, read_weights, weight_files
 from .errors import ArtifactError, FormatError, ZooError
-from .decoding import GenerationSettings, generate
+from .decoding import GenerationSettings, generate, parse_settings
 from .recipe import Recipe
 from .registry import Component, registry
 
@@ -217,10 +217,11 @@ def read_generation(folder: Path, config: dict[str, Any], source: str,
     if data is None:
         return None
     try:
-        return GenerationSettings.model_validate(data)
-    except ValueError as exc:
-        raise FormatError(f"{source}: its generation settings cannot be used: "
-                          f"{short_repr(exc, 400)}") from None
+        return parse_settings(data, f"{source}'s {GENERATION_NAME} (as zoo reads it)")
+    except ValueError as exc:  # a RecipeError, worded; a format's own odd value, shown
+        raise FormatError(str(exc) if isinstance(exc, ZooError) else
+                          f"{source}: its generation settings cannot be used: "
+                          f"{short_repr(exc, 600)}") from None
 
 
 def read_foreign(folder: Path, config: dict[str, Any], source: str, *,

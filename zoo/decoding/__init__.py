@@ -30,7 +30,7 @@ from .budget import check_decoding_memory
 from .rules import Rules, filter_logits
 from .search import beam_search as search_beams
 from .search import length_penalty, one_per_row
-from .settings import OLD_NAMES, GenerationSettings, parse_settings, settings_with
+from .settings import OLD_NAMES, GenerationSettings, id_problem, parse_settings, settings_with
 from .steps import PromptSteps, Seq2SeqSteps
 
 __all__ = ["generate", "stream", "GenerationSettings", "settings_for", "filter_logits",
@@ -83,8 +83,21 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
                               "settings=GenerationSettings(...)).")
         pad = getattr(model, "pad_id", None)
         base = {"pad_id": pad if pad is not None else tuple(changes["eos_ids"])[0]}
-        return parse_settings({**base, **changes}, "generation settings")
-    return settings_with(parse_settings(base, "generation settings"), changes)
+        return _checked(model, parse_settings({**base, **changes}, "generation settings"))
+    return _checked(model, settings_with(parse_settings(base, "generation settings"), changes))
+
+
+def vocabulary_size(model) -> int | None:
+    """The number of tokens ``model`` writes (its settings' ``vocab_size``), if it says."""
+    size = getattr(getattr(model, "settings", None), "vocab_size", None)
+    return size if isinstance(size, int) else None
+
+
+def _checked(model, settings: GenerationSettings) -> GenerationSettings:
+    problem = id_problem(settings, vocabulary_size(model))
+    if problem:
+        raise RecipeError(f"generation settings: {problem}")
+    return settings
 
 
 def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bool,

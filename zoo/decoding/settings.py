@@ -14,7 +14,7 @@ token (``max_length`` 512 allows 511 new tokens) unless ``max_new_tokens`` is gi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -27,15 +27,20 @@ OLD_NAMES = {"strategy": "num_beams / do_sample", "beam_size": "num_beams",
 their place; ``generate`` still takes them, with a DeprecationWarning."""
 
 
+MAX_LENGTH_PENALTY = 10.0
+"""The largest length penalty either way (published configs use 0.6 to 2): a length of a
+million tokens to the tenth power is still a float, to the 10^308th it overflows."""
+
+
 class GenerationSettings(BaseModel):
     """How a model decodes by default (transformers' ``generation_config.json``, in zoo's
     names where they differ: ``start_id``, ``eos_ids``, ``forbidden_ids``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     start_id: int = Field(ge=0)
     """The decoder's first token (``decoder_start_token_id``)."""
-    eos_ids: tuple[int, ...] = Field(min_length=1)
+    eos_ids: tuple[Annotated[int, Field(ge=0)], ...] = Field(min_length=1)
     """Tokens that end a sequence (``eos_token_id``, one or several)."""
     pad_id: int = Field(ge=0)
     """What fills a sequence after its end (``pad_token_id``)."""
@@ -52,7 +57,7 @@ class GenerationSettings(BaseModel):
     num_beams: int = Field(1, ge=1)
     """1: one sequence per source (greedy, or sampled with ``do_sample``); more: beam
     search."""
-    length_penalty: float = 1.0
+    length_penalty: float = Field(1.0, ge=-MAX_LENGTH_PENALTY, le=MAX_LENGTH_PENALTY)
     """Beam search ranks a finished hypothesis by its summed log-probability over a
     penalty of its length (the new tokens, the end token counted): ``length **
     length_penalty`` (transformers' form), or GNMT's ``((5 + length) / 6) **
@@ -88,11 +93,11 @@ class GenerationSettings(BaseModel):
     repetition_penalty: float = Field(1.0, gt=0)
     """A token already in the sequence has its logit divided by this when positive and
     multiplied when negative (Keskar et al. 2019, CTRL; 1: off)."""
-    forbidden_ids: tuple[int, ...] = ()
+    forbidden_ids: tuple[Annotated[int, Field(ge=0)], ...] = ()
     """Tokens never generated (``bad_words_ids`` of one token each: Marian's pad)."""
-    forced_bos_id: int | None = None
+    forced_bos_id: int | None = Field(None, ge=0)
     """The token forced right after the start token (BART, mBART-50's language)."""
-    forced_eos_id: int | None = None
+    forced_eos_id: int | None = Field(None, ge=0)
     """The token forced at the last step, when the maximum length is reached."""
     no_repeat_ngram_size: int = Field(0, ge=0)
     """No n-gram of this size occurs twice in a sequence (0: off)."""
@@ -115,6 +120,25 @@ class GenerationSettings(BaseModel):
     def min_length_for(self, start: int) -> int:
         """No end token in a sequence shorter than this, its ``start`` tokens counted."""
         return start + self.min_new_tokens if self.min_new_tokens is not None else self.min_length
+
+
+ID_FIELDS = ("start_id", "eos_ids", "pad_id", "forbidden_ids", "forced_bos_id",
+             "forced_eos_id")
+"""The settings that name tokens."""
+
+
+def id_problem(settings: GenerationSettings, vocab_size: int | None) -> str | None:
+    """Why ``settings`` cannot decode a model of ``vocab_size`` tokens: the first id it
+    names that is not one of them (None: every id is, or the size is not known)."""
+    if vocab_size is None:
+        return None
+    for name in ID_FIELDS:
+        value = getattr(settings, name)
+        for i in (value if isinstance(value, tuple) else (value,)):
+            if i is not None and not 0 <= i < vocab_size:
+                return (f"{name} {i} is not a token of this model's vocabulary of "
+                        f"{vocab_size:,} (ids 0 to {vocab_size - 1:,})")
+    return None
 
 
 def settings_with(settings: GenerationSettings, changes: dict[str, Any],
