@@ -516,7 +516,7 @@ def marian_folder(tmp_path_factory):
 
 
 @pytest.mark.parametrize("change, says", [
-    ({"decoder_start_token_id": 10**9}, "start_id 1000000000 is not a token of this model's "
+    ({"decoder_start_token_id": 10**9}, r"token ids \[1000000000\], past the model's "
                                         "vocabulary"),
     ({"length_penalty": 1e308}, "length_penalty: Input should be less than or equal to 10"),
     ({"bad_words_ids": [[-3]]}, "forbidden_ids.0: Input should be greater than or equal to 0"),
@@ -541,6 +541,6 @@ def test_generation_files_zoo_cannot_decode_by_are_refused_by_name(change, says,
 
 def test_decoding_with_an_id_past_the_vocabulary_is_refused_by_name(marian_folder):
     model = zoo.build(f"local-dir:{marian_folder}").eval()
-    with pytest.raises(zoo.RecipeError, match="eos_ids 99999 is not a token of this model's "
+    with pytest.raises(zoo.RecipeError, match=r"token ids \[99999\], past the model's "
                                               "vocabulary"):
         zoo.generate(model, torch.tensor([[5, 6, 7]]), eos_ids=(99999,))

@@ -33,7 +33,7 @@ from .foreign import (
 from ._text import format_bytes, quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .decoding import parse_settings, vocabulary_size
-from .decoding.settings import id_problem
+from .decoding.rules import check_vocabulary
 from .errors import ArtifactError, CorruptFileError, FormatError, MemoryBudgetError, RecipeError
 from .files import recover
 from .hardware import memory_available, memory_limits
@@ -265,10 +265,13 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
                           source=saved.name)
         model.imported = imported
         model.generation = imported.generation
-        problem = model.generation and id_problem(model.generation, vocabulary_size(model))
-        if problem:
-            raise FormatError(f"{saved.name}: its generation settings ({GENERATION_NAME}, "
-                              f"or config.json's) cannot decode it: {problem}.")
+        vocab = vocabulary_size(model)
+        if model.generation is not None and vocab is not None:
+            try:
+                check_vocabulary(model.generation, vocab)
+            except RecipeError as exc:
+                raise FormatError(f"{saved.name}: its generation settings ({GENERATION_NAME}, "
+                                  f"or config.json's) cannot decode it: {exc}.") from None
         return model
     folder = saved.files_folder() if weights else config_folder
     recipe, config = read_config(folder, saved.name)
@@ -280,9 +283,9 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
     if config.get("generation") is not None:
         try:
             model.generation = parse_settings(config["generation"], "generation settings")
-            problem = id_problem(model.generation, vocabulary_size(model))
-            if problem:
-                raise RecipeError(problem)
+            vocab = vocabulary_size(model)
+            if vocab is not None:
+                check_vocabulary(model.generation, vocab)
         except RecipeError as exc:
             raise ArtifactError(f"{saved.name}: config.json's \"generation\" cannot be used "
                                 f"({exc}); remove it to decode by the architecture's "

@@ -27,10 +27,10 @@ import torch
 
 from ..errors import RecipeError
 from .budget import check_decoding_memory
-from .rules import Rules, filter_logits
+from .rules import Rules, check_vocabulary, filter_logits
 from .search import beam_search as search_beams
 from .search import length_penalty, one_per_row
-from .settings import OLD_NAMES, GenerationSettings, id_problem, parse_settings, settings_with
+from .settings import OLD_NAMES, GenerationSettings, parse_settings, settings_with
 from .steps import PromptSteps, Seq2SeqSteps
 
 __all__ = ["generate", "stream", "GenerationSettings", "settings_for", "filter_logits",
@@ -94,9 +94,12 @@ def vocabulary_size(model) -> int | None:
 
 
 def _checked(model, settings: GenerationSettings) -> GenerationSettings:
-    problem = id_problem(settings, vocabulary_size(model))
-    if problem:
-        raise RecipeError(f"generation settings: {problem}")
+    """``settings``, refused before decoding starts when they name a token past the
+    model's vocabulary (a model that does not say its size is checked at the first step,
+    by its logits)."""
+    vocab = vocabulary_size(model)
+    if vocab is not None:
+        check_vocabulary(settings, vocab)
     return settings
 
 

@@ -122,25 +122,6 @@ class GenerationSettings(BaseModel):
         return start + self.min_new_tokens if self.min_new_tokens is not None else self.min_length
 
 
-ID_FIELDS = ("start_id", "eos_ids", "pad_id", "forbidden_ids", "forced_bos_id",
-             "forced_eos_id")
-"""The settings that name tokens."""
-
-
-def id_problem(settings: GenerationSettings, vocab_size: int | None) -> str | None:
-    """Why ``settings`` cannot decode a model of ``vocab_size`` tokens: the first id it
-    names that is not one of them (None: every id is, or the size is not known)."""
-    if vocab_size is None:
-        return None
-    for name in ID_FIELDS:
-        value = getattr(settings, name)
-        for i in (value if isinstance(value, tuple) else (value,)):
-            if i is not None and not 0 <= i < vocab_size:
-                return (f"{name} {i} is not a token of this model's vocabulary of "
-                        f"{vocab_size:,} (ids 0 to {vocab_size - 1:,})")
-    return None
-
-
 def settings_with(settings: GenerationSettings, changes: dict[str, Any],
                   where: str = "generation settings") -> GenerationSettings:
     """``settings`` with ``changes`` applied, validated: one RecipeError naming an unknown
