@@ -112,6 +112,12 @@ def ctranslate2_problems(model: nn.Module) -> list[str]:
     return problems
 
 
+def _refuse_quantized(model: nn.Module) -> None:
+    if is_quantized(model):
+        raise ExportError("export the fp32 model: CTranslate2 quantizes it itself "
+                          "(quantization='int8'), from the full-precision weights")
+
+
 def _ct2_linear(spec, *layers: nn.Module) -> None:
     """Set a CTranslate2 LinearSpec from one layer, or from several fused along the
     output dimension (the self-attention's q and kv projections)."""
@@ -155,9 +161,7 @@ def ctranslate2_spec(model: nn.Module, *, vocabulary: Sequence[str] | None = Non
     if problems:
         raise ExportError("this model cannot be exported to CTranslate2:\n  - "
                           + "\n  - ".join(problems))
-    if is_quantized(model):
-        raise ExportError("export the fp32 model: CTranslate2 quantizes it itself "
-                          "(quantization='int8'), from the full-precision weights")
+    _refuse_quantized(model)
     recipe = model.recipe
     s = model.settings
     ffn, norm = recipe.components["ffn"], recipe.components["norm"]
@@ -301,14 +305,14 @@ def _generator_to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], 
     the imported model's tokenizer, else :func:`default_vocabulary`)."""
     import tempfile
 
-    try:
+    try:  # (ctranslate2 itself is there: to_ctranslate2 asked)
+        import transformers  # noqa: F401
         from ctranslate2.converters import TransformersConverter
     except ImportError as exc:
-        raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
-                          "pip install 'zoo-transformers[export]'") from None
-    if is_quantized(model):
-        raise ExportError("export the fp32 model: CTranslate2 quantizes it itself "
-                          "(quantization='int8'), from the full-precision weights")
+        raise ExportError(f"--format ctranslate2 of a language model converts its "
+                          f"transformers export, and needs transformers ({exc}); pip install "
+                          "'zoo-transformers[hub-formats]'") from None
+    _refuse_quantized(model)
     positional = model.recipe.components.get("positional")
     if positional is not None and positional.settings.get("scaling") == "llama3":
         # measured: CTranslate2 4.8's converter leaves Llama 3's scaling out, and its
