@@ -32,8 +32,7 @@ from .foreign import (
 )
 from ._text import format_bytes, quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
-from .decoding import parse_settings, vocabulary_size
-from .decoding.rules import check_vocabulary
+from .decoding import fits_vocabulary, parse_settings
 from .errors import ArtifactError, CorruptFileError, FormatError, MemoryBudgetError, RecipeError
 from .files import recover
 from .hardware import memory_available, memory_limits
@@ -265,10 +264,9 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
                           source=saved.name)
         model.imported = imported
         model.generation = imported.generation
-        vocab = vocabulary_size(model)
-        if model.generation is not None and vocab is not None:
+        if model.generation is not None:
             try:
-                check_vocabulary(model.generation, vocab)
+                fits_vocabulary(model, model.generation)
             except RecipeError as exc:
                 raise FormatError(f"{saved.name}: its generation settings ({GENERATION_NAME}, "
                                   f"or config.json's) cannot decode it: {exc}.") from None
@@ -282,10 +280,8 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
         check_digests(folder, config, saved.name)
     if config.get("generation") is not None:
         try:
-            model.generation = parse_settings(config["generation"], "generation settings")
-            vocab = vocabulary_size(model)
-            if vocab is not None:
-                check_vocabulary(model.generation, vocab)
+            model.generation = fits_vocabulary(
+                model, parse_settings(config["generation"], "generation settings"))
         except RecipeError as exc:
             raise ArtifactError(f"{saved.name}: config.json's \"generation\" cannot be used "
                                 f"({exc}); remove it to decode by the architecture's "

@@ -40,10 +40,10 @@ class PretrainedTokenizer:
                  generation: dict | None = None, context: int | None = None) -> None:
         self.tokenizer, self.pad, self.start, self.eos = tokenizer, pad, start, eos
         self.generation = generation
-        self.context = context
-        """The positions the model reads (its max_len), None where not known."""
         """The imported model's generation settings, as data (None in runs saved before
         zoo kept them: the ids alone then)."""
+        self.context = context
+        """The positions the model reads (its max_len), None where not known."""
 
     def encode(self, text: str) -> "PretrainedTokenizer._Ids":
         return self._Ids(self.tokenizer(text)["input_ids"])

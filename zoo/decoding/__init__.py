@@ -83,23 +83,20 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
                               "settings=GenerationSettings(...)).")
         pad = getattr(model, "pad_id", None)
         base = {"pad_id": pad if pad is not None else tuple(changes["eos_ids"])[0]}
-        return _checked(model, parse_settings({**base, **changes}, "generation settings"))
-    return _checked(model, settings_with(parse_settings(base, "generation settings"), changes))
+        return fits_vocabulary(model, parse_settings({**base, **changes},
+                                                     "generation settings"))
+    return fits_vocabulary(model, settings_with(parse_settings(base, "generation settings"),
+                                                changes))
 
 
-def vocabulary_size(model) -> int | None:
-    """The number of tokens ``model`` writes (its settings' ``vocab_size``), if it says."""
+def fits_vocabulary(model, settings: GenerationSettings) -> GenerationSettings:
+    """``settings``, refused (one RecipeError) when they name a token past ``model``'s
+    vocabulary: checked when a model is read and before decoding starts (a model whose
+    settings do not say its ``vocab_size`` is checked at the first step, by its
+    logits)."""
     size = getattr(getattr(model, "settings", None), "vocab_size", None)
-    return size if isinstance(size, int) else None
-
-
-def _checked(model, settings: GenerationSettings) -> GenerationSettings:
-    """``settings``, refused before decoding starts when they name a token past the
-    model's vocabulary (a model that does not say its size is checked at the first step,
-    by its logits)."""
-    vocab = vocabulary_size(model)
-    if vocab is not None:
-        check_vocabulary(settings, vocab)
+    if isinstance(size, int):
+        check_vocabulary(settings, size)
     return settings
 
 
