@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo import native
+from zoo.derived import fixed_weights
 from zoo.ops import Linear
 
 CAN_BUILD = (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
@@ -147,7 +148,7 @@ def test_linear_multiplies_few_rows_of_fp32_inference_by_the_kernel():
     torch.manual_seed(0)
     layer = Linear(64, 48).eval()
     few, many = torch.randn(2, 1, 64), torch.randn(Linear(1, 1).native_row_limit() + 1, 64)
-    with torch.no_grad():
+    with torch.no_grad(), fixed_weights(layer):
         assert _kernel_calls(layer, few) == 1
         assert _kernel_calls(layer, many) == 0  # oneDNN's packed product
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -158,6 +159,10 @@ def test_linear_multiplies_few_rows_of_fp32_inference_by_the_kernel():
         torch.testing.assert_close(layer(few), F.linear(few, layer.weight, layer.bias),
                                    rtol=1e-5, atol=1e-5)
     assert _kernel_calls(layer, few) == 0  # with gradients: nn.Linear exactly
+    with torch.no_grad():  # outside a block that fixes the weights: no packed copy
+        assert _kernel_calls(layer, few) == 0
+        assert _kernel_calls(layer, few, "zoo::skinny_linear") == 1
+        assert _kernel_calls(layer, many, "zoo::skinny_linear") == 0  # F.linear
 
 
 @needs_kernel
@@ -166,7 +171,7 @@ def test_linear_packs_its_weight_once_and_again_when_it_changes():
     torch.manual_seed(0)
     layer = Linear(24, 40).eval()
     x = torch.randn(3, 24)
-    with torch.no_grad():
+    with torch.no_grad(), fixed_weights(layer):
         first = layer.native_weight()
         assert layer.native_weight() is first
         layer(x)
@@ -178,9 +183,10 @@ def test_linear_packs_its_weight_once_and_again_when_it_changes():
         layer.load_state_dict({"weight": torch.randn(40, 24), "bias": torch.randn(40)})
         torch.testing.assert_close(layer(x), reference(x, layer.weight, layer.bias),
                                    rtol=1e-5, atol=1e-5)
-    assert "_kernel_cache" not in layer.__getstate__()  # not pickled
+    assert "_native_cache" in layer.__dict__
+    assert "_native_cache" not in layer.__getstate__()  # not pickled
     layer.train()
-    assert "_kernel_cache" not in layer.__dict__
+    assert "_native_cache" not in layer.__dict__
 
 
 @needs_kernel

@@ -30,6 +30,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     """Decode each input with a trained run's model, or an imported model with its own
     tokenizer and generation settings."""
     from .builder import imported_model
+    from .derived import fixed_weights
     from .training.runs import load_run
 
     if args.int8 and args.device not in (None, "cpu"):
@@ -39,8 +40,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
         changes = {} if args.beam is None else {"num_beams": args.beam}
         if args.max_new_tokens is not None:
             changes["max_new_tokens"] = args.max_new_tokens
-        for line in model.imported.translate(model, args.text, **changes):
-            print(line)
+        with fixed_weights(model):  # the weights checked once for all the inputs
+            for line in model.imported.translate(model, args.text, **changes):
+                print(line)
         return 0
     run = load_run(args.run, device=args.device)
     if not hasattr(run.task, "translate"):
@@ -51,9 +53,10 @@ def cmd_translate(args: argparse.Namespace) -> int:
         from .quantization import quantize
 
         model = quantize(model)  # on the CPU: --device was checked above
-    for line in run.task.translate(model, args.text, beam_size=args.beam,
-                                   max_new_tokens=args.max_new_tokens):
-        print(line)
+    with fixed_weights(model):
+        for line in run.task.translate(model, args.text, beam_size=args.beam,
+                                       max_new_tokens=args.max_new_tokens):
+            print(line)
     return 0
 
 
@@ -143,20 +146,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for beam search)."""
     from .decoding import settings_for
     from .decoding.text import complete, stream_text
+    from .derived import fixed_weights
 
     prompts = _prompts(args.prompt)
     model, tokenizer = _language_model(args.model, args.device)
     changes = _generation_changes(args)
     settings_for(model, None, **changes)  # a setting out of range: one zoo error, first
-    for prompt in prompts:
-        if not args.only_new:
-            print(prompt, end="", flush=True)
-        if args.beam is not None and args.beam > 1:
-            print(complete(model, [prompt], tokenizer=tokenizer, stop=args.stop,
-                           **changes)[0], end="")
-        else:
-            for piece in stream_text(model, prompt, tokenizer=tokenizer, stop=args.stop,
-                                     **changes):
-                print(piece, end="", flush=True)
-        print(flush=True)
+    with fixed_weights(model):  # the weights checked once for all the prompts
+        for prompt in prompts:
+            if not args.only_new:
+                print(prompt, end="", flush=True)
+            if args.beam is not None and args.beam > 1:
+                print(complete(model, [prompt], tokenizer=tokenizer, stop=args.stop,
+                               **changes)[0], end="")
+            else:
+                for piece in stream_text(model, prompt, tokenizer=tokenizer, stop=args.stop,
+                                         **changes):
+                    print(piece, end="", flush=True)
+            print(flush=True)
     return 0

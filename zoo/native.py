@@ -14,7 +14,10 @@ disk, registered as ``torch.ops.zoo.*``, and built only when asked.
   as it is (no packed copy), for a few rows; what ``Linear`` calls inside
   ``torch.compile``, where a packed copy cannot be kept.
 
-These two are :data:`PRODUCTS`, zoo's own library. A plugin's C++ is a
+- ``fingerprint`` (``zoo/csrc/fingerprint.cpp``): a 64-bit digest of a tensor's bytes
+  at the memory's rate, by which :mod:`zoo.derived` checks packed copies of weights.
+
+These three are :data:`PRODUCTS`, zoo's own library. A plugin's C++ is a
 :class:`NativeLibrary` of its own, declared beside its only caller and linked against
 the products when it calls them (the static decoder's whole decoding step,
 ``plugins/architectures/csrc/decoder_layers.cpp``, is one).
@@ -364,7 +367,8 @@ def _products_loaded() -> bool:
 
 
 PRODUCTS = NativeLibrary(
-    "zoo_products", [CSRC / "packed_linear.cpp", CSRC / "skinny_linear.cpp"],
+    "zoo_products",
+    [CSRC / "packed_linear.cpp", CSRC / "skinny_linear.cpp", CSRC / "fingerprint.cpp"],
     [CSRC / "packed_linear.h", CSRC / "product_common.h", CSRC / "skinny_linear.h"],
     on_load=_products_loaded)
 """zoo's products for few rows: ``zoo::packed_linear``, ``zoo::pack_linear_weight``,

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import native
+from . import derived, native
 
 _BITS = 15
 _LEVELS = 1 << _BITS
@@ -139,20 +139,24 @@ def _onednn_bf16() -> bool:
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` that, on the CPU with gradients off, multiplies through oneDNN with
-    its weight packed once (re-packed when the weight changes): in fp32, or in bf16
-    under CPU autocast (the weight cast once instead of at every call). In fp32, inputs
-    of at most ``native_row_limit()`` rows (decoding steps, a sentence's encoder) go to zoo's
+    """``nn.Linear`` that, in CPU inference of a model whose weights are fixed (inside
+    :func:`zoo.derived.fixed_weights`, which every decoding call enters), multiplies
+    through oneDNN with its weight packed once: in fp32, or in bf16 under CPU autocast
+    (the weight cast once instead of at every call). In fp32, inputs of at most
+    ``native_row_limit()`` rows (decoding steps, a sentence's encoder) go to zoo's
     native product instead, with the weight packed once for it, where zoo's native
-    libraries could be built (:mod:`zoo.native`).
+    libraries could be built (:mod:`zoo.native`). A packed copy is checked against the
+    weight's bytes at its first use in each block (:mod:`zoo.derived`), so a write that
+    torch does not count (through ``.data``, a NumPy view) is seen.
 
-    With gradients on (training) and on other devices and dtypes it is ``nn.Linear``
-    exactly; inside ``torch.compile`` too (the packing would break the graph at each
-    layer, and the compiler packs weights itself), except that up to
-    ``zoo.native.UNPACKED_ROWS`` rows still go to zoo's native product on unpacked weights,
-    an operator the compiler calls as it is. The packed copies are not part of the
-    state dict; ``train()`` drops them. Results equal ``F.linear``'s up to fp32
-    rounding (another summation order)."""
+    Outside such a block, up to ``zoo.native.UNPACKED_ROWS`` rows go to zoo's native
+    product on the weight as it is, and more to ``F.linear``; with gradients on
+    (training) and on other devices and dtypes it is ``nn.Linear`` exactly; inside
+    ``torch.compile`` too (the packing would break the graph at each layer, and the
+    compiler packs weights itself), except for the unpacked native product, an operator
+    the compiler calls as it is. The packed copies are not part of the state dict;
+    ``train()`` drops them. Results equal ``F.linear``'s up to fp32 rounding (another
+    summation order)."""
 
     fast_inference = True
     """Set False (on the class or one layer) to always use ``F.linear``."""
@@ -169,7 +173,7 @@ class Linear(nn.Linear):
         """``F.linear``, or for CPU inference zoo's native product or the packed oneDNN
         product."""
         if self._native(x):
-            if torch.compiler.is_compiling():
+            if not self.keeps_copies():
                 return torch.ops.zoo.skinny_linear(x, self.weight, self.bias)
             return torch.ops.zoo.packed_linear(x, self.native_weight(), self.bias,
                                                self.out_features)
@@ -185,9 +189,16 @@ class Linear(nn.Linear):
 
     def native_weight(self) -> torch.Tensor:
         """The weight packed for zoo's native product (``torch.ops.zoo.pack_linear_weight``):
-        packed on first use and kept until the weight changes or ``train()`` is called."""
-        return self._cached("_native_cache", None,
-                            lambda: torch.ops.zoo.pack_linear_weight(self.weight.detach()))
+        packed on first use and kept while it matches the weight (checked as
+        :func:`zoo.derived.derived` says) and until ``train()`` is called."""
+        return derived.derived(self, "_native_cache", (self.weight,),
+                               lambda: torch.ops.zoo.pack_linear_weight(self.weight.detach()))
+
+    def keeps_copies(self) -> bool:
+        """True where this layer multiplies by packed copies of its weight: in a block
+        that fixes its model's weights (:func:`zoo.derived.fixed_weights`), outside
+        ``torch.compile``."""
+        return not torch.compiler.is_compiling() and derived.trusted(self)
 
     def kernel_rows(self) -> int:
         """Deprecated: :meth:`native_row_limit` ("kernel" names attention kernels only)."""
@@ -201,26 +212,16 @@ class Linear(nn.Linear):
 
     def takes_native(self, rows: int) -> bool:
         """True when zoo's native product may multiply ``rows`` rows by this layer: at most
-        ``native_row_limit()`` of them (inside ``torch.compile``, at most
+        ``native_row_limit()`` of them (where it keeps no packed copy, at most
         ``zoo.native.UNPACKED_ROWS``), an fp32 CPU weight, weight and bias contiguous,
         and zoo's native libraries available here."""
         limit = self.native_row_limit()
-        if torch.compiler.is_compiling():
+        if not self.keeps_copies():
             limit = min(limit, native.UNPACKED_ROWS)
         weight, bias = self.weight, self.bias
         return (rows <= limit and weight.dtype == torch.float32 and weight.device.type == "cpu"
                 and weight.is_contiguous() and (bias is None or bias.is_contiguous())
                 and native.available())
-
-    def _cached(self, name: str, tag, make):
-        """``make()``, kept in ``__dict__[name]`` while the weight's storage and version
-        (and ``tag``) stay the same."""
-        key = (self.weight.data_ptr(), self.weight._version, tag)
-        cached = self.__dict__.get(name)
-        if cached is None or cached[0] != key:
-            cached = (key, make())
-            self.__dict__[name] = cached
-        return cached[1]
 
     def _cpu_inference(self, x: torch.Tensor) -> bool:
         """True for inference on the CPU with an fp32 weight and a non-empty input: where
@@ -241,7 +242,7 @@ class Linear(nn.Linear):
         global _ONEDNN
         if not self._cpu_inference(x):
             return None
-        if torch.compiler.is_compiling():  # F.linear keeps the graph whole; the compiler packs
+        if not self.keeps_copies():  # in torch.compile, F.linear keeps the graph whole
             return None
         if torch.is_autocast_enabled("cpu"):
             dtype = torch.get_autocast_dtype("cpu")
@@ -264,10 +265,11 @@ class Linear(nn.Linear):
             bias = None if self.bias is None else self.bias.detach().to(dtype)
             return torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias
 
-        return self._cached("_packed_cache", dtype, pack)
+        return derived.derived(self, "_packed_cache", (self.weight, self.bias), pack, dtype)
 
     _CACHES = ("_packed_cache", "_native_cache")
-    """The packed weights :meth:`_cached` keeps: oneDNN's and zoo's native product's."""
+    """The packed weights it keeps (:func:`zoo.derived.derived`): oneDNN's and zoo's
+    native product's."""
 
     def __getstate__(self) -> dict:  # copies and pickles leave the packed weights behind
         state = self.__dict__.copy()
@@ -277,8 +279,7 @@ class Linear(nn.Linear):
 
     def train(self, mode: bool = True) -> "Linear":
         """Switch mode; the packed weights are dropped (they are made again when needed)."""
-        for name in self._CACHES:
-            self.__dict__.pop(name, None)
+        derived.forget(self, *self._CACHES)
         return super().train(mode)
 
 

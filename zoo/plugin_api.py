@@ -39,6 +39,8 @@ from .format_base import (
     generation_json,
     generation_settings,
 )
+from .derived import derived as derived_copy
+from .derived import fixed_weights, private_copy
 from .errors import (
     CapabilityError,
     FormatError,
@@ -75,6 +77,8 @@ __all__ = [
     "relative_positions", "KVCache", "DecoderCache", "LanguageModelCache",
     # layers
     "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
+    # copies derived from weights (packed, joined), checked against them
+    "derived_copy", "private_copy", "fixed_weights",
     # native code of a plugin's own
     "NativeLibrary", "NATIVE_PRODUCTS",
     # architectures

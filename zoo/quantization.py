@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import derived
 from .errors import RecipeError
 
 MODES = ("int8",)
@@ -96,18 +97,20 @@ class QuantizedLinear(nn.Module):
         return self.weight_int8.float() * self.weight_scale[:, None]
 
     def _packed(self):
-        key = (self.weight_int8.data_ptr(), self.weight_int8._version,
-               self.weight_scale._version, torch.backends.quantized.engine)
-        cached = self.__dict__.get("_packed_cache")
-        if cached is None or cached[0] != key:
+        """The int8 weight packed for the kernel: kept while it matches the weight, its
+        scales and the bias (checked as :func:`zoo.derived.derived` says: once in a
+        decoding call, at every call outside one)."""
+        def pack():
             with warnings.catch_warnings():  # torch's notice that these kernels will move
                 warnings.filterwarnings("ignore", message=r".*quantized tensor creation")
                 qweight = torch._make_per_channel_quantized_tensor(
                     self.weight_int8, self.weight_scale.double(),
                     torch.zeros(self.out_features, dtype=torch.long), 0)
-                cached = (key, torch.ops.quantized.linear_prepack(qweight, self.bias))
-            self.__dict__["_packed_cache"] = cached
-        return cached[1]
+                return torch.ops.quantized.linear_prepack(qweight, self.bias)
+
+        return derived.derived(self, "_packed_cache",
+                               (self.weight_int8, self.weight_scale, self.bias), pack,
+                               torch.backends.quantized.engine)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) -> (..., out), through the int8 kernel on the CPU."""

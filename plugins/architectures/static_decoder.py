@@ -35,12 +35,10 @@ gives the same tokens.
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from torch import nn
 
-from zoo.plugin_api import Linear
+from zoo.plugin_api import Linear, derived_copy, private_copy
 
 from .native_step import STEP
 
@@ -72,9 +70,6 @@ def plain_decoder(model: nn.Module) -> bool:
     return True
 
 
-_FUSED: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
-
-
 def fused_qkv(attn: nn.Module) -> nn.Module | None:
     """One linear layer giving [q | k | v] of a self-attention whose ``q_proj`` and
     ``kv_proj`` are plain linear layers (None otherwise: int8 layers stay apart). It is
@@ -83,10 +78,8 @@ def fused_qkv(attn: nn.Module) -> nn.Module | None:
     q, kv = attn.q_proj, attn.kv_proj
     if type(q) is not Linear or type(kv) is not Linear or (q.bias is None) != (kv.bias is None):
         return None
-    key = tuple((p.data_ptr(), p._version) for p in (q.weight, kv.weight, q.bias, kv.bias)
-                if p is not None)
-    cached = _FUSED.get(attn)
-    if cached is None or cached[0] != key:
+
+    def join():
         weight = torch.cat([q.weight.detach(), kv.weight.detach()])
         fused = Linear(weight.shape[1], weight.shape[0], bias=q.bias is not None,
                        device="meta")
@@ -95,9 +88,9 @@ def fused_qkv(attn: nn.Module) -> nn.Module | None:
             fused.bias = nn.Parameter(torch.cat([q.bias.detach(), kv.bias.detach()]),
                                       requires_grad=False)
         fused.eval()
-        cached = (key, fused)
-        _FUSED[attn] = cached
-    return cached[1]
+        return private_copy(fused)  # its weight is this copy: nothing else writes it
+
+    return derived_copy(attn, "_fused_qkv", (q.weight, kv.weight, q.bias, kv.bias), join)
 
 
 class _Layer:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..derived import fixed_weights
 from ..errors import RecipeError
 from .budget import check_decoding_memory
 from .rules import Rules, check_vocabulary, filter_logits
@@ -166,13 +167,15 @@ def generate(model, src: torch.Tensor, settings: GenerationSettings | dict | Non
     torch's global one); ``return_scores`` (beam search) also returns each best
     hypothesis' normalised score (B,)."""
     settings = settings_for(model, settings, **changes)
-    step, first, rules = _steps(model, src, settings, use_cache, padding_mask)
-    if settings.num_beams > 1:
-        out, scores = search_beams(step, first, rules, sources=src.shape[0])
-        return (out, scores) if return_scores else out
-    if return_scores:
+    if return_scores and settings.num_beams == 1:
         raise RecipeError("return_scores is for beam search (num_beams > 1)")
-    pieces = list(one_per_row(step, first, rules, _generator(settings, generator, src.device)))
+    with fixed_weights(model):
+        step, first, rules = _steps(model, src, settings, use_cache, padding_mask)
+        if settings.num_beams > 1:
+            out, scores = search_beams(step, first, rules, sources=src.shape[0])
+            return (out, scores) if return_scores else out
+        pieces = list(one_per_row(step, first, rules,
+                                  _generator(settings, generator, src.device)))
     return torch.stack(pieces, dim=1)
 
 
@@ -189,8 +192,9 @@ def stream(model, src: torch.Tensor, settings: GenerationSettings | dict | None 
         raise RecipeError(f"stream gives tokens as they are chosen; beam search "
                           f"(num_beams={settings.num_beams}) chooses only at its end. Stream "
                           "with num_beams=1 (greedy or do_sample), or generate with beams.")
-    step, first, rules = _steps(model, src, settings, use_cache, padding_mask)
-    yield from one_per_row(step, first, rules, _generator(settings, generator, src.device))
+    with fixed_weights(model):  # the weights may not change while a stream is open
+        step, first, rules = _steps(model, src, settings, use_cache, padding_mask)
+        yield from one_per_row(step, first, rules, _generator(settings, generator, src.device))
 
 
 # -- the first decoding functions, kept for plugins that call them ----------------------------

@@ -1,0 +1,157 @@
+"""Copies derived from weights (packed for a product, joined, quantised), kept only while
+they are proven to match the weights they were made from.
+
+torch counts in-place changes of a tensor in its version counter, but not every write
+goes through it: ``weight.data.mul_(3)``, ``weight.data[0] = 100``, a NumPy view of the
+weight and another tensor sharing its storage all change the numbers and leave the
+version as it was. A copy keyed only on the storage and the version would then give
+results of the old weight. So each copy also keeps a fingerprint of its sources' bytes
+(:func:`fingerprint`), and is used only once that fingerprint has been read again:
+
+- **inside** :func:`fixed_weights` (which every decoding call enters for its model), a
+  copy is checked at its first use and trusted for the rest of the block: the weights of
+  the model are promised not to change while it decodes (its key/value caches would not
+  be valid either);
+- **outside** it, at every use. :class:`zoo.ops.Linear` does not keep copies there at
+  all (it multiplies by the weight as it is); int8 layers, whose kernels need a packed
+  weight, check it at each call.
+
+Reading the fingerprint costs one read of the weights: 11 ms for transformer-base's 63
+million on the 2-core CPU this project runs on (``torch.ops.zoo.fingerprint``), about a
+fifteenth of one sentence's greedy decoding; a caller that decodes many times keeps one
+block open around them all and pays it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+from . import native
+
+PRIVATE = object()
+"""The mark of a module whose weights are a private copy that nothing else writes (a
+decoder's joined q|k|v): its derived copies are trusted everywhere."""
+
+_MARK = "_fixed_weights_scope"
+_local = threading.local()
+
+
+def _active() -> list:
+    scopes = getattr(_local, "scopes", None)
+    if scopes is None:
+        scopes = _local.scopes = []
+    return scopes
+
+
+def trusted(module: nn.Module) -> bool:
+    """True when ``module``'s weights are promised fixed here: it belongs to a model of an
+    open :func:`fixed_weights` block of this thread, or it is marked :data:`PRIVATE`."""
+    mark = module.__dict__.get(_MARK)
+    return mark is PRIVATE or (mark is not None and mark in _active())
+
+
+@contextlib.contextmanager
+def fixed_weights(model: nn.Module) -> Iterator[None]:
+    """A block in which ``model``'s weights do not change: derived copies of them are
+    checked once (at their first use in the block) instead of at every use. Nested
+    blocks over the same model cost nothing more. Decoding enters one for its model;
+    enter one yourself around many calls to check the weights once for them all."""
+    scope = object()
+    marked = []
+    active = _active()
+    for module in model.modules():
+        previous = module.__dict__.get(_MARK)
+        if previous is PRIVATE or (previous is not None and previous in active):
+            continue
+        module.__dict__[_MARK] = scope
+        marked.append((module, previous))
+    active.append(scope)
+    try:
+        yield
+    finally:
+        active.remove(scope)
+        for module, previous in marked:
+            if module.__dict__.get(_MARK) is scope:
+                if previous is None:
+                    module.__dict__.pop(_MARK, None)
+                else:
+                    module.__dict__[_MARK] = previous
+
+
+def private_copy(module: nn.Module) -> nn.Module:
+    """Mark ``module`` as holding weights of its own that nothing else writes (a copy
+    joined from other weights, made by :func:`derived`): its own derived copies are
+    trusted everywhere. Returns it."""
+    module.__dict__[_MARK] = PRIVATE
+    return module
+
+
+def fingerprint(tensor: torch.Tensor) -> int:
+    """A 64-bit digest of the tensor's bytes that changes when any of them does
+    (``torch.ops.zoo.fingerprint`` where zoo's native products are built). Without
+    them, sums of blocks of 61 words weighted by the block's place: a change within one
+    block that keeps its sum (two words swapped) goes unseen there."""
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    if native.available():
+        return int(torch.ops.zoo.fingerprint(t))
+    raw = t.reshape(-1).view(torch.uint8)
+    whole = raw.numel() // 244 * 244
+    blocks = raw[:whole].view(torch.int32).view(-1, 61).sum(1, dtype=torch.int64)
+    place = torch.arange(1, blocks.numel() + 1, dtype=torch.int64)
+    tail = raw[whole:].to(torch.int64)
+    return hash((int((blocks * place).sum()), int(blocks.sum()), tuple(tail.tolist()),
+                 raw.numel()))
+
+
+def _key(sources: tuple) -> tuple:
+    return tuple(None if t is None else (t.data_ptr(), t._version, t.dtype, tuple(t.shape))
+                 for t in sources)
+
+
+def _prints(sources: tuple) -> tuple:
+    return tuple(None if t is None else fingerprint(t) for t in sources)
+
+
+def derived(module: nn.Module, name: str, sources: tuple, make: Callable, tag=None):
+    """``make()``, kept in ``module.__dict__[name]`` while it matches ``sources`` (the
+    tensors it is made from, None for an absent one) and ``tag``: the same storages and
+    versions, and the same bytes, read again at its first use in a :func:`fixed_weights`
+    block over ``module`` (once), or at every use outside one."""
+    key = (_key(sources), tag)
+    scopes = _active()
+    kept = module.__dict__.get(name)
+    if kept is not None and kept[0] == key:
+        if kept[3] is PRIVATE or (kept[3] is not None and kept[3] in scopes):
+            return kept[2]
+        prints = _prints(sources)
+        if prints == kept[1]:
+            module.__dict__[name] = (key, prints, kept[2], _checked_in(module))
+            return kept[2]
+    else:
+        prints = _prints(sources)
+    value = make()
+    module.__dict__[name] = (key, prints, value, _checked_in(module))
+    return value
+
+
+def _checked_in(module: nn.Module):
+    """The scope in which a check of ``module``'s copies holds: its open block, PRIVATE,
+    or None (outside a block: checked again at the next use)."""
+    mark = module.__dict__.get(_MARK)
+    if mark is PRIVATE or (mark is not None and mark in _active()):
+        return mark
+    return None
+
+
+def forget(module: nn.Module, *names: str) -> None:
+    """Drop ``module``'s derived copies ``names`` (they are made again when needed)."""
+    for name in names:
+        module.__dict__.pop(name, None)
