@@ -61,12 +61,14 @@ def test_skinny_linear_keeps_leading_dims_and_reads_strided_inputs():
     got = torch.ops.zoo.skinny_linear(x, weight, bias)
     assert got.shape == (3, 1, 40)
     torch.testing.assert_close(got, reference(x, weight, bias), rtol=1e-5, atol=1e-5)
-    with pytest.raises(RuntimeError, match="last size 23 is not weight's 24"):
+    with pytest.raises(ValueError, match="last size 23 is not weight's 24"):
         torch.ops.zoo.skinny_linear(torch.randn(2, 23), weight, bias)
-    with pytest.raises(RuntimeError, match="float32 only"):
+    with pytest.raises(ValueError, match="float32 only"):
         torch.ops.zoo.skinny_linear(x.double(), weight.double(), None)
-    with pytest.raises(RuntimeError, match="skinny_linear: a contiguous float32 bias of 40"):
+    with pytest.raises(ValueError, match="bias is a contiguous float32 CPU vector of 40"):
         torch.ops.zoo.skinny_linear(x, weight, torch.randn(39))
+    with pytest.raises(ValueError, match="a contiguous 2-d weight"):
+        torch.ops.zoo.skinny_linear(x, weight.t().contiguous().t(), bias)
     no_inputs = torch.ops.zoo.skinny_linear(torch.randn(3, 0), torch.randn(40, 0), bias)
     assert torch.equal(no_inputs, bias.expand(3, 40))  # an empty sum: the bias
 
@@ -81,7 +83,7 @@ def test_packed_linear_equals_a_float64_product(rows, n_out, n_in):
     torch.manual_seed(rows * 1000 + n_out)
     x, weight, bias = torch.randn(rows, n_in), torch.randn(n_out, n_in), torch.randn(n_out)
     packed = torch.ops.zoo.pack_linear_weight(weight)
-    assert packed.shape == ((n_out + 15) // 16, n_in, 16)
+    assert packed.shape == (16 + (n_out + 15) // 16 * n_in * 16,)  # a header, then panels
     for b in (bias, None):
         got = torch.ops.zoo.packed_linear(x, packed, b, n_out)
         assert got.shape == (rows, n_out)
@@ -120,13 +122,19 @@ def test_packed_linear_keeps_leading_dims_and_names_wrong_inputs():
     got = torch.ops.zoo.packed_linear(x, packed, bias, 40)
     assert got.shape == (3, 1, 40)
     torch.testing.assert_close(got, reference(x, weight, bias), rtol=1e-5, atol=1e-5)
-    with pytest.raises(RuntimeError, match="last size 23 is not the weight's 24"):
+    with pytest.raises(ValueError, match="last size 23 is not the weight's 24"):
         torch.ops.zoo.packed_linear(torch.randn(2, 23), packed, bias, 40)
-    with pytest.raises(RuntimeError, match="a weight from pack_linear_weight of 50 outputs"):
-        torch.ops.zoo.packed_linear(x, packed, None, 50)
-    with pytest.raises(RuntimeError, match="a contiguous float32 bias of 40"):
+    for n_out in (50, 33):  # 33: as many panels of 16 as 40, where only a size check passed
+        with pytest.raises(ValueError, match=f"n_out is {n_out}, but the packed weight has 40"):
+            torch.ops.zoo.packed_linear(x, packed, None, n_out)
+    with pytest.raises(ValueError, match="bias is a contiguous float32 CPU vector of 40"):
         torch.ops.zoo.packed_linear(x, packed, torch.randn(39), 40)
-    with pytest.raises(RuntimeError, match="2-d float32 CPU weight"):
+    with pytest.raises(ValueError, match="bias is a contiguous float32 CPU vector of 40"):
+        torch.ops.zoo.packed_linear(x, packed, torch.randn(80)[::2], 40)
+    for not_a_pack in (torch.randn(3, 24, 16), torch.randn(16 + 3 * 24 * 16), packed[:-16]):
+        with pytest.raises(ValueError, match="packed is not a weight from pack_linear_weight"):
+            torch.ops.zoo.packed_linear(x, not_a_pack, bias, 40)
+    with pytest.raises(ValueError, match="2-d float32 CPU weight"):
         torch.ops.zoo.pack_linear_weight(weight.double())
     empty = torch.ops.zoo.pack_linear_weight(torch.randn(40, 0))  # no inputs: the bias
     assert torch.equal(torch.ops.zoo.packed_linear(torch.randn(3, 0), empty, bias, 40),

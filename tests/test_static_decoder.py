@@ -220,3 +220,63 @@ def test_more_rows_than_the_kernel_takes_stay_in_python(monkeypatch):
     monkeypatch.setattr(Linear, "native_rows", 2)  # three sources: three rows a step
     (_, _), ran = _python_and_native_steps(model)
     assert ran == [False, False]
+
+
+@needs_kernel
+def test_native_step_arguments_that_do_not_fit_are_refused_by_name_not_crashed_on():
+    """tests/native_fuzz.py calls torch.ops.zoo.decoder_layers with each argument made
+    inconsistent (the issue's SIGSEGVs, SIGFPE, malloc assertion and silent reads) in a
+    process of its own: each call is a ValueError naming the argument."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .native_fuzz import CHANGES
+
+    done = subprocess.run([sys.executable, "-m", "tests.native_fuzz"], capture_output=True,
+                          text=True, timeout=600, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"survived {len(CHANGES)}" in done.stdout
+
+
+@needs_kernel
+@pytest.mark.parametrize("change", ["strided", "short"])
+def test_norm_weights_the_native_step_cannot_read_stay_in_python(change, monkeypatch):
+    monkeypatch.setattr(Linear, "native_rows", 16)
+    model = tiny()
+    norm = model.decoder.layers[1].norm2
+    d = norm.weight.numel()
+    with torch.no_grad():
+        if change == "strided":  # the same values, every other float of a longer storage
+            wide = torch.zeros(2 * d)
+            wide[::2] = torch.linspace(0.5, 1.5, d)
+            norm.weight = torch.nn.Parameter(wide[::2])
+        else:
+            norm.weight = torch.nn.Parameter(torch.ones(d - 4))
+    if change == "short":  # Python refuses it as torch's layer_norm does
+        with pytest.raises(RuntimeError):
+            _python_and_native_steps(model)
+        return
+    (native, python), ran = _python_and_native_steps(model)
+    assert ran == [False, False]
+    norm.weight = torch.nn.Parameter(norm.weight.detach().contiguous())
+    (again, _), ran = _python_and_native_steps(model)
+    assert ran == [True, False]
+    torch.testing.assert_close(again, python, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_a_strided_bias_gives_f_linears_result_on_every_path():
+    import torch.nn.functional as F
+
+    from zoo.derived import fixed_weights
+
+    layer = Linear(24, 40).eval()
+    layer.bias = torch.nn.Parameter(torch.randn(80)[::2])
+    for rows in (1, 20, 300):
+        x = torch.randn(rows, 24)
+        with torch.no_grad():
+            expected = F.linear(x, layer.weight, layer.bias)
+            torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+            with fixed_weights(layer):
+                torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)

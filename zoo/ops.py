@@ -262,7 +262,7 @@ class Linear(nn.Linear):
         def pack():
             rows = max(1, x.numel() // x.shape[-1])
             weight = self.weight.detach().to(dtype)
-            bias = None if self.bias is None else self.bias.detach().to(dtype)
+            bias = None if self.bias is None else self.bias.detach().to(dtype).contiguous()
             return torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias
 
         return derived.derived(self, "_packed_cache", (self.weight, self.bias), pack, dtype)

@@ -116,8 +116,17 @@ def _plain_linear(layer: nn.Module, rows: int) -> bool:
     return type(layer) is Linear and layer.takes_native(rows)
 
 
-def _plain_norm(norm: nn.Module) -> bool:
-    return _declares(norm, "plain_layer_norm", "forward") and norm.weight.dim() == 1
+def _plain_norm(norm: nn.Module, width: int) -> bool:
+    """A LayerNorm the native step may run: it says ``plain_layer_norm``, and its weight
+    (and bias) are contiguous fp32 CPU vectors of the model's width (a strided or short
+    one stays in Python, which reads it as torch does, or refuses it)."""
+    return (_declares(norm, "plain_layer_norm", "forward")
+            and all(_plain_vector(t, width) for t in (norm.weight, getattr(norm, "bias", None))))
+
+
+def _plain_vector(t: torch.Tensor | None, width: int) -> bool:
+    return t is None or (t.dtype == torch.float32 and t.device.type == "cpu"
+                         and t.is_contiguous() and tuple(t.shape) == (width,))
 
 
 def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
@@ -143,7 +152,7 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
         if (layer.fused is None or attn.position_kind is not None or act is None
                 or not _declares(ffn, "plain_mlp", "forward")
                 or not all(_plain_linear(x, rows) for x in linears)
-                or not all(_plain_norm(n) for n in norms)
+                or not all(_plain_norm(n, attn.out_proj.out_features) for n in norms)
                 or any(isinstance(a.scale, torch.Tensor) for a in (attn, cross))
                 or (attn.n_heads, attn.head_dim) != (cross.n_heads, cross.head_dim)
                 or shape not in (None, (attn.n_heads, attn.head_dim))):

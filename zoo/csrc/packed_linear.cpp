@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 namespace {
 
@@ -116,15 +117,33 @@ void block(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
 
 namespace zoo {
 
+PackedShape packed_shape(const at::Tensor& packed, const char* op) {
+  TORCH_CHECK_VALUE(packed.device().is_cpu() && packed.scalar_type() == at::kFloat &&
+                        packed.dim() == 1 && packed.is_contiguous() && packed.numel() >= NR,
+                    op, ": packed is not a weight from pack_linear_weight (a contiguous 1-d "
+                    "float32 CPU tensor with its header)");
+  int64_t head[3];
+  std::memcpy(head, packed.const_data_ptr<float>(), sizeof(head));
+  const int64_t N = head[1], K = head[2];
+  TORCH_CHECK_VALUE(head[0] == kPackMagic && N >= 0 && K >= 0 &&
+                        packed.numel() == NR + (N + NR - 1) / NR * K * NR,
+                    op, ": packed is not a weight from pack_linear_weight (its header does "
+                    "not match its size)");
+  return {N, K};
+}
+
 at::Tensor pack_linear_weight(const at::Tensor& weight) {
-  TORCH_CHECK(weight.device().is_cpu() && weight.scalar_type() == at::kFloat &&
-                  weight.dim() == 2,
-              "pack_linear_weight: a 2-d float32 CPU weight (out_features, in_features)");
+  TORCH_CHECK_VALUE(weight.device().is_cpu() && weight.scalar_type() == at::kFloat &&
+                        weight.dim() == 2,
+                    "pack_linear_weight: a 2-d float32 CPU weight (out_features, in_features)");
   const at::Tensor w = weight.contiguous();
   const int64_t N = w.size(0), K = w.size(1), panels = (N + NR - 1) / NR;
-  at::Tensor packed = at::zeros({panels, K, NR}, w.options());
+  // a header of NR floats (what it is, N, K), then the panels: 64 bytes, so they stay aligned
+  at::Tensor packed = at::zeros({NR + panels * K * NR}, w.options());
+  const int64_t head[3] = {kPackMagic, N, K};
+  std::memcpy(packed.data_ptr<float>(), head, sizeof(head));
   const float* src = w.data_ptr<float>();
-  float* dst = packed.data_ptr<float>();
+  float* dst = packed.data_ptr<float>() + NR;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t j = 0; j < NR && p * NR + j < N; ++j)
@@ -135,26 +154,24 @@ at::Tensor pack_linear_weight(const at::Tensor& weight) {
 
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed,
                          const std::optional<at::Tensor>& bias, int64_t n_out) {
-  TORCH_CHECK(x.device().is_cpu() && packed.device().is_cpu(), "packed_linear: CPU tensors only");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat,
-              "packed_linear: float32 only");
-  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == NR && packed.is_contiguous() &&
-                  packed.size(0) == (n_out + NR - 1) / NR,
-              "packed_linear: a weight from pack_linear_weight of ", n_out, " outputs");
-  const int64_t K = packed.size(1);
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, "packed_linear: x's last size ", x.size(-1),
-              " is not the weight's ", K);
+  TORCH_CHECK_VALUE(x.device().is_cpu() && x.scalar_type() == at::kFloat,
+                    "packed_linear: x is a float32 CPU tensor");
+  const auto [N, K] = packed_shape(packed, "packed_linear");
+  TORCH_CHECK_VALUE(n_out == N, "packed_linear: n_out is ", n_out, ", but the packed weight has ",
+                    N, " outputs");
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == K, "packed_linear: x's last size ",
+                    x.dim() ? x.size(-1) : 0, " is not the weight's ", K);
   const at::Tensor xc = x.contiguous();
   at::Tensor y = common::product_output(x, n_out);
   const float* b = common::bias_data(bias, n_out, "packed_linear");
   if (K == 0) return common::bias_only(y, bias);
   const int64_t rows = xc.numel() / K;
   if (rows == 0 || n_out == 0) return y;
-  const Product a{xc.data_ptr<float>(), packed.data_ptr<float>(), b, y.data_ptr<float>(), K,
-                  n_out};
+  const Product a{xc.data_ptr<float>(), packed.data_ptr<float>() + NR, b, y.data_ptr<float>(),
+                  K, n_out};
   // rows in blocks of four to six (one block below four), as even as they can be
   const int64_t blocks = (rows + 5) / 6, base = rows / blocks, longer = rows % blocks;
-  const int64_t panels = packed.size(0), tasks = (panels + BLOCK - 1) / BLOCK;
+  const int64_t panels = (n_out + NR - 1) / NR, tasks = (panels + BLOCK - 1) / BLOCK;
   at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t p0 = t * BLOCK, p1 = std::min(panels, p0 + BLOCK);

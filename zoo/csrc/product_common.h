@@ -33,9 +33,9 @@ inline at::Tensor product_output(const at::Tensor& x, int64_t n_out) {
 inline const float* bias_data(const std::optional<at::Tensor>& bias, int64_t n_out,
                               const char* op) {
   if (!bias.has_value() || !bias->defined()) return nullptr;
-  TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == n_out &&
-                  bias->is_contiguous(),
-              op, ": a contiguous float32 bias of ", n_out);
+  TORCH_CHECK_VALUE(bias->device().is_cpu() && bias->scalar_type() == at::kFloat &&
+                        bias->dim() == 1 && bias->numel() == n_out && bias->is_contiguous(),
+                    op, ": bias is a contiguous float32 CPU vector of ", n_out, " values");
   return bias->data_ptr<float>();
 }
 

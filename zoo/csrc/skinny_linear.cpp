@@ -72,12 +72,15 @@ namespace zoo {
 
 at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight,
                          const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu(), "skinny_linear: CPU tensors only");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
-              "skinny_linear: float32 only");
-  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "skinny_linear: a contiguous 2-d weight");
+  TORCH_CHECK_VALUE(x.device().is_cpu() && weight.device().is_cpu(),
+                    "skinny_linear: CPU tensors only");
+  TORCH_CHECK_VALUE(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
+                    "skinny_linear: float32 only");
+  TORCH_CHECK_VALUE(weight.dim() == 2 && weight.is_contiguous(),
+                    "skinny_linear: a contiguous 2-d weight");
   const int64_t n = weight.size(1), n_out = weight.size(0);
-  TORCH_CHECK(x.size(-1) == n, "skinny_linear: x's last size ", x.size(-1), " is not weight's ", n);
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == n, "skinny_linear: x's last size ",
+                    x.dim() ? x.size(-1) : 0, " is not weight's ", n);
   const at::Tensor xc = x.contiguous();
   at::Tensor y = common::product_output(x, n_out);
   const float* b = common::bias_data(bias, n_out, "skinny_linear");

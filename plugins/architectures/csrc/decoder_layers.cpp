@@ -39,9 +39,16 @@ using Params = c10::List<std::optional<at::Tensor>>;
 // The packed weights of a layer's six products, in the order of Param's weights.
 constexpr int64_t PRODUCTS_PER_LAYER = 6;
 
+const char* const kParamNames[PARAMS_PER_LAYER] = {
+    "qkv weight", "qkv bias", "self out weight", "self out bias", "cross q weight",
+    "cross q bias", "cross out weight", "cross out bias", "fc1 weight", "fc1 bias",
+    "fc2 weight", "fc2 bias", "norm1 weight", "norm1 bias", "norm2 weight", "norm2 bias",
+    "norm3 weight", "norm3 bias"};
+
 at::Tensor get(const Params& p, int64_t layer, Param which) {
   std::optional<at::Tensor> t = p.get(layer * PARAMS_PER_LAYER + which);
-  TORCH_CHECK(t.has_value(), "decoder_layers: layer ", layer, " lacks tensor ", int(which));
+  TORCH_CHECK_VALUE(t.has_value() && t->defined(), "decoder_layers: layer ", layer, " lacks its ",
+                    kParamNames[which]);
   return *t;
 }
 
@@ -78,6 +85,51 @@ at::Tensor residual(at::Tensor a, const at::Tensor& x, bool pre, const Params& p
   return pre ? a : norm(a, p, layer, w, eps);
 }
 
+// A float32 CPU tensor of exactly ``shape``, contiguous; else a ValueError naming it.
+void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, const char* what) {
+  TORCH_CHECK_VALUE(t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+                        t.is_contiguous() && t.sizes() == shape,
+                    "decoder_layers: layer ", layer, "'s ", what, " is ",
+                    t.defined() ? t.toString() : "undefined", " of shape ",
+                    t.defined() ? t.sizes() : at::IntArrayRef{}, (t.defined() &&
+                    !t.is_contiguous()) ? " (not contiguous)" : "", "; a contiguous float32 "
+                    "CPU tensor of shape ", shape, " is needed");
+}
+
+// Every tensor and number of layer l, checked against the step's sizes before a byte is read:
+// d (the model's width), rows, heads x width, the buffers' length, the sources.
+void check_layer(const Params& p, at::TensorList packed, int64_t l, int64_t d, int64_t rows,
+                 int64_t heads, int64_t width, int64_t length, int64_t sources,
+                 int64_t src_len, const at::Tensor& kb, const at::Tensor& vb,
+                 const at::Tensor& ck, const at::Tensor& cv, int64_t activation) {
+  const int64_t inner = heads * width;
+  expect(kb, {rows, heads, length, width}, l, "self-attention key buffer");
+  expect(vb, {rows, heads, length, width}, l, "self-attention value buffer");
+  expect(ck, {sources, heads, src_len, width}, l, "cross-attention keys");
+  expect(cv, {sources, heads, src_len, width}, l, "cross-attention values");
+  TORCH_CHECK_VALUE(activation >= 0 && activation <= 2, "decoder_layers: layer ", l,
+                    "'s activation code is ", activation, "; 0 (ReLU), 1 (GELU) or 2 (tanh GELU)");
+  const int64_t ff = get(p, l, FC1_W).dim() == 2 ? get(p, l, FC1_W).size(0) : -1;
+  const int64_t shapes[PRODUCTS_PER_LAYER][2] = {  // (outputs, inputs) of each product
+      {3 * inner, d}, {d, inner}, {inner, d}, {d, inner}, {ff, d}, {d, ff}};
+  for (int64_t i = 0; i < PRODUCTS_PER_LAYER; ++i) {
+    const Param w = Param(2 * i);
+    expect(get(p, l, w), {shapes[i][0], shapes[i][1]}, l, kParamNames[w]);
+    const auto shape = zoo::packed_shape(packed[l * PRODUCTS_PER_LAYER + i], "decoder_layers");
+    TORCH_CHECK_VALUE(shape.n_out == shapes[i][0] && shape.n_in == shapes[i][1],
+                      "decoder_layers: layer ", l, "'s packed ", kParamNames[w], " is ",
+                      shape.n_out, " x ", shape.n_in, ", not ", shapes[i][0], " x ",
+                      shapes[i][1]);
+    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
+    if (b.has_value() && b->defined()) expect(*b, {shapes[i][0]}, l, kParamNames[w + 1]);
+  }
+  for (Param w : {NORM1_W, NORM2_W, NORM3_W}) {
+    expect(get(p, l, w), {d}, l, kParamNames[w]);
+    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
+    if (b.has_value() && b->defined()) expect(*b, {d}, l, kParamNames[w + 1]);
+  }
+}
+
 at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& params,
                           at::TensorList packed, at::TensorList k_buffers, at::TensorList v_buffers,
                           at::TensorList cross_k, at::TensorList cross_v,
@@ -86,42 +138,66 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                           at::ArrayRef<double> eps, at::ArrayRef<int64_t> norm_first,
                           at::ArrayRef<int64_t> activation) {
   const int64_t layers = k_buffers.size();
-  TORCH_CHECK(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
-              "decoder_layers: ", PARAMS_PER_LAYER, " tensors a layer");
-  TORCH_CHECK(int64_t(packed.size()) == layers * PRODUCTS_PER_LAYER, "decoder_layers: ",
-              PRODUCTS_PER_LAYER, " packed weights a layer");
-  TORCH_CHECK(int64_t(v_buffers.size()) == layers && int64_t(cross_k.size()) == layers &&
-                  int64_t(cross_v.size()) == layers && int64_t(norm_first.size()) == layers &&
-                  int64_t(activation.size()) == layers && int64_t(eps.size()) == 3 * layers &&
-                  int64_t(self_scale.size()) == layers && int64_t(cross_scale.size()) == layers,
-              "decoder_layers: one buffer, scale and setting a layer (three eps)");
-  TORCH_CHECK(pos >= 0 && pos < k_buffers[0].size(2), "decoder_layers: step ", pos,
-              " is outside the buffers' ", k_buffers[0].size(2));
-  const int64_t rows = x_in.size(0), inner = heads * width;
-  const int64_t sources = cross_k[0].size(0), groups = rows / sources;
+  TORCH_CHECK_VALUE(layers > 0, "decoder_layers: no layers (k_buffers is empty)");
+  TORCH_CHECK_VALUE(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
+                    "decoder_layers: params has ", params.size(), " entries, not ",
+                    PARAMS_PER_LAYER, " a layer for ", layers, " layers");
+  TORCH_CHECK_VALUE(int64_t(packed.size()) == layers * PRODUCTS_PER_LAYER, "decoder_layers: "
+                    "packed has ", packed.size(), " weights, not ", PRODUCTS_PER_LAYER,
+                    " a layer for ", layers, " layers");
+  TORCH_CHECK_VALUE(int64_t(v_buffers.size()) == layers && int64_t(cross_k.size()) == layers &&
+                        int64_t(cross_v.size()) == layers &&
+                        int64_t(norm_first.size()) == layers &&
+                        int64_t(activation.size()) == layers &&
+                        int64_t(eps.size()) == 3 * layers &&
+                        int64_t(self_scale.size()) == layers &&
+                        int64_t(cross_scale.size()) == layers,
+                    "decoder_layers: one buffer, scale and setting a layer (three eps), for ",
+                    layers, " layers");
+  TORCH_CHECK_VALUE(heads > 0 && width > 0, "decoder_layers: heads (", heads, ") and width (",
+                    width, ") are positive");
+  TORCH_CHECK_VALUE(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat &&
+                        x_in.is_contiguous() && x_in.dim() == 3 && x_in.size(1) == 1 &&
+                        x_in.size(0) > 0 && x_in.size(2) > 0,
+                    "decoder_layers: x is a contiguous float32 CPU tensor (rows, 1, d), not ",
+                    x_in.scalar_type(), " of shape ", x_in.sizes(),
+                    x_in.is_contiguous() ? "" : " (not contiguous)");
+  const int64_t rows = x_in.size(0), d = x_in.size(2), inner = heads * width;
+  TORCH_CHECK_VALUE(k_buffers[0].dim() == 4 && cross_k[0].dim() == 4,
+                    "decoder_layers: the buffers and cross keys are 4-d");
+  const int64_t length = k_buffers[0].size(2), sources = cross_k[0].size(0);
+  const int64_t src_len = cross_k[0].size(2);
+  TORCH_CHECK_VALUE(sources > 0 && rows % sources == 0, "decoder_layers: ", rows,
+                    " rows are not a whole number of beams for each of ", sources, " sources");
+  TORCH_CHECK_VALUE(pos >= 0 && pos < length, "decoder_layers: step ", pos,
+                    " is outside the buffers' ", length);
+  for (int64_t l = 0; l < layers; ++l) {
+    check_layer(params, packed, l, d, rows, heads, width, length, sources, src_len,
+                k_buffers[l], v_buffers[l], cross_k[l], cross_v[l], activation[l]);
+    TORCH_CHECK_VALUE(std::isfinite(eps[3 * l]) && std::isfinite(eps[3 * l + 1]) &&
+                          std::isfinite(eps[3 * l + 2]) && eps[3 * l] >= 0 &&
+                          eps[3 * l + 1] >= 0 && eps[3 * l + 2] >= 0,
+                      "decoder_layers: layer ", l, "'s eps are finite and not negative");
+  }
+  const int64_t groups = rows / sources;
   const bool* keep = nullptr;  // (sources, source length): false where a source is padding
   at::Tensor keep_rows;
-  if (keep_in.has_value()) {
+  if (keep_in.has_value() && keep_in->defined()) {
+    TORCH_CHECK_VALUE(keep_in->device().is_cpu(), "decoder_layers: keep is a CPU tensor");
     keep_rows = keep_in->to(at::kBool).contiguous();
-    TORCH_CHECK(keep_rows.numel() == sources * cross_k[0].size(2),
-                "decoder_layers: keep has ", keep_rows.numel(), " entries, not one a source's "
-                "position (", sources, " x ", cross_k[0].size(2), ")");
+    TORCH_CHECK_VALUE(keep_rows.numel() == sources * src_len,
+                      "decoder_layers: keep has ", keep_rows.numel(), " entries, not one a "
+                      "source's position (", sources, " x ", src_len, ")");
     keep = keep_rows.data_ptr<bool>();
   }
-  TORCH_CHECK(x_in.is_contiguous() && x_in.scalar_type() == at::kFloat,
-              "decoder_layers: a contiguous float32 x");
   at::Tensor x = x_in;
   for (int64_t l = 0; l < layers; ++l) {
     const bool pre = norm_first[l] != 0;
     const at::Tensor &kb = k_buffers[l], &vb = v_buffers[l];
-    TORCH_CHECK(kb.is_contiguous() && vb.is_contiguous() && cross_k[l].is_contiguous() &&
-                    cross_v[l].is_contiguous(),
-                "decoder_layers: contiguous buffers and cross keys and values");
     // self-attention: q, k and v from one product; k and v into the buffers at pos
     at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l]) : x;
     const at::Tensor qkv = linear(h, params, packed, l, QKV_W);  // (rows, 1, 3 x inner)
     const float* qkv_p = qkv.data_ptr<float>();
-    const int64_t length = kb.size(2);
     float *kp = kb.data_ptr<float>(), *vp = vb.data_ptr<float>();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t hd = 0; hd < heads; ++hd) {
@@ -137,7 +213,6 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
     // cross-attention: the beams of a source read its keys (row r: source r / groups)
     h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1]) : x;
     const at::Tensor q = linear(h, params, packed, l, CROSS_Q_W);
-    const int64_t src_len = cross_k[l].size(2);
     out = zoo::step::attend({q.data_ptr<float>(), inner, cross_k[l].data_ptr<float>(),
                              cross_v[l].data_ptr<float>(), rows, heads, width, groups, src_len,
                              src_len, keep, float(cross_scale[l])});

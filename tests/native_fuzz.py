@@ -1,0 +1,100 @@
+"""Calls of zoo's native operators with arguments that do not fit together, each of which
+once crashed the process or read past a tensor (issue 36's fuzz run). Run as
+``python -m tests.native_fuzz`` by test_static_decoder.py, in a process of its own: every
+call must end in a ValueError that names the argument, and the process must live to print
+``survived N``."""
+
+from __future__ import annotations
+
+import torch
+
+from zoo.ops import Linear
+from zoo.plugins.architectures.static_decoder import StaticDecoder
+
+from .test_static_decoder import source, tiny
+
+
+def valid_call():
+    """The arguments of one real step of a tiny model's native plan (3 sources, 2 beams)."""
+    torch.manual_seed(0)
+    Linear.native_rows = 16  # 6 rows a step: past AVX-512's default of 4
+    model = tiny()
+    src = source()
+    memory, mask = model.encode(src), model.padding_mask(src)
+    decoder = StaticDecoder(model, memory, mask, groups=2, length=6)
+    plan = decoder.native
+    assert plan is not None, "the native step does not run this model"
+    x = torch.randn(decoder.rows, 1, memory.shape[-1])
+    return [x, 0, list(plan["params"]), list(plan["packed"]), list(plan["k"]), list(plan["v"]),
+            list(plan["cross_k"]), list(plan["cross_v"]), decoder.keep, plan["heads"],
+            plan["width"], list(plan["self_scale"]), list(plan["cross_scale"]),
+            list(plan["eps"]), list(plan["norm_first"]), list(plan["activation"])]
+
+
+def _set(index, value):
+    def change(args):
+        args[index] = value(args[index]) if callable(value) else value
+    return change
+
+
+def _item(index, item, value):
+    def change(args):
+        args[index][item] = value(args[index][item])
+    return change
+
+
+CHANGES = {
+    # the issue's SIGSEGV, SIGFPE and malloc assertions, and its silent reads
+    "heads doubled": _set(9, lambda h: h * 2),
+    "width doubled": _set(10, lambda w: w * 2),
+    "heads zero": _set(9, 0),
+    "width negative": _set(10, -4),
+    "more rows than the buffers": _set(0, lambda x: torch.randn(x.shape[0] * 2, 1, x.shape[2])),
+    "rows not a multiple of the sources": _set(0, lambda x: x[:-1].contiguous()),
+    "no sources": _set(6, lambda ks: [k[:0] for k in ks]),
+    "a wider x": _set(0, lambda x: torch.randn(x.shape[0], 1, x.shape[2] + 4)),
+    "x of two rows of tokens": _set(0, lambda x: torch.randn(x.shape[0], 2, x.shape[2])),
+    "x in float64": _set(0, lambda x: x.double()),
+    "a step past the buffers": _set(1, 6),
+    "a negative step": _set(1, -1),
+    "a short key buffer": _item(4, 0, lambda k: k[:, :, :2].contiguous()),
+    "a strided value buffer": _item(5, 0, lambda v: v.transpose(2, 3).contiguous().transpose(2, 3)),
+    "short cross keys": _item(6, 0, lambda k: k[:, :, :2].contiguous()),
+    "cross values of another source length": _item(7, 0, lambda v: torch.cat([v, v], 2)),
+    "a norm weight four short": _item(2, 12, lambda w: w[:-4].contiguous()),
+    "a strided norm weight": _item(2, 12, lambda w: torch.randn(2 * w.numel())[::2]),
+    "a strided fc2 bias": _item(2, 11, lambda b: torch.randn(2 * b.numel())[::2]),
+    "a qkv weight of another width": _item(2, 0, lambda w: w[:-8].contiguous()),
+    "a pack of another weight": _item(3, 4, lambda p: torch.ops.zoo.pack_linear_weight(
+        torch.randn(7, 32))),
+    "a tensor that is not a pack": _item(3, 0, lambda p: torch.randn(p.numel())),
+    "params one short": _set(2, lambda ps: ps[:-1]),
+    "packed one short": _set(3, lambda ps: ps[:-1]),
+    "no layers": lambda args: [args.__setitem__(i, []) for i in (2, 3, 4, 5, 6, 7)] and None,
+    "an unknown activation": _item(15, 0, lambda a: 7),
+    "a negative eps": _item(13, 0, lambda e: -1.0),
+    "a keep mask of another size": _set(8, lambda k: k[:, :, :, :-1]),
+    "one eps short": _set(13, lambda es: es[:-1]),
+}
+
+
+def main() -> None:
+    reference = valid_call()
+    torch.ops.zoo.decoder_layers(*reference)  # the valid call runs
+    survived = 0
+    for name, change in CHANGES.items():
+        args = valid_call()
+        change(args)
+        try:
+            torch.ops.zoo.decoder_layers(*args)
+        except ValueError as e:
+            assert "decoder_layers" in str(e), (name, str(e))
+            survived += 1
+            print(f"{name}: {str(e).splitlines()[0]}")
+        else:
+            raise SystemExit(f"{name}: no error")
+    print(f"survived {survived}")
+
+
+if __name__ == "__main__":
+    main()
