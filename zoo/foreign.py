@@ -27,6 +27,7 @@ from .errors import ArtifactError, FormatError, ZooError
 from .decoding import GenerationSettings, generate, parse_settings
 from .recipe import Recipe
 from .registry import Component, registry
+from .tokenizer_files import check_ids, check_tokenizer_files
 
 GENERATION_NAME = "generation_config.json"
 EXTRA = "zoo-transformers[hub-formats]"
@@ -60,6 +61,9 @@ class Imported:
         tokenizer = self.tokenizer()
         device = next(model.parameters()).device
         batch = tokenizer(list(texts), return_tensors="pt", padding=True)["input_ids"]
+        settings = getattr(model, "settings", None)
+        check_ids(batch, getattr(settings, "src_vocab_size", None)
+                  or getattr(settings, "vocab_size", None), self.folder, self.source)
         with torch.no_grad():
             out = generate(model.eval(), batch.to(device), **changes)
         return tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
@@ -257,11 +261,12 @@ def load_tokenizer(folder: Path, source: str):
     except ImportError:
         raise FormatError(f"{source}: its tokenizer is read by transformers, which is not "
                           f"installed: pip install '{EXTRA}'.") from None
+    check_tokenizer_files(folder, source)
     try:
         return AutoTokenizer.from_pretrained(str(folder))
     except ImportError as exc:
         raise FormatError(f"{source}: its tokenizer needs a package that is not installed "
                           f"({short_repr(exc, 200)}): pip install '{EXTRA}'.") from None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception, others more
         raise FormatError(f"{source}: its tokenizer could not be read ({short_repr(exc, 300)}); "
                           "the folder needs the tokenizer's files beside config.json.") from None

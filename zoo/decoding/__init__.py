@@ -101,10 +101,27 @@ def fits_vocabulary(model, settings: GenerationSettings) -> GenerationSettings:
     return settings
 
 
+def _check_source_ids(model, src: torch.Tensor) -> None:
+    """Source or prompt ids are whole numbers inside the model's input vocabulary (an
+    embedding would raise an IndexError past it, and read from the end before 0)."""
+    if src.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool):
+        raise RecipeError(f"token ids are integers, not {src.dtype}")
+    settings = getattr(model, "settings", None)
+    size = getattr(settings, "src_vocab_size", None) or getattr(settings, "vocab_size", None)
+    if not isinstance(size, int) or src.numel() == 0:
+        return
+    low, high = int(src.min()), int(src.max())
+    if low < 0 or high >= size:
+        raise RecipeError(f"the input holds the token id {low if low < 0 else high}, outside "
+                          f"the model's vocabulary of {size} (ids 0 to {size - 1}): the "
+                          "tokenizer does not belong to this model")
+
+
 def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bool,
            padding_mask: torch.Tensor | None = None):
     """The step for ``model``, its first tokens and their rules: a decoder-only model
     goes on from the prompts ``src``, an encoder-decoder one from its start token."""
+    _check_source_ids(model, src)
     beams = settings.num_beams
     if getattr(model, "decoder_only", False):
         if src.dim() != 2 or src.shape[1] == 0:

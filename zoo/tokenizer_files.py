@@ -1,0 +1,160 @@
+"""A foreign folder's tokenizer files, checked before transformers reads them.
+
+transformers' ``AutoTokenizer`` trusts its files: a ``source.spm`` of random bytes ends in
+sentencepiece's ``RuntimeError``, a ``vocab.json`` that is a list in a ``KeyError``, one
+nested 100,000 deep in a ``RecursionError``, a malformed ``tokenizer.json`` in a bare
+``Exception``, and a tokenizer file that is a FIFO blocks the process for ever. Each file
+is checked here first, by its kind, and anything wrong is one :class:`FormatError` that
+names the file and what it should be; whatever transformers still raises is one as well.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+from ._text import short_repr
+from .errors import FormatError
+
+JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json",
+              "special_tokens_map.json", "added_tokens.json")
+SENTENCEPIECE_FILES = ("source.spm", "target.spm", "spiece.model", "sentencepiece.bpe.model",
+                       "tokenizer.model")
+TEXT_FILES = ("vocab.txt", "merges.txt")
+LARGEST = 1 << 30
+"""The largest tokenizer file read (1 GiB; real ones are at most tens of MB)."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _raw(path: Path, source: str) -> bytes:
+    """The bytes of ``path``, a regular file of a sensible size, or one FormatError."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise FormatError(f"{source}: {path.name} cannot be read ({short_repr(exc, 200)})") \
+            from None
+    if not stat.S_ISREG(info.st_mode):
+        raise FormatError(f"{source}: {path.name} is {_kind(info.st_mode)}, not a file; a "
+                          "tokenizer's files are regular files saved by save_pretrained")
+    if info.st_size == 0:
+        raise FormatError(f"{source}: {path.name} is empty; save the tokenizer again")
+    if info.st_size > LARGEST:
+        raise FormatError(f"{source}: {path.name} holds {info.st_size:,} bytes, more than a "
+                          f"tokenizer's file ({LARGEST:,} at most)")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise FormatError(f"{source}: {path.name} cannot be read ({short_repr(exc, 200)})") \
+            from None
+
+
+def _id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _json(path: Path, source: str) -> dict:
+    try:
+        data = json.loads(_raw(path, source).decode("utf-8"))
+    except RecursionError:
+        raise FormatError(f"{source}: {path.name} is nested too deeply to be a tokenizer's "
+                          "file") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FormatError(f"{source}: {path.name} is not JSON ({short_repr(exc, 120)})") \
+            from None
+    if not isinstance(data, dict):
+        raise FormatError(f"{source}: {path.name} holds a {type(data).__name__}; it is a JSON "
+                          "object")
+    return data
+
+
+def _vocabulary(vocab: Any, where: str, source: str) -> None:
+    """A token -> id map: string keys, ids that are whole numbers from 0."""
+    if not isinstance(vocab, dict):
+        raise FormatError(f"{source}: {where} is a {type(vocab).__name__}; it maps each "
+                          "token to its id (a JSON object)")
+    bad = next(((k, v) for k, v in vocab.items() if not _id(v)), None)
+    if bad is not None:
+        raise FormatError(f"{source}: {where} gives token {short_repr(bad[0], 40)} the id "
+                          f"{short_repr(bad[1], 40)}; ids are whole numbers from 0")
+
+
+def _tokenizer_json(data: dict, source: str) -> None:
+    model = data.get("model")
+    if not isinstance(model, dict):
+        raise FormatError(f"{source}: tokenizer.json has no \"model\" object; it is not a "
+                          "tokenizers file (save the tokenizer again)")
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        _vocabulary(vocab, "tokenizer.json's model.vocab", source)
+    elif vocab is not None and not isinstance(vocab, list):
+        raise FormatError(f"{source}: tokenizer.json's model.vocab is a "
+                          f"{type(vocab).__name__}; an object or a list")
+    added = data.get("added_tokens", [])
+    if not isinstance(added, list) or not all(
+            isinstance(t, dict) and _id(t.get("id")) and isinstance(t.get("content"), str)
+            for t in added):
+        raise FormatError(f"{source}: tokenizer.json's added_tokens is a list of objects "
+                          "with a string content and an id from 0")
+
+
+def _sentencepiece(path: Path, source: str) -> None:
+    data = _raw(path, source)
+    try:
+        import sentencepiece
+    except ImportError:
+        return  # transformers says it needs the package
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(data)
+    except Exception as exc:  # sentencepiece raises RuntimeError, or OSError, by version
+        raise FormatError(f"{source}: {path.name} is not a SentencePiece model "
+                          f"({short_repr(exc, 120)}); save the tokenizer again") from None
+    if processor.GetPieceSize() <= 0:
+        raise FormatError(f"{source}: {path.name} is a SentencePiece model of no pieces")
+
+
+def check_tokenizer_files(folder: Path, source: str) -> None:
+    """Each tokenizer file present in ``folder`` is what its name says it is: a regular
+    file, not empty, of JSON objects (vocabularies of ids from 0), a SentencePiece model,
+    or UTF-8 text; else one FormatError naming it."""
+    for name in (*JSON_FILES, *SENTENCEPIECE_FILES, *TEXT_FILES):
+        path = folder / name
+        if not (path.exists() or path.is_symlink()):
+            continue
+        if name in JSON_FILES:
+            data = _json(path, source)
+            if name == "vocab.json":
+                _vocabulary(data, "vocab.json", source)
+            elif name == "tokenizer.json":
+                _tokenizer_json(data, source)
+        elif name in SENTENCEPIECE_FILES:
+            _sentencepiece(path, source)
+        else:
+            try:
+                _raw(path, source).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise FormatError(f"{source}: {name} is not UTF-8 text "
+                                  f"({short_repr(exc, 120)})") from None
+
+
+def check_ids(ids, vocab_size: int | None, folder: Path, source: str) -> None:
+    """Token ids a tokenizer gave, refused (one FormatError) when one is negative or past
+    the model's vocabulary: the tokenizer's files do not belong to this model."""
+    if vocab_size is None or ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise FormatError(f"{source}: its tokenizer (in {folder}) gives the id {bad}, outside "
+                          f"the model's vocabulary of {vocab_size}; the tokenizer's files do "
+                          "not belong to this model")
