@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import zoo
 from zoo import hardware
@@ -246,3 +247,14 @@ def test_zoo_train_takes_threads(tmp_path):
     assert done.returncode == 0, done.stderr
     done = run_zoo("train", "sort", "--threads", "0", "--out", str(tmp_path / "r2"))
     assert done.returncode == 2 and "1 or more" in done.stderr
+
+
+def test_bf16_units_count_only_where_torch_dispatches_to_them(monkeypatch):
+    """An AVX512-BF16 CPU told to dispatch AVX2 (zoo bench --isa avx2) emulates bf16: its
+    units are not counted there, so a bench leaves bf16 out instead of measuring an
+    emulated 2048-wide product for minutes."""
+    monkeypatch.setattr(hardware, "_cpuinfo", lambda: {"model name": "Test CPU 9000",
+                                                       "flags": "avx2 avx512f avx512_bf16"})
+    for capability, units in (("AVX512", True), ("AVX2", False), ("DEFAULT", False)):
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert hardware.detect_cpu().bf16 is units
