@@ -1,5 +1,6 @@
-"""The commands that decode text: ``zoo translate`` (a source to its translation) and
-``zoo generate`` (a prompt to its continuation, streamed)."""
+"""The commands that run a model on text: ``zoo translate`` (a source to its translation),
+``zoo generate`` (a prompt to its continuation, streamed) and ``zoo embed`` (texts to
+sentence embeddings)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def add_generate(sub) -> None:
     p.set_defaults(func=cmd_generate)
 
 
-def _prompts(given: list[str]) -> list[str]:
+def _prompts(given: list[str], command: str = "generate") -> list[str]:
     prompts = []
     for prompt in given:
         if prompt == "-":
@@ -104,7 +105,7 @@ def _prompts(given: list[str]) -> list[str]:
         else:
             prompts.append(prompt)
     if not prompts:
-        raise SystemExit("zoo generate: no prompt (standard input was empty)")
+        raise SystemExit(f"zoo {command}: no text (standard input was empty)")
     return prompts
 
 
@@ -164,4 +165,37 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                          **changes):
                     print(piece, end="", flush=True)
             print(flush=True)
+    return 0
+
+
+# -- zoo embed -----------------------------------------------------------------------------------
+def add_embed(sub) -> None:
+    """``zoo embed MODEL TEXT ...``."""
+    p = sub.add_parser("embed", help="sentence embeddings of texts with an encoder (BERT, "
+                       "a sentence-transformers folder such as all-MiniLM-L6-v2), as JSON lines")
+    p.add_argument("model", help="a transformers or sentence-transformers folder "
+                   "(local-dir:PATH, hf-hub:OWNER/NAME)")
+    p.add_argument("text", nargs="+", help="one or more texts; - reads one text per line of "
+                   "standard input")
+    p.add_argument("--batch-size", type=int, default=32, help="texts encoded together, of "
+                   "similar length (32)")
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_embed)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    """One JSON line per text: ``{"text": ..., "embedding": [...]}``, in the order given."""
+    import json
+
+    from .builder import imported_model
+    from .embedding import embed
+
+    texts = _prompts(args.text, "embed")
+    model = imported_model(args.model, device=args.device)
+    if model is None or not hasattr(model, "hidden_states"):
+        raise SystemExit(f"zoo embed: {args.model} is not an encoder's folder (BERT, "
+                         "sentence-transformers); zoo embed pools an encoder's hidden states")
+    vectors = embed(model, texts, batch_size=args.batch_size)
+    for text, vector in zip(texts, vectors.tolist()):
+        print(json.dumps({"text": text, "embedding": [round(v, 7) for v in vector]}))
     return 0

@@ -117,8 +117,8 @@ class ArchitectureCapabilities(Capabilities):
 
     inputs: Literal["tokens", "images"]
     """What the model reads."""
-    outputs: Literal["tokens", "classes"]
-    """What its logits are over."""
+    outputs: Literal["tokens", "classes", "vectors"]
+    """What its logits are over (``vectors``: hidden states, which a use pools)."""
 
 
 class LossCapabilities(Capabilities):

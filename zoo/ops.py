@@ -278,8 +278,11 @@ class Linear(nn.Linear):
         return state
 
     def train(self, mode: bool = True) -> "Linear":
-        """Switch mode; the packed weights are dropped (they are made again when needed)."""
-        derived.forget(self, *self._CACHES)
+        """Switch mode; into training, the packed weights are dropped (they are made again
+        when needed; ``eval()`` keeps them, so a model put in eval mode at each call is
+        not packed again each time)."""
+        if mode:
+            derived.forget(self, *self._CACHES)
         return super().train(mode)
 
 

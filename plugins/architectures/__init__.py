@@ -20,6 +20,13 @@ def register_architectures(register):
         capabilities={"inputs": "tokens", "outputs": "tokens"},
     )
     register(
+        "encoder",
+        "zoo.plugins.architectures.encoder:Encoder",
+        description="The encoder-only Transformer (BERT, Devlin et al. 2019): hidden states, "
+                    "masked-LM or class logits",
+        capabilities={"inputs": "tokens", "outputs": "vectors"},
+    )
+    register(
         "vit",
         "zoo.plugins.architectures.vit:VisionTransformer",
         description="Vision Transformer (Dosovitskiy et al. 2021): patches in, classes out",

@@ -43,6 +43,14 @@ def register_formats(register):
         capabilities={"model_types": ("llama", "mistral", "qwen2"), "exports": True},
     )
     register(
+        "bert",
+        "zoo.plugins.formats.bert:BertFormat",
+        description="transformers' BertModel, BertForMaskedLM and "
+                    "BertForSequenceClassification (Devlin et al. 2019), and "
+                    "sentence-transformers' folders of them (all-MiniLM-L6-v2)",
+        capabilities={"model_types": ("bert",)},
+    )
+    register(
         "timm-vit",
         "zoo.plugins.formats.timm_vit:TimmViTFormat",
         description="timm's VisionTransformer checkpoints (a recipe's weights.converter)",

