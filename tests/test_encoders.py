@@ -73,6 +73,34 @@ def test_a_bert_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_pat
         p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("cls", ["RobertaModel", "RobertaForMaskedLM",
+                                 "RobertaForSequenceClassification"])
+def test_a_roberta_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_path):
+    """RoBERTa's positions count the real tokens from row padding_idx + 1 (its pad is 1):
+    two rows padded differently put the same token at different places."""
+    torch.manual_seed(0)
+    config = tf.RobertaConfig(**dict(TINY, type_vocab_size=1, max_position_embeddings=66),
+                              num_labels=3, architectures=[cls], pad_token_id=1)
+    model = getattr(tf, cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(tmp_path)
+    ours = zoo.build(f"local-dir:{tmp_path}").eval()
+    tokens, mask, _ = _batch()
+    tokens[mask == 0] = 1  # RoBERTa's <pad>
+    tokens[tokens == 1] = tokens[tokens == 1] * (mask[tokens == 1] == 0) + 2 * (
+        mask[tokens == 1] == 1)  # no real token is the pad id
+    with torch.no_grad():
+        out = model(input_ids=tokens, attention_mask=mask)
+        got = ours(tokens, padding_mask=mask == 0)
+    expected = out.last_hidden_state if cls == "RobertaModel" else out.logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert sum(p.numel() for p in ours.parameters()) == sum(
+        p.numel() for p in model.parameters())
+
+
 @pytest.mark.parametrize("key,value,words", [
     ("position_embedding_type", "relative_key", "position_embedding_type='relative_key'"),
     ("hidden_act", "relu", "hidden_act='relu'"),

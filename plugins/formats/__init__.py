@@ -51,6 +51,13 @@ def register_formats(register):
         capabilities={"model_types": ("bert",)},
     )
     register(
+        "roberta",
+        "zoo.plugins.formats.roberta:RobertaFormat",
+        description="transformers' RobertaModel, RobertaForMaskedLM and "
+                    "RobertaForSequenceClassification (Liu et al. 2019)",
+        capabilities={"model_types": ("roberta",)},
+    )
+    register(
         "timm-vit",
         "zoo.plugins.formats.timm_vit:TimmViTFormat",
         description="timm's VisionTransformer checkpoints (a recipe's weights.converter)",

@@ -65,6 +65,13 @@ class BertFormat(Format):
              "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
              "1_Pooling/config.json")
     generates = False
+    heads = HEADS
+    """The transformers classes of this family zoo's encoder holds, and its head for each."""
+
+    def head(self, config: dict[str, Any]) -> str | None:
+        """The encoder's head for the folder's class (``architectures``), None for a class
+        zoo does not hold."""
+        return self.heads.get((config.get("architectures") or [next(iter(self.heads))])[0])
 
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
         options = self.options(config)
@@ -73,11 +80,10 @@ class BertFormat(Format):
                      "learned positions from 0")
         options.need("tie_word_embeddings", True, True,
                      "the masked-LM output is the word embeddings")
-        classes = config.get("architectures") or ["BertModel"]
-        head = HEADS.get(classes[0])
+        head = self.head(config)
         if head is None:
-            raise options.refuse("architectures", classes,
-                                 f"zoo's encoder holds {', '.join(HEADS)}")
+            raise options.refuse("architectures", config.get("architectures"),
+                                 f"zoo's encoder holds {', '.join(self.heads)}")
         labels = config.get("id2label") or {}
         settings = {
             "vocab_size": options.get("vocab_size", 30522),
@@ -98,8 +104,8 @@ class BertFormat(Format):
                       "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
                       "directionality"})
         return {
-            "name": "bert",
-            "description": "A BERT encoder imported from its transformers folder.",
+            "name": self.family,
+            "description": f"A {self.family} encoder imported from its transformers folder.",
             "architecture": {"name": "encoder", "settings": settings},
             "components": {
                 "attention": "vanilla", "kernel": "sdpa", "positional": "learned",
@@ -111,8 +117,8 @@ class BertFormat(Format):
     def weights(self, state: dict[str, torch.Tensor],
                 config: dict[str, Any]) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
-        kv = KeysValues("bert", ("key", "value"))
-        masked_lm = (config.get("architectures") or ["BertModel"])[0] == "BertForMaskedLM"
+        kv = KeysValues(self.family, ("key", "value"))
+        masked_lm = self.head(config) == "masked_lm"
         unknown = []
         for key, value in state.items():
             match = LAYER.match(key)
