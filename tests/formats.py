@@ -38,6 +38,12 @@ BART_BASE = dict(activation_function="gelu", scale_embedding=False, bos_token_id
 MBART = dict(activation_function="gelu", scale_embedding=True, bos_token_id=0, pad_token_id=1,
              eos_token_id=2, decoder_start_token_id=3,  # a language code, as mBART starts forced_eos_token_id=2, max_length=16,
              num_beams=4)
+M2M100 = dict(activation_function="relu", scale_embedding=True, bos_token_id=0, pad_token_id=1,
+              eos_token_id=2, decoder_start_token_id=2,
+              forced_bos_token_id=5,  # the target language's token (a code, as __fr__)
+              early_stopping=True, max_length=16, num_beams=4)
+"""facebook/m2m100_418M's and NLLB-200's options (its generation settings, with the target
+language forced as transformers' generate(forced_bos_token_id=) forces it)."""
 GENERATION_KEYS = ("bad_words_ids", "decoder_start_token_id", "pad_token_id", "eos_token_id",
                    "bos_token_id", "forced_eos_token_id", "forced_bos_token_id",
                    "no_repeat_ngram_size", "num_beams", "early_stopping", "max_length")
@@ -60,10 +66,11 @@ def build_family(variant: str, *, generate: bool = False):
     torch.manual_seed(0)
     model_options = {k: v for k, v in {
         "opus-mt": OPUS_MT, "tc-big": TC_BIG, "t5": T5_SMALL, "flan-t5": FLAN_T5,
-        "bart": BART_BASE, "mbart": MBART}[variant].items() if k not in GENERATION_KEYS
+        "bart": BART_BASE, "mbart": MBART, "m2m100": M2M100}[variant].items()
+        if k not in GENERATION_KEYS
         or k in ("pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id")}
     options = {"opus-mt": OPUS_MT, "tc-big": TC_BIG, "t5": T5_SMALL, "flan-t5": FLAN_T5,
-               "bart": BART_BASE, "mbart": MBART}[variant]
+               "bart": BART_BASE, "mbart": MBART, "m2m100": M2M100}[variant]
     if variant in ("opus-mt", "tc-big"):
         model = tf.MarianMTModel(tf.MarianConfig(vocab_size=VOCAB, **WIDTH, **model_options))
     elif variant in ("t5", "flan-t5"):
@@ -72,6 +79,9 @@ def build_family(variant: str, *, generate: bool = False):
             num_decoder_layers=2 if generate else 3,
             relative_attention_num_buckets=8, relative_attention_max_distance=20,
             **model_options))
+    elif variant == "m2m100":
+        model = tf.M2M100ForConditionalGeneration(tf.M2M100Config(
+            vocab_size=VOCAB, **WIDTH, **model_options))
     else:
         cls, config = ((tf.BartForConditionalGeneration, tf.BartConfig) if variant == "bart"
                        else (tf.MBartForConditionalGeneration, tf.MBartConfig))
@@ -82,7 +92,9 @@ def build_family(variant: str, *, generate: bool = False):
             if "embed_positions" in name or p.dim() != 2:
                 continue  # Marian's sinusoids stay
             if any(n in name for n in ("embed_tokens", "shared", "lm_head")):
-                p.normal_(std=0.5)
+                # M2M100's scaled embeddings, with no norm after them, would drown the
+                # layers at 0.5 (the model copies its last token): smaller there
+                p.normal_(std=0.1 if variant == "m2m100" else 0.5)
             else:
                 p.mul_(2.0 if "t5" in variant else 6.0)  # T5 has no 1/sqrt(d_k)
         # the logits' bias, which transformers starts at zero, made to matter

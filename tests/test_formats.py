@@ -20,8 +20,8 @@ from .conftest import run_zoo
 from .formats import build_vit, marian_with_tokenizer, padded_batch, save_family
 from .test_hub import hub  # noqa: F401  (the Hub-API server fixture)
 
-SEQ2SEQ = ["opus-mt", "tc-big", "t5", "flan-t5", "bart", "mbart"]
-EOS = {"opus-mt": 0, "tc-big": 0, "t5": 1, "flan-t5": 1, "bart": 2, "mbart": 2}
+SEQ2SEQ = ["opus-mt", "tc-big", "t5", "flan-t5", "bart", "mbart", "m2m100"]
+EOS = {"opus-mt": 0, "tc-big": 0, "t5": 1, "flan-t5": 1, "bart": 2, "mbart": 2, "m2m100": 2}
 
 
 def _decoder_inputs(pad: int, start: int, vocab: int = 48):
@@ -53,10 +53,11 @@ def test_logits_equal_transformers_on_padded_batches(variant, tmp_path):
     torch.testing.assert_close(out[keep], ref[keep], rtol=0, atol=1e-5 * scale)
 
 
-@pytest.mark.parametrize("variant", ["bart", "mbart"])
+@pytest.mark.parametrize("variant", ["bart", "mbart", "m2m100"])
 def test_bart_positions_hold_for_left_padding_too(variant, tmp_path):
     # transformers' BART numbers every place (padding included), as zoo's learned
-    # positions with offset 2 do: sources padded on the left give its logits too
+    # positions with offset 2 do; M2M100 counts only the real tokens, as zoo's fairseq
+    # sinusoids with count: real do: sources padded on the left give its logits too
     hf, pad = save_family(variant, tmp_path / variant)
     model = zoo.build(f"local-dir:{tmp_path / variant}").eval()
     right, _ = padded_batch(pad)

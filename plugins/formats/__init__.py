@@ -58,6 +58,13 @@ def register_formats(register):
         capabilities={"model_types": ("roberta",)},
     )
     register(
+        "m2m100",
+        "zoo.plugins.formats.m2m_100:M2M100Format",
+        description="transformers' M2M100ForConditionalGeneration: M2M100 (Fan et al. 2021) "
+                    "and NLLB-200 (NLLB Team 2022)",
+        capabilities={"model_types": ("m2m_100",)},
+    )
+    register(
         "timm-vit",
         "zoo.plugins.formats.timm_vit:TimmViTFormat",
         description="timm's VisionTransformer checkpoints (a recipe's weights.converter)",

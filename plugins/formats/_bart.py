@@ -154,13 +154,14 @@ class BartLayoutFormat(Format):
         """The family's own seq2seq settings, beside :func:`stack_sizes`."""
         raise NotImplementedError
 
-    def positional(self) -> dict[str, Any]:
+    def positional(self, options: Options) -> dict[str, Any]:
         return {"name": "learned", "settings": {"offset": 2}}
 
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
         """The zoo recipe of the family's config."""
         options = self.options(config)
         settings = {**stack_sizes(options), **self.architecture(options)}
+        positional = self.positional(options)
         ffn = ffn_of(options)
         options.done(self.legacy)
         return {
@@ -169,7 +170,7 @@ class BartLayoutFormat(Format):
             "architecture": {"name": "seq2seq", "settings": settings},
             "components": {
                 "attention": "vanilla", "cross_attention": "vanilla", "kernel": "sdpa",
-                "positional": self.positional(),
+                "positional": positional,
                 "norm": {"name": "layernorm", "settings": {"eps": 1e-5}}, "ffn": ffn,
                 "encoder_block": "encoder", "decoder_block": "decoder",
             },

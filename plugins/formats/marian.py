@@ -58,7 +58,7 @@ class MarianFormat(_bart.BartLayoutFormat):
             "output_bias": True, "pad_id": options.get("pad_token_id", tgt - 1),
         }
 
-    def positional(self) -> dict[str, Any]:
+    def positional(self, options: Options) -> dict[str, Any]:
         return {"name": "sinusoidal", "settings": {"layout": "concatenated"}}
 
     # -- back out ------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ def register_positionals(register):
         "sinusoidal",
         "zoo.plugins.positional.sinusoidal:SinusoidalPositions",
         description="Fixed sine/cosine positions (Vaswani et al. 2017, sec. 3.5)",
-        capabilities={"kind": "absolute"},
+        capabilities={"kind": "absolute", "padding_aware": True},
     )
     register(
         "learned",
