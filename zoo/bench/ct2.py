@@ -7,8 +7,9 @@ hands it a batch and waits for the answer. A call costs the child's decoding plu
 short line each way on a pipe.
 
 The child is ``python -m zoo.bench.ct2 MODEL_DIR COMPUTE_TYPE THREADS [KIND]``, KIND
-``translator`` (the default: an encoder-decoder model) or ``generator`` (a language
-model, continuing each source as its prompt). It reads one JSON job per line
+``translator`` (the default: an encoder-decoder model), ``generator`` (a language
+model, continuing each source as its prompt) or ``encoder`` (BERT: the batch's hidden
+states, mean-pooled over each text's tokens and normalised, as sentence embeddings). It reads one JSON job per line
 (``{"source": [[token, ...], ...]}`` once, then ``{"beam_size": k, "length": n}``, with
 ``"sampling": {"topk": k, "topp": p, "temperature": t}`` to sample) and answers each
 with a JSON line (the length of every hypothesis made, or ``{"error": ...}``). This
@@ -68,6 +69,11 @@ class Translator:
             job["sampling"] = sampling
         return self._ask(job)["lengths"]
 
+    def embed(self) -> list[int]:
+        """(``kind="encoder"``) Encode the batch and pool each text's hidden states;
+        returns the embeddings' shape."""
+        return self._ask({"encode": True})["shape"]
+
     def close(self) -> None:
         """End the child process."""
         if self._child.poll() is None:
@@ -101,12 +107,26 @@ def _decode(engine, kind: str, source: list[list[str]], job: dict) -> list[int]:
     return [len(r.hypotheses[0]) for r in out]
 
 
+def _embed(engine, source: list[list[str]]) -> list[int]:
+    """Mean-pooled, normalised hidden states of the batch (what sentence-transformers'
+    mean pooling gives); their shape."""
+    import numpy as np
+
+    hidden = np.array(engine.forward_batch(source).last_hidden_state)
+    lengths = np.array([len(s) for s in source])
+    keep = (np.arange(hidden.shape[1])[None, :] < lengths[:, None])[..., None]
+    pooled = (hidden * keep).sum(1) / lengths[:, None]
+    pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+    return list(pooled.shape)
+
+
 def serve(model_dir: str, compute_type: str, threads: int, kind: str = "translator") -> int:
-    """The child: load the translator or generator, then answer one job per line of
-    stdin."""
+    """The child: load the translator, generator or encoder, then answer one job per line
+    of stdin."""
     import ctranslate2
 
-    engine = (ctranslate2.Generator if kind == "generator" else ctranslate2.Translator)(
+    engines = {"generator": ctranslate2.Generator, "encoder": ctranslate2.Encoder}
+    engine = engines.get(kind, ctranslate2.Translator)(
         model_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
         inter_threads=1)
     source: list[list[str]] = []
@@ -118,6 +138,8 @@ def serve(model_dir: str, compute_type: str, threads: int, kind: str = "translat
                 answer: dict = {"sentences": len(source)}
             elif "beam_size" in job:
                 answer = {"lengths": _decode(engine, kind, source, job)}
+            elif "encode" in job:
+                answer = {"shape": _embed(engine, source)}
             else:
                 answer = {"ready": True}
         except Exception as exc:  # the parent reports it

@@ -75,6 +75,12 @@ def cases_for(bench: str, args, say) -> list:
             impls=impls or ("zoo", "marian", "torch", "ct2"), device=args.device,
             kernel=args.kernel, model=args.model, say=say,
             latency=None if args.no_latency else _latency(args.latency))
+    if bench == "embed":
+        from .embeddings import MODES, embed_cases
+
+        return embed_cases(model=args.model, modes=_list(args.modes, MODES),
+                           dtypes=dtypes_for(args) if args.dtypes else ("fp32",),
+                           impls=impls or ("zoo", "sentence-transformers", "ct2"), say=say)
     if bench == "vit":
         return models.vit_cases(
             recipe=args.vit_recipe, batch=args.batch or 8,

