@@ -368,6 +368,19 @@ class _Decoder(nn.Module):
         return self.model.decode(tgt, memory, self.model.padding_mask(src))
 
 
+class _TextEncoder(nn.Module):
+    """An encoder-only model's forward with every input given (token types all 0 where the
+    model has none)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor,
+                token_types: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens, padding_mask=padding_mask, token_types=token_types)
+
+
 class _LanguageModel(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -397,8 +410,9 @@ def _onnx_export(module: nn.Module, args: tuple, path: Path, names: list[str],
 def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18,
             force: bool = False) -> Path:
     """Write ``model`` as ONNX in ``folder``: ``model.onnx`` for a ViT (``pixel_values`` to
-    ``logits``) and for a decoder model (``tokens`` and ``padding_mask``, True at the
-    padding, to ``logits``), ``encoder.onnx`` and ``decoder.onnx`` for a seq2seq model
+    ``logits``), for a decoder model (``tokens`` and ``padding_mask``, True at the
+    padding, to ``logits``) and for an encoder (``tokens``, ``padding_mask`` and
+    ``token_types`` to its head's output: ``hidden_states`` or ``logits``), ``encoder.onnx`` and ``decoder.onnx`` for a seq2seq model
     (``src`` to ``memory``; ``tgt``, ``memory``, ``src`` to ``logits``). Returns the
     folder."""
     try:
@@ -409,9 +423,9 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18
                           "pip install 'zoo-transformers[export]'") from None
     recipe = getattr(model, "recipe", None)
     arch = recipe.architecture.name if recipe is not None else None
-    if arch not in ("vit", "seq2seq", "decoder"):
-        raise ExportError(f"--format onnx exports 'vit', 'seq2seq' and 'decoder' models; "
-                          f"this one is {arch!r}")
+    if arch not in ("vit", "seq2seq", "decoder", "encoder"):
+        raise ExportError(f"--format onnx exports 'vit', 'seq2seq', 'decoder' and 'encoder' "
+                          f"models; this one is {arch!r}")
     if is_quantized(model):
         raise ExportError("export the fp32 model: ONNX Runtime quantizes an ONNX graph "
                           "itself (onnxruntime.quantization.quantize_dynamic)")
@@ -436,6 +450,17 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike[str], *, opset: int = 18
             calls = {"model.onnx": "tokens (B, L) int64, padding_mask (B, L) bool (True at "
                                    "the left padding) -> logits (B, L, vocab); no cache: "
                                    "feed the whole text"}
+        elif arch == "encoder":
+            tokens = torch.randint(4, model.settings.vocab_size, (2, 7), device=device)
+            padding = torch.zeros_like(tokens, dtype=torch.bool)
+            padding[1, 4:] = True
+            output = "hidden_states" if model.settings.head == "hidden" else "logits"
+            axes = {0: "batch", 1: "length"}
+            _onnx_export(_TextEncoder(model).eval(), (tokens, padding, torch.zeros_like(tokens)),
+                         tmp / "model.onnx", ["tokens", "padding_mask", "token_types"], output,
+                         {"tokens": axes, "padding_mask": axes, "token_types": axes}, opset)
+            calls = {"model.onnx": f"tokens (B, L) int64, padding_mask (B, L) bool (True at "
+                                   f"padding), token_types (B, L) int64 -> {output}"}
         else:
             vocab = model.settings.vocab_size
             src = torch.randint(4, vocab, (2, 7), device=device)

@@ -164,7 +164,10 @@ class Encoder(nn.Module):
         if self.embed_norm is not None:
             x = self.embed_norm(x)
         x = self.drop(x)
-        keys = padding_mask if padding_mask is not None and bool(padding_mask.any()) else None
+        keys = padding_mask
+        if (keys is not None and not torch.compiler.is_exporting()
+                and not bool(keys.any())):
+            keys = None  # (an exported graph keeps the mask: it is an input)
         for layer in self.layers:
             x = layer(x, key_padding_mask=keys)
         return self.norm(x) if self.norm is not None else x
