@@ -197,8 +197,8 @@ def test_zoo_list_train_lists_the_training_recipes():
     result = run_zoo("list", "--train")
     assert result.returncode == 0
     names = [line.split()[0] for line in result.stdout.splitlines()[2:]]
-    assert names == zoo.list_train_recipes() == ["fashion-mnist-vit", "lm-english", "sort",
-                                                 "translate-de-en"]
+    assert names == zoo.list_train_recipes() == ["fashion-mnist-vit", "lm-english", "pairs-de-en",
+                                                 "sort", "translate-de-en"]
 
 
 def test_every_builtin_training_recipe_resolves():

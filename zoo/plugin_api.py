@@ -41,6 +41,7 @@ from .format_base import (
 )
 from .derived import derived as derived_copy
 from .derived import fixed_weights, private_copy
+from .embedding import Pooling, embed, pool, pooling_of
 from .errors import (
     CapabilityError,
     FormatError,
@@ -87,6 +88,8 @@ __all__ = [
     "generate", "stream", "complete", "stream_text", "GenerationSettings", "filter_logits",
     "length_penalty",
     "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
+    # sentence embeddings
+    "embed", "pool", "pooling_of", "Pooling",
     # formats
     "Format", "Options", "BOOKKEEPING", "generation_settings", "generation_json",
     # tasks

@@ -27,6 +27,13 @@ def register_tasks(register):
         capabilities={"architectures": ("decoder",)},
     )
     register(
+        "pairs-de-en",
+        "zoo.plugins.tasks.sentence_pairs:SentencePairs",
+        description="German-English sentence pairs of Debian's trans-de-en as sentence "
+                    "embeddings, in-batch negatives; retrieval@1",
+        capabilities={"architectures": ("encoder",)},
+    )
+    register(
         "fashion-mnist",
         "zoo.plugins.tasks.fashion_mnist:FashionMNIST",
         description="Fashion-MNIST (60k/10k 28x28 images, 10 classes) from Debian's "
