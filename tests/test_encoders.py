@@ -282,3 +282,42 @@ def test_fine_tuning_the_real_minilm_on_translation_pairs_raises_its_retrieval(m
     after = result.metrics["retrieval@1"]
     assert before < 0.2 and after > 2 * before and after > 0.3, (before, after)
     assert (result.run_dir / "tokenizer" / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("cls", ["BertModel", "BertForMaskedLM", "BertForSequenceClassification"])
+def test_a_bert_exports_to_transformers_and_reads_back_equal(cls, tmp_path):
+    from zoo.export import export
+
+    torch.manual_seed(0)
+    getattr(tf, cls)(tf.BertConfig(**TINY, num_labels=3, architectures=[cls])).save_pretrained(
+        tmp_path / "in")
+    ours = zoo.build(f"local-dir:{tmp_path / 'in'}").eval()
+    export(ours, tmp_path / "out", format="transformers")
+    reference = tf.AutoConfig.from_pretrained(tmp_path / "out")
+    assert reference.architectures == [cls]
+    again = getattr(tf, cls).from_pretrained(tmp_path / "out").eval()
+    tokens, mask, types = _batch()
+    with torch.no_grad():
+        out = again(input_ids=tokens, attention_mask=mask, token_type_ids=types)
+        got = ours(tokens, padding_mask=mask == 0, token_types=types)
+    expected = out.last_hidden_state if cls == "BertModel" else out.logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_real_minilm_exports_to_ctranslate2s_encoder_with_zoos_embeddings(minilm, tmp_path):
+    ct2 = pytest.importorskip("ctranslate2")
+    import numpy as np
+
+    from zoo.export import export
+
+    folder, model = minilm
+    export(model, tmp_path / "ct2", format="ctranslate2")
+    encoder = ct2.Encoder(str(tmp_path / "ct2"), device="cpu")
+    tokenizer = tf.AutoTokenizer.from_pretrained(str(folder))
+    ids = tokenizer(SENTENCES[:4])["input_ids"]
+    hidden = encoder.forward_batch([tokenizer.convert_ids_to_tokens(i) for i in ids])
+    hidden = torch.tensor(np.array(hidden.last_hidden_state))
+    pooled = []
+    for row, i in zip(hidden, ids):
+        pooled.append(torch.nn.functional.normalize(row[:len(i)].mean(0), dim=-1))
+    assert (torch.stack(pooled) - zoo.embed(model, SENTENCES[:4])).abs().max() < 1e-5

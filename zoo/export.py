@@ -236,7 +236,7 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
     except ImportError as exc:
         raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
                           "pip install 'zoo-transformers[export]'") from None
-    if getattr(model, "decoder_only", False):
+    if getattr(model, "decoder_only", False) or getattr(model, "encoder_only", False):
         return _generator_to_ctranslate2(model, folder, quantization=quantization,
                                          vocabulary=vocabulary, bos_id=bos_id, eos_id=eos_id,
                                          unk_id=unk_id, force=force)
@@ -300,8 +300,8 @@ def _generator_to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], 
                               quantization: str | None, vocabulary: Sequence[str] | None,
                               bos_id: int | None, eos_id: int | None, unk_id: int | None,
                               force: bool) -> Path:
-    """A decoder model for ``ctranslate2.Generator``: its transformers export converted by
-    CTranslate2's ``TransformersConverter``, which names the ids by ``vocabulary`` (else
+    """A decoder model for ``ctranslate2.Generator`` (an encoder for ``ctranslate2.Encoder``):
+    its transformers export converted by CTranslate2's ``TransformersConverter``, which names the ids by ``vocabulary`` (else
     the imported model's tokenizer, else :func:`default_vocabulary`)."""
     import tempfile
 
@@ -325,8 +325,13 @@ def _generator_to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], 
         _tokenizer_vocabulary(model, size) or default_vocabulary(size))
     _checked_vocabulary(tokens, size)
     start, end = _start_and_end(model, bos_id, eos_id)
+    encoder = getattr(model, "encoder_only", False)
+    imported = getattr(model, "imported", None)
+    if encoder and imported is not None and vocabulary is None:
+        unk_id = getattr(imported.tokenizer(), "unk_token_id", unk_id)  # BERT's [UNK]: 100
     unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < size else ""
     names = _TokenNames(tokens, tokens[start], tokens[end], unk)
+    engine = "Encoder" if encoder else "Generator"
 
     class Converter(TransformersConverter):
         def load_tokenizer(self, tokenizer_class, model_name_or_path, **kwargs):
@@ -336,14 +341,16 @@ def _generator_to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], 
         try:
             to_transformers(model, Path(work) / "transformers", bos_id=start, eos_id=end)
         except ExportError as exc:
-            raise ExportError("CTranslate2's Generator runs the language models of "
-                              f"transformers' families, and {exc}") from None
+            raise ExportError(f"CTranslate2's {engine} runs the models of transformers' "
+                              f"families, and {exc}") from None
         with _written(folder, force, model) as tmp:
             Converter(str(Path(work) / "transformers")).convert(
                 str(tmp), quantization=quantization, force=True)
             _describe(tmp, model, "ctranslate2", {
                 "quantization": quantization or "float32",
-                "load": "ctranslate2.Generator(FOLDER).generate_batch([[token, ...], ...])",
+                "load": "ctranslate2.Encoder(FOLDER).forward_batch([[token, ...], ...])"
+                if encoder else
+                "ctranslate2.Generator(FOLDER).generate_batch([[token, ...], ...])",
                 "tokens": {"bos": names.bos_token, "eos": names.eos_token,
                            "unk": names.unk_token}})
     return Path(folder)
@@ -519,14 +526,18 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
         raise ExportError("export the fp32 model: a transformers folder holds full weights")
     imported = getattr(model, "imported", None)
     own = getattr(model, "generation", None)
-    if own is None:
+    encoder = getattr(model, "encoder_only", False)
+    if own is None and not encoder:
         raise ExportError(f"--format transformers writes models that generate text (zoo's "
-                          f"seq2seq as Marian); this {type(model).__name__} has no generation "
-                          "settings. Export it with --format onnx.")
-    start, end = _start_and_end(model, bos_id, eos_id)
-    generation = own.model_dump(mode="json")
-    generation.update(start_id=start, eos_ids=[end] + [i for i in generation.get("eos_ids", ())
-                                                        if i != end])
+                          f"seq2seq as Marian) and encoders (BERT); this "
+                          f"{type(model).__name__} has no generation settings. Export it with "
+                          "--format onnx.")
+    generation = None
+    if own is not None:
+        start, end = _start_and_end(model, bos_id, eos_id)
+        generation = own.model_dump(mode="json")
+        generation.update(start_id=start, eos_ids=[end] + [
+            i for i in generation.get("eos_ids", ()) if i != end])
     writers = sorted((c for c in registry.list("format") if c.capabilities.exports),
                      key=lambda c: c.name != getattr(imported, "format", None))
     recipe = model.recipe.to_dict()
@@ -539,12 +550,15 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
             break
         except ZooError as exc:
             refusals.append(f"{component.name}: {exc}")
+        except (TypeError, KeyError, AttributeError) as exc:  # a family for other models
+            refusals.append(f"{component.name}: cannot write this model ({exc!r})")
     else:
         raise ExportError("no transformers family expresses this model:\n"
                           + ("\n".join(refusals) or "no format plugin exports"))
     with _written(folder, force, model) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        (tmp / "generation_config.json").write_text(json.dumps(settings, indent=2) + "\n")
+        if settings is not None:  # (an encoder generates nothing)
+            (tmp / "generation_config.json").write_text(json.dumps(settings, indent=2) + "\n")
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         source = imported.folder if imported is not None else tokenizer
         if source is not None:
@@ -552,7 +566,7 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
                 if path.is_file() and _tokenizer_file(path.name):
                     (tmp / path.name).write_bytes(path.read_bytes())
         auto = ("AutoModelForCausalLM" if getattr(model, "decoder_only", False)
-                else "AutoModelForSeq2SeqLM")
+                else "AutoModel" if encoder else "AutoModelForSeq2SeqLM")
         _describe(tmp, model, "transformers", {"family": component.name,
                                                "load": f"{auto}.from_pretrained"})
     return Path(folder)

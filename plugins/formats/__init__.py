@@ -48,7 +48,7 @@ def register_formats(register):
         description="transformers' BertModel, BertForMaskedLM and "
                     "BertForSequenceClassification (Devlin et al. 2019), and "
                     "sentence-transformers' folders of them (all-MiniLM-L6-v2)",
-        capabilities={"model_types": ("bert",)},
+        capabilities={"model_types": ("bert",), "exports": True},
     )
     register(
         "roberta",

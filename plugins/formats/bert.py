@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Format
+from zoo.plugin_api import Format, FormatError
 
 from ._kv import KeysValues, finish
 
@@ -141,3 +141,92 @@ class BertFormat(Format):
             elif not BUFFERS.match(key):
                 unknown.append(key)
         return finish(out, kv, unknown, what="zoo's encoder")
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any] | None):
+        """A zoo encoder recipe as BERT's config.json and state dict (no generation
+        settings: ``None``); what BERT cannot express is refused by name."""
+        if recipe["architecture"]["name"] != "encoder":
+            raise FormatError(f"this model cannot be written as {self.family}: architecture "
+                              f"{recipe['architecture']['name']!r}, not 'encoder'")
+        s = recipe["architecture"].get("settings", {})
+        parts = {slot: _part(recipe, slot) for slot in ("attention", "positional", "norm",
+                                                         "ffn", "block")}
+        found = []
+        if s.get("norm_placement", "post") != "post" or s.get("final_norm"):
+            found.append("pre-norm or a final norm: BERT's layers are post-norm")
+        if not s.get("embedding_norm", True):
+            found.append("embedding_norm false: BERT norms its summed embeddings")
+        if s.get("type_vocab_size", 2) < 1:
+            found.append("type_vocab_size 0: BERT has token types")
+        if parts["attention"] != ("vanilla", {}):
+            found.append(f"attention {parts['attention']}: BERT's is vanilla, with biases")
+        if parts["positional"] != ("learned", {}):
+            found.append(f"positional {parts['positional']}: BERT's positions are learned "
+                         "from row 0")
+        norm, norm_settings = parts["norm"]
+        if norm != "layernorm" or set(norm_settings) - {"eps"}:
+            found.append(f"norm {parts['norm']}: BERT's is a LayerNorm with a bias")
+        ffn, ffn_settings = parts["ffn"]
+        activation = next((a for a, v in ACTIVATIONS.items() if v == ffn_settings), None)
+        if ffn != "gelu" or activation is None:
+            found.append(f"ffn {parts['ffn']}: BERT's network is GELU between two biased "
+                         "layers")
+        if parts["block"][0] != "encoder":
+            found.append(f"block {parts['block']}: BERT's is the encoder block")
+        if found:
+            raise FormatError(f"this model cannot be written as {self.family}:\n  - "
+                              + "\n  - ".join(found))
+        head = s.get("head", "hidden")
+        cls = {v: k for k, v in self.heads.items()}[head]
+        d = s.get("d_model", 768)
+        config = {
+            "architectures": [cls], "model_type": "bert", "vocab_size": s["vocab_size"],
+            "hidden_size": d, "num_attention_heads": s.get("n_heads", 12),
+            "intermediate_size": s.get("d_ff", 3072), "num_hidden_layers": s.get("layers", 12),
+            "hidden_act": activation, "hidden_dropout_prob": s.get("dropout", 0.1),
+            "attention_probs_dropout_prob": s.get("attention_dropout", 0.1),
+            "max_position_embeddings": s.get("max_len", 512),
+            "type_vocab_size": s.get("type_vocab_size", 2),
+            "layer_norm_eps": norm_settings.get("eps", 1e-5),
+            "pad_token_id": s.get("pad_id", 0), "position_embedding_type": "absolute",
+        }
+        if head == "classification":
+            config["id2label"] = {str(i): f"LABEL_{i}" for i in range(s.get("num_labels", 2))}
+        return config, None, _to_bert(state, head)
+
+
+def _part(recipe: dict[str, Any], slot: str) -> tuple[str, dict[str, Any]]:
+    ref = recipe.get("components", {}).get(slot)
+    if ref is None:
+        return {"attention": "vanilla", "positional": "learned", "norm": "layernorm",
+                "ffn": "gelu", "block": "encoder"}[slot], {}
+    return (ref, {}) if isinstance(ref, str) else (ref["name"], dict(ref.get("settings") or {}))
+
+
+def _to_bert(state: dict[str, torch.Tensor], head: str) -> dict[str, torch.Tensor]:
+    """zoo's encoder state dict in BERT's names (``bert.`` before the body of the classes
+    with a head, as transformers saves them): :meth:`BertFormat.weights` backwards."""
+    prefix = "" if head == "hidden" else "bert."
+    top = {zoo: bert for bert, zoo in TOP.items()}
+    layer_names = {zoo: bert for bert, zoo in RENAMES.items()}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        value = value.detach().contiguous().clone()
+        match = re.match(r"^layers\.(\d+)\.(.+)\.(weight|bias)$", key)
+        if match:
+            i, name, kind = match.groups()
+            base = f"{prefix}encoder.layer.{i}."
+            if name == "attn.kv_proj":
+                k, v = value.chunk(2, 0)
+                out[f"{base}attention.self.key.{kind}"] = k.clone()
+                out[f"{base}attention.self.value.{kind}"] = v.clone()
+            else:
+                out[f"{base}{layer_names[name]}.{kind}"] = value
+            continue
+        if key == "lm_head.decoder.weight":
+            continue  # tied to the word embeddings: transformers ties it again
+        name = top[key]
+        body = not name.startswith(("cls.", "classifier."))
+        out[(prefix if body else "") + name] = value
+    return out
