@@ -144,7 +144,8 @@ def test_a_step_past_the_buffers_is_refused():
 
 # -- the native step (plugins/architectures/csrc/decoder_layers.cpp) ---------------------------
 NATIVE = [o for o in VARIANTS if not {"positional", "ffn"} & o.keys() or o.get("positional") ==
-          "learned"] + [{"ffn": "gelu", "ffn.approximate": "tanh", "norm_placement": "pre"}]
+          "learned"] + [{"ffn": "gelu", "ffn.approximate": "tanh", "norm_placement": "pre"},
+                        {"ffn": "silu"}]  # Marian's network (opus-mt)
 NOT_NATIVE = [{"positional": "rope"}, {"ffn": "swiglu"}, {"norm": "rmsnorm"}]
 
 
@@ -280,3 +281,31 @@ def test_a_strided_bias_gives_f_linears_result_on_every_path():
             torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
             with fixed_weights(layer):
                 torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_an_imported_opus_mt_decodes_through_the_native_step(tmp_path, monkeypatch):
+    """Marian's SiLU network runs in the C++ step (the step's activation code 3): an
+    opus-mt folder decodes through it, with transformers' tokens."""
+    import zoo
+    from .formats import padded_batch, save_family
+
+    monkeypatch.setattr(Linear, "native_rows", 64)
+    hf, pad = save_family("opus-mt", tmp_path / "m", generate=True)
+    model = zoo.build(f"local-dir:{tmp_path / 'm'}").eval()
+    ran = []
+    made = StaticDecoder.__init__
+
+    def watched(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        ran.append(self.native is not None)
+
+    monkeypatch.setattr(StaticDecoder, "__init__", watched)
+    src, mask = padded_batch(pad)
+    out = model.generate(src, num_beams=1)
+    assert ran == [True]
+    with torch.no_grad():
+        ref = hf.generate(input_ids=src, attention_mask=mask, num_beams=1)[:, 1:]
+    for ours, theirs in zip(out.tolist(), ref.tolist()):
+        end = theirs.index(0) + 1 if 0 in theirs else len(theirs)
+        assert ours[:end] == theirs[:end]

@@ -108,7 +108,8 @@ class _Layer:
         self.v = self.cross_v.new_empty(shape)
 
 
-_ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2}
+_ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
+                (nn.SiLU, "none"): 3}
 """The feed-forward activations zoo's native step computes, and its codes for them."""
 
 
@@ -133,7 +134,8 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
     """The arguments of ``torch.ops.zoo.decoder_layers`` for these layers, or None when
     the native step may not run them: it runs the paper's layer (post- or pre-norm) with
     joined q|k|v, no positions inside attention, LayerNorms that say ``plain_layer_norm``,
-    feed-forward networks that say ``plain_mlp`` with a ReLU or GELU, fp32 CPU weights
+    feed-forward networks that say ``plain_mlp`` with a ReLU, GELU or SiLU (Marian's), fp32
+    CPU weights
     of zoo's ``Linear`` that each give ``rows`` rows to zoo's native product."""
     if not rows or not STEP.available():
         return None

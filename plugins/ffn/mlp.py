@@ -19,7 +19,7 @@ class MLP(nn.Module):
 
     plain_mlp = True
     """Says that ``forward`` is exactly fc2(dropout(act(fc1(x)))): with an ``nn.ReLU`` or
-    ``nn.GELU`` as ``act`` and :class:`zoo.plugin_api.Linear` layers, the static decoder may
+    ``nn.GELU`` or an ``nn.SiLU`` as ``act`` and :class:`zoo.plugin_api.Linear` layers, the static decoder may
     run this network in zoo's native decoding step. A subclass that rewrites
     ``forward`` loses it unless it says it again."""
 

@@ -5,7 +5,7 @@
 // products. This is the same step in C++: the paper's decoder layer (Vaswani et al.
 // 2017, section 3.1), post-norm or pre-norm, self-attention over keys and values in
 // preallocated buffers, cross-attention over the encoder's keys and values projected
-// once, a ReLU or GELU feed-forward network, LayerNorm. Every product goes through
+// once, a ReLU, GELU or SiLU feed-forward network, LayerNorm. Every product goes through
 // zoo::packed_linear, on the weights the caller packed (Linear.native_weight in
 // Python); attention, the norms and the residual sums are plain loops (step_ops.cpp).
 // Its results equal the Python step's up to fp32 rounding (another summation order in
@@ -107,8 +107,9 @@ void check_layer(const Params& p, at::TensorList packed, int64_t l, int64_t d, i
   expect(vb, {rows, heads, length, width}, l, "self-attention value buffer");
   expect(ck, {sources, heads, src_len, width}, l, "cross-attention keys");
   expect(cv, {sources, heads, src_len, width}, l, "cross-attention values");
-  TORCH_CHECK_VALUE(activation >= 0 && activation <= 2, "decoder_layers: layer ", l,
-                    "'s activation code is ", activation, "; 0 (ReLU), 1 (GELU) or 2 (tanh GELU)");
+  TORCH_CHECK_VALUE(activation >= 0 && activation <= 3, "decoder_layers: layer ", l,
+                    "'s activation code is ", activation,
+                    "; 0 (ReLU), 1 (GELU), 2 (tanh GELU) or 3 (SiLU)");
   const int64_t ff = get(p, l, FC1_W).dim() == 2 ? get(p, l, FC1_W).size(0) : -1;
   const int64_t shapes[PRODUCTS_PER_LAYER][2] = {  // (outputs, inputs) of each product
       {3 * inner, d}, {d, inner}, {inner, d}, {d, inner}, {ff, d}, {d, ff}};
@@ -223,6 +224,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
     at::Tensor f = linear(h, params, packed, l, FC1_W);
     if (activation[l] == 0)
       at::relu_(f);
+    else if (activation[l] == 3)
+      at::silu_(f);
     else
       at::gelu_(f, activation[l] == 2 ? "tanh" : "none");
     x = residual(linear(f, params, packed, l, FC2_W), x, pre, params, l, NORM3_W,
