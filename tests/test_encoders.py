@@ -282,6 +282,15 @@ def test_fine_tuning_the_real_minilm_on_translation_pairs_raises_its_retrieval(m
     after = result.metrics["retrieval@1"]
     assert before < 0.2 and after > 2 * before and after > 0.3, (before, after)
     assert (result.run_dir / "tokenizer" / "tokenizer.json").is_file()
+    # the run, exported as a BERT folder with its tokenizer, embeds with zoo embed
+    done = run_zoo("export", str(result.run_dir), "--format", "transformers", "--out",
+                   str(tmp_path / "bert"))
+    assert done.returncode == 0, done.stderr
+    exported = zoo.build(f"local-dir:{tmp_path / 'bert'}")
+    german = ["Der Hund schläft.", "Ich trinke Kaffee."]
+    assert (zoo.embed(exported, german) - zoo.embed(result.model.eval(), german,
+                                                     tokenizer=result.task.tokenizer)
+            ).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("cls", ["BertModel", "BertForMaskedLM", "BertForSequenceClassification"])

@@ -89,6 +89,12 @@ class SentencePairs:
         if self.workdir is not None:
             self.tokenizer.save_pretrained(str(self.workdir / FOLDER))
 
+    def tokenizer_files(self) -> Path | None:
+        """The folder of the fine-tuned encoder's tokenizer files (``zoo export RUN --format
+        transformers`` copies them beside the model, which ``zoo embed`` then reads)."""
+        folder = self.workdir / FOLDER if self.workdir is not None else None
+        return folder if folder is not None and folder.is_dir() else None
+
     def _need_tokenizer(self):
         if self.tokenizer is None:
             folder = self.workdir / FOLDER if self.workdir is not None else None
