@@ -284,14 +284,18 @@ def test_a_strided_bias_gives_f_linears_result_on_every_path():
 
 
 @needs_kernel
-def test_an_imported_opus_mt_decodes_through_the_native_step(tmp_path, monkeypatch):
-    """Marian's SiLU network runs in the C++ step (the step's activation code 3): an
-    opus-mt folder decodes through it, with transformers' tokens."""
+@pytest.mark.parametrize("variant,eos", [("opus-mt", 0), ("tc-big", 0), ("bart", 2),
+                                         ("mbart", 2), ("m2m100", 2)])
+def test_imported_models_decode_through_the_native_step(variant, eos, tmp_path, monkeypatch):
+    """Every imported family in BART's layout runs in the C++ step: Marian's SiLU network
+    (the step's activation code 3) and opus-mt-tc-big's ReLU, BART's post-norm with an
+    embedding norm, mBART's and M2M100's pre-norm with final norms (T5 does not: its
+    positions act inside attention). Each decodes with transformers' tokens."""
     import zoo
     from .formats import padded_batch, save_family
 
     monkeypatch.setattr(Linear, "native_rows", 64)
-    hf, pad = save_family("opus-mt", tmp_path / "m", generate=True)
+    hf, pad = save_family(variant, tmp_path / "m", generate=True)
     model = zoo.build(f"local-dir:{tmp_path / 'm'}").eval()
     ran = []
     made = StaticDecoder.__init__
@@ -307,5 +311,5 @@ def test_an_imported_opus_mt_decodes_through_the_native_step(tmp_path, monkeypat
     with torch.no_grad():
         ref = hf.generate(input_ids=src, attention_mask=mask, num_beams=1)[:, 1:]
     for ours, theirs in zip(out.tolist(), ref.tolist()):
-        end = theirs.index(0) + 1 if 0 in theirs else len(theirs)
+        end = theirs.index(eos) + 1 if eos in theirs else len(theirs)
         assert ours[:end] == theirs[:end]
