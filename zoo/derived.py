@@ -37,8 +37,38 @@ PRIVATE = object()
 """The mark of a module whose weights are a private copy that nothing else writes (a
 decoder's joined q|k|v): its derived copies are trusted everywhere."""
 
-_MARK = "_fixed_weights_scope"
 _local = threading.local()
+_SLOT = "_zoo_derived"
+
+
+class _Kept:
+    """What a module keeps of this module's: its mark (the block that fixed its weights
+    last, or PRIVATE) and its derived copies by name. Copies and pickles of the module get
+    an empty one: a model's copy never carries packed weights (nor a mark)."""
+
+    __slots__ = ("mark", "copies")
+
+    def __init__(self) -> None:
+        self.mark = None
+        self.copies: dict = {}
+
+    def __reduce__(self):
+        return (_Kept, ())
+
+    def __deepcopy__(self, memo) -> "_Kept":
+        return _Kept()
+
+
+def _kept(module: nn.Module) -> _Kept:
+    kept = module.__dict__.get(_SLOT)
+    if kept is None:
+        kept = module.__dict__[_SLOT] = _Kept()
+    return kept
+
+
+def _mark(module: nn.Module):
+    kept = module.__dict__.get(_SLOT)
+    return None if kept is None else kept.mark
 
 
 def _active() -> list:
@@ -51,7 +81,7 @@ def _active() -> list:
 def trusted(module: nn.Module) -> bool:
     """True when ``module``'s weights are promised fixed here: it belongs to a model of an
     open :func:`fixed_weights` block of this thread, or it is marked :data:`PRIVATE`."""
-    mark = module.__dict__.get(_MARK)
+    mark = _mark(module)
     return mark is PRIVATE or (mark is not None and mark in _active())
 
 
@@ -65,29 +95,27 @@ def fixed_weights(model: nn.Module) -> Iterator[None]:
     marked = []
     active = _active()
     for module in model.modules():
-        previous = module.__dict__.get(_MARK)
+        kept = _kept(module)
+        previous = kept.mark
         if previous is PRIVATE or (previous is not None and previous in active):
             continue
-        module.__dict__[_MARK] = scope
-        marked.append((module, previous))
+        kept.mark = scope
+        marked.append((kept, previous))
     active.append(scope)
     try:
         yield
     finally:
         active.remove(scope)
-        for module, previous in marked:
-            if module.__dict__.get(_MARK) is scope:
-                if previous is None:
-                    module.__dict__.pop(_MARK, None)
-                else:
-                    module.__dict__[_MARK] = previous
+        for kept, previous in marked:
+            if kept.mark is scope:
+                kept.mark = previous
 
 
 def private_copy(module: nn.Module) -> nn.Module:
     """Mark ``module`` as holding weights of its own that nothing else writes (a copy
     joined from other weights, made by :func:`derived`): its own derived copies are
     trusted everywhere. Returns it."""
-    module.__dict__[_MARK] = PRIVATE
+    _kept(module).mark = PRIVATE
     return module
 
 
@@ -121,31 +149,32 @@ def _prints(sources: tuple) -> tuple:
 
 
 def derived(module: nn.Module, name: str, sources: tuple, make: Callable, tag=None):
-    """``make()``, kept in ``module.__dict__[name]`` while it matches ``sources`` (the
-    tensors it is made from, None for an absent one) and ``tag``: the same storages and
-    versions, and the same bytes, read again at its first use in a :func:`fixed_weights`
-    block over ``module`` (once), or at every use outside one."""
+    """``make()``, kept beside ``module`` as its copy ``name`` while it matches ``sources``
+    (the tensors it is made from, None for an absent one) and ``tag``: the same storages
+    and versions, and the same bytes, read again at its first use in a
+    :func:`fixed_weights` block over ``module`` (once), or at every use outside one."""
     key = (_key(sources), tag)
     scopes = _active()
-    kept = module.__dict__.get(name)
+    copies = _kept(module).copies
+    kept = copies.get(name)
     if kept is not None and kept[0] == key:
         if kept[3] is PRIVATE or (kept[3] is not None and kept[3] in scopes):
             return kept[2]
         prints = _prints(sources)
         if prints == kept[1]:
-            module.__dict__[name] = (key, prints, kept[2], _checked_in(module))
+            copies[name] = (key, prints, kept[2], _checked_in(module))
             return kept[2]
     else:
         prints = _prints(sources)
     value = make()
-    module.__dict__[name] = (key, prints, value, _checked_in(module))
+    copies[name] = (key, prints, value, _checked_in(module))
     return value
 
 
 def _checked_in(module: nn.Module):
     """The scope in which a check of ``module``'s copies holds: its open block, PRIVATE,
     or None (outside a block: checked again at the next use)."""
-    mark = module.__dict__.get(_MARK)
+    mark = _mark(module)
     if mark is PRIVATE or (mark is not None and mark in _active()):
         return mark
     return None
@@ -153,5 +182,12 @@ def _checked_in(module: nn.Module):
 
 def forget(module: nn.Module, *names: str) -> None:
     """Drop ``module``'s derived copies ``names`` (they are made again when needed)."""
-    for name in names:
-        module.__dict__.pop(name, None)
+    holder = module.__dict__.get(_SLOT)
+    for name in names if holder is not None else ():
+        holder.copies.pop(name, None)
+
+
+def kept(module: nn.Module) -> tuple[str, ...]:
+    """The names of the derived copies kept for ``module`` now."""
+    holder = module.__dict__.get(_SLOT)
+    return tuple(holder.copies) if holder is not None else ()

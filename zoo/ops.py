@@ -268,14 +268,8 @@ class Linear(nn.Linear):
         return derived.derived(self, "_packed_cache", (self.weight, self.bias), pack, dtype)
 
     _CACHES = ("_packed_cache", "_native_cache")
-    """The packed weights it keeps (:func:`zoo.derived.derived`): oneDNN's and zoo's
-    native product's."""
-
-    def __getstate__(self) -> dict:  # copies and pickles leave the packed weights behind
-        state = self.__dict__.copy()
-        for name in self._CACHES:
-            state.pop(name, None)
-        return state
+    """The packed weights it keeps (:func:`zoo.derived.derived`, beside the layer: copies
+    and pickles leave them behind): oneDNN's and zoo's native product's."""
 
     def train(self, mode: bool = True) -> "Linear":
         """Switch mode; into training, the packed weights are dropped (they are made again

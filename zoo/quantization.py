@@ -122,11 +122,6 @@ class QuantizedLinear(nn.Module):
         return F.linear(x, self.dequantized_weight().to(x.dtype),
                         None if self.bias is None else self.bias.to(x.dtype))
 
-    def __getstate__(self) -> dict:  # copies and pickles leave the packed weight behind
-        state = self.__dict__.copy()
-        state.pop("_packed_cache", None)
-        return state
-
     def extra_repr(self) -> str:
         """Sizes and the weight's dtype in the module's repr."""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
