@@ -78,11 +78,16 @@ def _active() -> list:
     return scopes
 
 
+def _holds(mark) -> bool:
+    """True when ``mark`` promises fixed weights here: PRIVATE, or a block open in this
+    thread."""
+    return mark is PRIVATE or (mark is not None and mark in _active())
+
+
 def trusted(module: nn.Module) -> bool:
     """True when ``module``'s weights are promised fixed here: it belongs to a model of an
     open :func:`fixed_weights` block of this thread, or it is marked :data:`PRIVATE`."""
-    mark = _mark(module)
-    return mark is PRIVATE or (mark is not None and mark in _active())
+    return _holds(_mark(module))
 
 
 @contextlib.contextmanager
@@ -93,19 +98,18 @@ def fixed_weights(model: nn.Module) -> Iterator[None]:
     enter one yourself around many calls to check the weights once for them all."""
     scope = object()
     marked = []
-    active = _active()
     for module in model.modules():
         kept = _kept(module)
         previous = kept.mark
-        if previous is PRIVATE or (previous is not None and previous in active):
+        if _holds(previous):
             continue
         kept.mark = scope
         marked.append((kept, previous))
-    active.append(scope)
+    _active().append(scope)
     try:
         yield
     finally:
-        active.remove(scope)
+        _active().remove(scope)
         for kept, previous in marked:
             if kept.mark is scope:
                 kept.mark = previous
@@ -154,11 +158,10 @@ def derived(module: nn.Module, name: str, sources: tuple, make: Callable, tag=No
     and versions, and the same bytes, read again at its first use in a
     :func:`fixed_weights` block over ``module`` (once), or at every use outside one."""
     key = (_key(sources), tag)
-    scopes = _active()
     copies = _kept(module).copies
     kept = copies.get(name)
     if kept is not None and kept[0] == key:
-        if kept[3] is PRIVATE or (kept[3] is not None and kept[3] in scopes):
+        if _holds(kept[3]):
             return kept[2]
         prints = _prints(sources)
         if prints == kept[1]:
@@ -175,9 +178,7 @@ def _checked_in(module: nn.Module):
     """The scope in which a check of ``module``'s copies holds: its open block, PRIVATE,
     or None (outside a block: checked again at the next use)."""
     mark = _mark(module)
-    if mark is PRIVATE or (mark is not None and mark in _active()):
-        return mark
-    return None
+    return mark if _holds(mark) else None
 
 
 def forget(module: nn.Module, *names: str) -> None:
