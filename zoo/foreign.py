@@ -61,9 +61,7 @@ class Imported:
         tokenizer = self.tokenizer()
         device = next(model.parameters()).device
         batch = tokenizer(list(texts), return_tensors="pt", padding=True)["input_ids"]
-        settings = getattr(model, "settings", None)
-        check_ids(batch, getattr(settings, "src_vocab_size", None)
-                  or getattr(settings, "vocab_size", None), self.folder, self.source)
+        check_ids(batch, model, self.folder, self.source)
         with torch.no_grad():
             out = generate(model.eval(), batch.to(device), **changes)
         return tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)

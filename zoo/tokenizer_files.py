@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._text import short_repr
+from .decoding import id_outside, input_vocabulary
 from .errors import FormatError
 
 JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json",
@@ -147,14 +148,12 @@ def check_tokenizer_files(folder: Path, source: str) -> None:
                                   f"({short_repr(exc, 120)})") from None
 
 
-def check_ids(ids, vocab_size: int | None, folder: Path, source: str) -> None:
-    """Token ids a tokenizer gave, refused (one FormatError) when one is negative or past
-    the model's vocabulary: the tokenizer's files do not belong to this model."""
-    if vocab_size is None or ids.numel() == 0:
-        return
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= vocab_size:
-        bad = low if low < 0 else high
+def check_ids(ids, model, folder: Path, source: str) -> None:
+    """Token ids a tokenizer gave, refused (one FormatError naming the tokenizer) when one
+    is outside ``model``'s input vocabulary: the tokenizer's files do not belong to it."""
+    size = input_vocabulary(model)
+    bad = id_outside(ids, size)
+    if bad is not None:
         raise FormatError(f"{source}: its tokenizer (in {folder}) gives the id {bad}, outside "
-                          f"the model's vocabulary of {vocab_size}; the tokenizer's files do "
+                          f"the model's vocabulary of {size}; the tokenizer's files do "
                           "not belong to this model")

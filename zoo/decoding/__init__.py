@@ -101,20 +101,34 @@ def fits_vocabulary(model, settings: GenerationSettings) -> GenerationSettings:
     return settings
 
 
-def _check_source_ids(model, src: torch.Tensor) -> None:
-    """Source or prompt ids are whole numbers inside the model's input vocabulary (an
-    embedding would raise an IndexError past it, and read from the end before 0)."""
-    if src.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool):
-        raise RecipeError(f"token ids are integers, not {src.dtype}")
+def input_vocabulary(model) -> int | None:
+    """The number of token ids ``model`` reads (its source vocabulary where it has one of
+    its own), or None where its settings do not say."""
     settings = getattr(model, "settings", None)
     size = getattr(settings, "src_vocab_size", None) or getattr(settings, "vocab_size", None)
-    if not isinstance(size, int) or src.numel() == 0:
-        return
-    low, high = int(src.min()), int(src.max())
-    if low < 0 or high >= size:
-        raise RecipeError(f"the input holds the token id {low if low < 0 else high}, outside "
-                          f"the model's vocabulary of {size} (ids 0 to {size - 1}): the "
-                          "tokenizer does not belong to this model")
+    return size if isinstance(size, int) else None
+
+
+def id_outside(ids: torch.Tensor, size: int | None) -> int | None:
+    """An id of ``ids`` outside a vocabulary of ``size`` (negative, or ``size`` and past),
+    or None where all fit (or ``size`` is None): an embedding would raise an IndexError
+    past it, and read from the end before 0."""
+    if size is None or ids.numel() == 0:
+        return None
+    low, high = int(ids.min()), int(ids.max())
+    return low if low < 0 else high if high >= size else None
+
+
+def _check_source_ids(model, src: torch.Tensor) -> None:
+    """Source or prompt ids are whole numbers inside the model's input vocabulary."""
+    if src.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool):
+        raise RecipeError(f"token ids are integers, not {src.dtype}")
+    size = input_vocabulary(model)
+    bad = id_outside(src, size)
+    if bad is not None:
+        raise RecipeError(f"the input holds the token id {bad}, outside the model's "
+                          f"vocabulary of {size} (ids 0 to {size - 1}): the tokenizer does "
+                          "not belong to this model")
 
 
 def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bool,
