@@ -124,3 +124,12 @@ def test_zoo_translate_on_a_fifo_tokenizer_says_so_and_does_not_block(folders, t
     assert done.returncode != 0
     assert "source.spm is a FIFO (named pipe), not a file" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_files_found_sound_are_checked_again_once_one_changes(folders, tmp_path):
+    folder = _copy(folders, "marian", tmp_path)
+    model = zoo.build(f"local-dir:{folder}")
+    assert model.imported.translate(model, ["Guten Morgen."])  # sound: the check is kept
+    (folder / "source.spm").write_bytes(os.urandom(3000))  # the same name, other bytes
+    with pytest.raises(FormatError, match="source.spm is not a SentencePiece model"):
+        model.imported.translate(model, ["Guten Morgen."])

@@ -124,10 +124,41 @@ def _sentencepiece(path: Path, source: str) -> None:
         raise FormatError(f"{source}: {path.name} is a SentencePiece model of no pieces")
 
 
+_CHECKED: set[tuple] = set()
+"""The files (by name, device, inode, type, size and modification time) found sound: the
+model's tokenizer is read at every translate or embed call, its files checked once."""
+
+
+def _signature(folder: Path) -> tuple:
+    """What the check of ``folder`` depends on: each file's device, inode, type, size and
+    modification time (whether a dangling link stands there, for a file that cannot be
+    read)."""
+    files = []
+    for name in (*JSON_FILES, *SENTENCEPIECE_FILES, *TEXT_FILES):
+        path = folder / name
+        try:
+            info = path.stat()
+        except OSError:
+            files.append((name, path.is_symlink()))
+            continue
+        files.append((name, info.st_dev, info.st_ino, info.st_mode, info.st_size,
+                      info.st_mtime_ns))
+    return str(folder.resolve()), tuple(files)
+
+
 def check_tokenizer_files(folder: Path, source: str) -> None:
     """Each tokenizer file present in ``folder`` is what its name says it is: a regular
     file, not empty, of JSON objects (vocabularies of ids from 0), a SentencePiece model,
-    or UTF-8 text; else one FormatError naming it."""
+    or UTF-8 text; else one FormatError naming it. Files found sound are not read again
+    until one of them changes."""
+    signature = _signature(folder)
+    if signature in _CHECKED:
+        return
+    _check_each(folder, source)
+    _CHECKED.add(signature)
+
+
+def _check_each(folder: Path, source: str) -> None:
     for name in (*JSON_FILES, *SENTENCEPIECE_FILES, *TEXT_FILES):
         path = folder / name
         if not (path.exists() or path.is_symlink()):
