@@ -41,7 +41,7 @@ from .format_base import (
 )
 from .derived import derived as derived_copy
 from .derived import fixed_weights, private_copy
-from .embedding import Pooling, embed, pool, pooling_of
+from .embedding import Pooling, cosine, embed, pool, pooling_of
 from .errors import (
     CapabilityError,
     FormatError,
@@ -89,7 +89,7 @@ __all__ = [
     "length_penalty",
     "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
     # sentence embeddings
-    "embed", "pool", "pooling_of", "Pooling",
+    "embed", "pool", "pooling_of", "Pooling", "cosine",
     # formats
     "Format", "Options", "BOOKKEEPING", "generation_settings", "generation_json",
     # tasks

@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from zoo.plugin_api import TaskDataError, embed, pool, pooling_of
+from zoo.plugin_api import TaskDataError, cosine, embed, pool, pooling_of
 
 from ._seq2seq import batches_of, pad_batch
 from .translate import DATA, sentence_pairs
@@ -144,12 +143,12 @@ class SentencePairs:
 
     def _pooled(self, model, tokens: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         pooling = self.pooling or pooling_of(model)
-        return F.normalize(pool(model.hidden_states(tokens, padding), ~padding, pooling), dim=-1)
+        return pool(model.hidden_states(tokens, padding), ~padding, pooling)
 
     def loss(self, model, batch: dict, criterion):
         de = self._pooled(model, batch["de"], batch["de_mask"])
         en = self._pooled(model, batch["en"], batch["en_mask"])
-        scores = self.settings.scale * de @ en.T
+        scores = self.settings.scale * cosine(de, en)
         target = torch.arange(len(scores), device=scores.device)
         return criterion(scores, target, ignore_index=-100), len(scores)
 
@@ -172,8 +171,7 @@ class SentencePairs:
                        batch_size=batch_size, pooling=self.pooling)
         finally:
             model.train(was_training)
-        de, en = F.normalize(de.float(), dim=-1), F.normalize(en.float(), dim=-1)
-        similar = de @ en.T
+        similar = cosine(de, en)
         right = torch.arange(len(chosen))
         return {"retrieval@1": float((similar.argmax(1) == right).float().mean()),
                 "retrieval@1_en_de": float((similar.argmax(0) == right).float().mean()),
