@@ -16,6 +16,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ..embedding import pooling_of
 from .harness import Case
 
 MODES = ("batch1", "batch32")
@@ -60,6 +61,7 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
     if "int8" in dtypes:
         models["int8"] = zoo.quantize(zoo.build(name).eval())
     tokenizer = fp32.imported.tokenizer()
+    pooling = pooling_of(fp32)  # its files read once, not in each timed call
     sentences = texts()
     cases = []
     peers = _Peers(folder, impls, dtypes, tokenizer, sentences, say)
@@ -70,8 +72,9 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
             if "zoo" in impls and dtype in models:
                 m = models[dtype]
                 cases.append(Case("embed", "zoo", dtype, mode,
-                                  lambda m=m, b=batch: zoo.embed(m, b, tokenizer=tokenizer,
-                                                                 batch_size=len(b)),
+                                  lambda m=m, b=batch: zoo.embed(
+                                      m, b, tokenizer=tokenizer, batch_size=len(b),
+                                      pooling=pooling),
                                   len(batch), "sentences/s"))
             if peers.sentence_transformers is not None and dtype == "fp32":
                 st = peers.sentence_transformers
