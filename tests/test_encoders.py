@@ -49,17 +49,24 @@ def test_the_recipes_have_transformers_parameter_counts(name, config):
     assert ours == sum(p.numel() for p in reference.parameters())
 
 
+def _saved(model, folder):
+    """``model`` (a transformers encoder, eval mode) with biases that are not zero, as
+    trained ones are not (a masked-LM bias among them), saved in ``folder``; zoo's build
+    of that folder."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(folder)
+    return zoo.build(f"local-dir:{folder}").eval()
+
+
 @pytest.mark.parametrize("cls", ["BertModel", "BertForMaskedLM", "BertForSequenceClassification"])
 def test_a_bert_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_path):
     torch.manual_seed(0)
     config = tf.BertConfig(**TINY, num_labels=5, architectures=[cls])
     model = getattr(tf, cls)(config).eval()
-    with torch.no_grad():  # a masked-LM bias that is not zero, as trained ones are not
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(std=0.1)
-    model.save_pretrained(tmp_path)
-    ours = zoo.build(f"local-dir:{tmp_path}").eval()
+    ours = _saved(model, tmp_path)
     tokens, mask, types = _batch()
     with torch.no_grad():
         out = model(input_ids=tokens, attention_mask=mask, token_type_ids=types)
@@ -82,16 +89,10 @@ def test_a_roberta_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_
     config = tf.RobertaConfig(**dict(TINY, type_vocab_size=1, max_position_embeddings=66),
                               num_labels=3, architectures=[cls], pad_token_id=1)
     model = getattr(tf, cls)(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(std=0.1)
-    model.save_pretrained(tmp_path)
-    ours = zoo.build(f"local-dir:{tmp_path}").eval()
+    ours = _saved(model, tmp_path)
     tokens, mask, _ = _batch()
+    tokens[(tokens == 1) & (mask == 1)] = 2  # no real token is the pad id
     tokens[mask == 0] = 1  # RoBERTa's <pad>
-    tokens[tokens == 1] = tokens[tokens == 1] * (mask[tokens == 1] == 0) + 2 * (
-        mask[tokens == 1] == 1)  # no real token is the pad id
     with torch.no_grad():
         out = model(input_ids=tokens, attention_mask=mask)
         got = ours(tokens, padding_mask=mask == 0)

@@ -237,9 +237,9 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
         raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
                           "pip install 'zoo-transformers[export]'") from None
     if getattr(model, "decoder_only", False) or getattr(model, "encoder_only", False):
-        return _generator_to_ctranslate2(model, folder, quantization=quantization,
-                                         vocabulary=vocabulary, bos_id=bos_id, eos_id=eos_id,
-                                         unk_id=unk_id, force=force)
+        return _through_transformers_to_ctranslate2(
+            model, folder, quantization=quantization, vocabulary=vocabulary, bos_id=bos_id,
+            eos_id=eos_id, unk_id=unk_id, force=force)
     imported = getattr(model, "imported", None)
     if imported is not None and imported.generation is not None and vocabulary is None:
         # a model from the Hub: its own tokenizer names the ids
@@ -296,10 +296,10 @@ class _TokenNames:
         return {t: i for i, t in enumerate(self.tokens)}
 
 
-def _generator_to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
-                              quantization: str | None, vocabulary: Sequence[str] | None,
-                              bos_id: int | None, eos_id: int | None, unk_id: int | None,
-                              force: bool) -> Path:
+def _through_transformers_to_ctranslate2(
+        model: nn.Module, folder: str | os.PathLike[str], *, quantization: str | None,
+        vocabulary: Sequence[str] | None, bos_id: int | None, eos_id: int | None,
+        unk_id: int | None, force: bool) -> Path:
     """A decoder model for ``ctranslate2.Generator`` (an encoder for ``ctranslate2.Encoder``):
     its transformers export converted by CTranslate2's ``TransformersConverter``, which names the ids by ``vocabulary`` (else
     the imported model's tokenizer, else :func:`default_vocabulary`)."""
