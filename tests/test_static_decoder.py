@@ -87,9 +87,9 @@ def test_beams_reordered_in_the_buffers_equal_the_general_caches():
     assert torch.equal(a, b)
 
 
-def test_int8_layers_decode_statically_without_a_fused_product():
+def test_int8_layers_decode_statically_with_a_fused_product():
     model = quantize(tiny())
-    assert fused_qkv(model.decoder.layers[0].self_attn) is None
+    assert fused_qkv(model.decoder.layers[0].self_attn) is not None
     src = source()
     a, b = both_paths(model, lambda: generate(model, src, num_beams=3, max_new_tokens=8))
     assert torch.equal(a, b)

@@ -10,6 +10,9 @@ disk, registered as ``torch.ops.zoo.*``, and built only when asked.
   memory's rate), 2.0 at four, 1.6 at sixteen, 1.2 at 64, level from about 320 rows
   (``docs/bench.md``). :class:`zoo.ops.Linear` calls it in CPU inference, with the
   packed weight kept beside its own.
+- ``pack_int8_weight`` (``zoo/csrc/int8_linear.cpp``): an int8 weight and its per-row
+  scales (:mod:`zoo.quantization`) packed in the same panels, which ``packed_linear``
+  multiplies reading a quarter of fp32's bytes (the activations stay fp32).
 - ``skinny_linear`` (``zoo/csrc/skinny_linear.cpp``): the same product on the weight
   as it is (no packed copy), for a few rows; what ``Linear`` calls inside
   ``torch.compile``, where a packed copy cannot be kept.
@@ -17,7 +20,7 @@ disk, registered as ``torch.ops.zoo.*``, and built only when asked.
 - ``fingerprint`` (``zoo/csrc/fingerprint.cpp``): a 64-bit digest of a tensor's bytes
   at the memory's rate, by which :mod:`zoo.derived` checks packed copies of weights.
 
-These three are :data:`PRODUCTS`, zoo's own library. A plugin's C++ is a
+These are :data:`PRODUCTS`, zoo's own library. A plugin's C++ is a
 :class:`NativeLibrary` of its own, declared beside its only caller and linked against
 the products when it calls them (the static decoder's whole decoding step,
 ``plugins/architectures/csrc/decoder_layers.cpp``, is one).
@@ -368,8 +371,11 @@ def _products_loaded() -> bool:
 
 PRODUCTS = NativeLibrary(
     "zoo_products",
-    [CSRC / "packed_linear.cpp", CSRC / "skinny_linear.cpp", CSRC / "fingerprint.cpp"],
-    [CSRC / "packed_linear.h", CSRC / "product_common.h", CSRC / "skinny_linear.h"],
+    [CSRC / "packed_linear.cpp", CSRC / "int8_linear.cpp", CSRC / "skinny_linear.cpp",
+     CSRC / "fingerprint.cpp"],
+    [CSRC / "packed_linear.h", CSRC / "int8_linear.h", CSRC / "int8_kernel.h",
+     CSRC / "product_common.h",
+     CSRC / "skinny_linear.h"],
     on_load=_products_loaded)
 """zoo's products for few rows: ``zoo::packed_linear``, ``zoo::pack_linear_weight``,
 ``zoo::skinny_linear``; a plugin's library that calls them lists it in ``needs`` and

@@ -68,6 +68,7 @@ from .native import PRODUCTS as NATIVE_PRODUCTS
 from .native import NativeLibrary
 from .native import available as native_available
 from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped
+from .quantization import QuantizedLinear
 from .task import Task, TaskDataError, missing_debian_package
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "relative_positions", "KVCache", "DecoderCache", "LanguageModelCache",
     # layers
     "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
+    "QuantizedLinear",
     # copies derived from weights (packed, joined), checked against them
     "derived_copy", "private_copy", "fixed_weights",
     # native code of a plugin's own

@@ -2,10 +2,12 @@
 
 Each ``nn.Linear`` (zoo's own :class:`zoo.ops.Linear` included) becomes a
 :class:`QuantizedLinear`: its weight stored as int8 with one scale per output row
-(symmetric, ``scale = max|w_row| / 127``), multiplied on the CPU by PyTorch's
-quantized kernels (FBGEMM through the ``x86`` engine), which quantize each call's
-activations on the fly (one scale per call, from its range; 8 bits on CPUs with VNNI,
-7 elsewhere) and accumulate in int32.
+(symmetric, ``scale = max|w_row| / 127``), multiplied on the CPU by integer products that
+quantize each call's activations on the fly (8 bits on CPUs with VNNI, 7 elsewhere) and
+accumulate in int32: for a few rows (a decoding step) zoo's native product
+(``zoo/csrc/int8_linear.cpp``: one activation scale per row, the weight read as int8 at
+the memory's rate, inside the native decoding step too), for more PyTorch's quantized
+kernels (FBGEMM through the ``x86`` engine: one scale per call, from its range).
 Embeddings, norms and convolutions stay fp32.
 
 Measured on this project's 2-core CPU (``zoo bench decode --dtypes fp32,int8``,
@@ -33,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import derived
+from . import derived, native
 from .errors import RecipeError
 
 MODES = ("int8",)
@@ -96,6 +98,29 @@ class QuantizedLinear(nn.Module):
         """The fp32 weight the int8 one stands for (int8 x its row's scale)."""
         return self.weight_int8.float() * self.weight_scale[:, None]
 
+    native_rows: int | None = None
+    """Inputs of at most this many rows are multiplied by zoo's native int8 product where it
+    is available; 0 turns it off, None (the default) takes ``zoo.native.default_rows()``,
+    as :class:`zoo.ops.Linear` does."""
+
+    def takes_native(self, rows: int) -> bool:
+        """True when zoo's native int8 product may multiply ``rows`` rows by this layer: at
+        most ``native_rows`` (resolved) of them, CPU weights, a contiguous fp32 bias (or
+        none), and zoo's native libraries available here."""
+        limit = native.default_rows() if self.native_rows is None else self.native_rows
+        bias = self.bias
+        return (0 < rows <= limit and self.weight_int8.device.type == "cpu"
+                and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))
+                and native.available())
+
+    def native_weight(self) -> torch.Tensor:
+        """The int8 weight and its scales packed for zoo's native product
+        (``torch.ops.zoo.pack_int8_weight``), kept while they match (checked as
+        :func:`zoo.derived.derived` says)."""
+        return derived.derived(self, "_native_cache", (self.weight_int8, self.weight_scale),
+                               lambda: torch.ops.zoo.pack_int8_weight(
+                                   self.weight_int8, self.weight_scale.float()))
+
     def _packed(self):
         """The int8 weight packed for the kernel: kept while it matches the weight, its
         scales and the bias (checked as :func:`zoo.derived.derived` says: once in a
@@ -113,7 +138,14 @@ class QuantizedLinear(nn.Module):
                                torch.backends.quantized.engine)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., in) -> (..., out), through the int8 kernel on the CPU."""
+        """x (..., in) -> (..., out), through an int8 kernel on the CPU: zoo's native one
+        for a few rows (:meth:`takes_native`), FBGEMM's for more."""
+        if x.device.type == "cpu" and x.numel():
+            rows = x.numel() // x.shape[-1]
+            if not torch.compiler.is_compiling() and self.takes_native(rows):
+                out = torch.ops.zoo.packed_linear(x.float().contiguous(), self.native_weight(),
+                                                  self.bias, self.out_features)
+                return out if x.dtype == torch.float32 else out.to(x.dtype)
         if x.device.type == "cpu" and _kernels_available() and x.numel():
             dtype = x.dtype
             out = torch.ops.quantized.linear_dynamic(x.float().contiguous(), self._packed(),

@@ -11,7 +11,7 @@ here instead, over the same parameters and modules:
   allocated once for the longest output (rows x heads x length x head width);
 - the queries, keys and values of self-attention come from one product, of a
   weight that joins ``q_proj`` and ``kv_proj`` (made once and kept while those
-  weights stay the same);
+  weights stay the same; int8 ones join too);
 - the encoder's output is projected for cross-attention once, one row per source,
   and the beams of a source attend to it together;
 - the scores go through each attention's own ``_dense`` (its scale, its kernel), as
@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.plugin_api import Linear, derived_copy, private_copy
+from zoo.plugin_api import Linear, QuantizedLinear, derived_copy, private_copy
 
 from .native_step import STEP
 
@@ -72,25 +72,43 @@ def plain_decoder(model: nn.Module) -> bool:
 
 def fused_qkv(attn: nn.Module) -> nn.Module | None:
     """One linear layer giving [q | k | v] of a self-attention whose ``q_proj`` and
-    ``kv_proj`` are plain linear layers (None otherwise: int8 layers stay apart). It is
-    made once and made again when either weight changes; it holds copies, so it is
-    never trained or saved."""
+    ``kv_proj`` are plain linear layers of one kind: zoo's ``Linear``, or int8
+    ``QuantizedLinear`` (whose rows, each with its own scale, join exactly); None
+    otherwise. It is made once and made again when either weight changes; it holds
+    copies, so it is never trained or saved."""
     q, kv = attn.q_proj, attn.kv_proj
-    if type(q) is not Linear or type(kv) is not Linear or (q.bias is None) != (kv.bias is None):
+    if type(q) is not type(kv) or (q.bias is None) != (kv.bias is None):
         return None
+    if type(q) is Linear:
+        return derived_copy(attn, "_fused_qkv", (q.weight, kv.weight, q.bias, kv.bias),
+                            lambda: _joined_linear(q, kv))
+    if type(q) is QuantizedLinear:
+        return derived_copy(attn, "_fused_qkv", (q.weight_int8, kv.weight_int8, q.weight_scale,
+                                                 kv.weight_scale, q.bias, kv.bias),
+                            lambda: _joined_int8(q, kv))
+    return None
 
-    def join():
-        weight = torch.cat([q.weight.detach(), kv.weight.detach()])
-        fused = Linear(weight.shape[1], weight.shape[0], bias=q.bias is not None,
-                       device="meta")
-        fused.weight = nn.Parameter(weight, requires_grad=False)
-        if q.bias is not None:
-            fused.bias = nn.Parameter(torch.cat([q.bias.detach(), kv.bias.detach()]),
-                                      requires_grad=False)
-        fused.eval()
-        return private_copy(fused)  # its weight is this copy: nothing else writes it
 
-    return derived_copy(attn, "_fused_qkv", (q.weight, kv.weight, q.bias, kv.bias), join)
+def _joined_linear(q: Linear, kv: Linear) -> Linear:
+    weight = torch.cat([q.weight.detach(), kv.weight.detach()])
+    fused = Linear(weight.shape[1], weight.shape[0], bias=q.bias is not None, device="meta")
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    if q.bias is not None:
+        fused.bias = nn.Parameter(torch.cat([q.bias.detach(), kv.bias.detach()]),
+                                  requires_grad=False)
+    fused.eval()
+    return private_copy(fused)  # its weight is this copy: nothing else writes it
+
+
+def _joined_int8(q: QuantizedLinear, kv: QuantizedLinear) -> QuantizedLinear:
+    fused = QuantizedLinear(q.in_features, q.out_features + kv.out_features,
+                            bias=q.bias is not None)
+    fused.weight_int8 = torch.cat([q.weight_int8, kv.weight_int8])
+    fused.weight_scale = torch.cat([q.weight_scale, kv.weight_scale])
+    if q.bias is not None:
+        fused.bias = torch.cat([q.bias, kv.bias])
+    fused.native_rows = q.native_rows
+    return private_copy(fused.eval())
 
 
 class _Layer:
@@ -114,7 +132,12 @@ _ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2
 
 
 def _plain_linear(layer: nn.Module, rows: int) -> bool:
-    return type(layer) is Linear and layer.takes_native(rows)
+    return type(layer) in (Linear, QuantizedLinear) and layer.takes_native(rows)
+
+
+def _product_weight(layer: nn.Module) -> torch.Tensor:
+    """The weight the native step checks a product's sizes by (fp32, or int8)."""
+    return layer.weight_int8 if type(layer) is QuantizedLinear else layer.weight
 
 
 def _plain_norm(norm: nn.Module, width: int) -> bool:
@@ -134,9 +157,9 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
     """The arguments of ``torch.ops.zoo.decoder_layers`` for these layers, or None when
     the native step may not run them: it runs the paper's layer (post- or pre-norm) with
     joined q|k|v, no positions inside attention, LayerNorms that say ``plain_layer_norm``,
-    feed-forward networks that say ``plain_mlp`` with a ReLU, GELU or SiLU (Marian's), fp32
-    CPU weights
-    of zoo's ``Linear`` that each give ``rows`` rows to zoo's native product."""
+    feed-forward networks that say ``plain_mlp`` with a ReLU, GELU or SiLU (Marian's), and
+    products that each give ``rows`` rows to zoo's native product: zoo's ``Linear`` (fp32
+    CPU weights) or ``QuantizedLinear`` (int8)."""
     if not rows or not STEP.available():
         return None
     plan: dict = {key: [] for key in ("params", "packed", "k", "v", "cross_k", "cross_v",
@@ -160,7 +183,9 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
                 or shape not in (None, (attn.n_heads, attn.head_dim))):
             return None
         shape = (attn.n_heads, attn.head_dim)
-        for part in (*linears, *norms):
+        for part in linears:
+            plan["params"] += [_product_weight(part), part.bias]
+        for part in norms:
             plan["params"] += [part.weight, part.bias]
         plan["packed"] += [part.native_weight() for part in linears]
         plan["k"].append(layer.k)

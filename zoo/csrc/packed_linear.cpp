@@ -10,6 +10,8 @@
 // peak at sixteen rows and 70-80% from 64, where oneDNN's product of the same shapes
 // reached 30% and 60%.
 //
+// Weights packed as int8 with per-row scales (int8_linear.cpp) go through the same operator.
+//
 // Every output is one chain of FMAs over k in order, then the bias: so a row's result
 // does not depend on how many rows come with it or on the number of threads.
 // zoo/native.py compiles it on first use; docs/bench.md measures it.
@@ -20,6 +22,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include "int8_linear.h"
 #include "packed_linear.h"
 #include "product_common.h"
 
@@ -118,6 +121,7 @@ void block(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
 namespace zoo {
 
 PackedShape packed_shape(const at::Tensor& packed, const char* op) {
+  if (packed.scalar_type() == at::kChar) return int8_packed_shape(packed, op);
   TORCH_CHECK_VALUE(packed.device().is_cpu() && packed.scalar_type() == at::kFloat &&
                         packed.dim() == 1 && packed.is_contiguous() && packed.numel() >= NR,
                     op, ": packed is not a weight from pack_linear_weight (a contiguous 1-d "
@@ -165,6 +169,10 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed,
   at::Tensor y = common::product_output(x, n_out);
   const float* b = common::bias_data(bias, n_out, "packed_linear");
   if (K == 0) return common::bias_only(y, bias);
+  if (packed.scalar_type() == at::kChar) {
+    int8_product(xc, packed, b, y, K, n_out);
+    return y;
+  }
   const int64_t rows = xc.numel() / K;
   if (rows == 0 || n_out == 0) return y;
   const Product a{xc.data_ptr<float>(), packed.data_ptr<float>() + NR, b, y.data_ptr<float>(),

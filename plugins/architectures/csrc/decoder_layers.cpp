@@ -7,7 +7,7 @@
 // preallocated buffers, cross-attention over the encoder's keys and values projected
 // once, a ReLU, GELU or SiLU feed-forward network, LayerNorm. Every product goes through
 // zoo::packed_linear, on the weights the caller packed (Linear.native_weight in
-// Python); attention, the norms and the residual sums are plain loops (step_ops.cpp).
+// Python, or QuantizedLinear.native_weight: int8 weights with per-row scales); attention, the norms and the residual sums are plain loops (step_ops.cpp).
 // Its results equal the Python step's up to fp32 rounding (another summation order in
 // attention and the norms). What it may run is decided by the caller (native_plan in
 // static_decoder.py); anything else decodes in Python.
@@ -85,15 +85,18 @@ at::Tensor residual(at::Tensor a, const at::Tensor& x, bool pre, const Params& p
   return pre ? a : norm(a, p, layer, w, eps);
 }
 
-// A float32 CPU tensor of exactly ``shape``, contiguous; else a ValueError naming it.
-void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, const char* what) {
-  TORCH_CHECK_VALUE(t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+// A float32 (or, for a product's weight, int8) CPU tensor of exactly ``shape``, contiguous;
+// else a ValueError naming it.
+void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, const char* what,
+            bool int8 = false) {
+  TORCH_CHECK_VALUE(t.defined() && t.device().is_cpu() &&
+                        (t.scalar_type() == at::kFloat || (int8 && t.scalar_type() == at::kChar)) &&
                         t.is_contiguous() && t.sizes() == shape,
                     "decoder_layers: layer ", layer, "'s ", what, " is ",
                     t.defined() ? t.toString() : "undefined", " of shape ",
                     t.defined() ? t.sizes() : at::IntArrayRef{}, (t.defined() &&
                     !t.is_contiguous()) ? " (not contiguous)" : "", "; a contiguous float32 "
-                    "CPU tensor of shape ", shape, " is needed");
+                    "CPU tensor of shape ", shape, int8 ? " (or int8)" : "", " is needed");
 }
 
 // Every tensor and number of layer l, checked against the step's sizes before a byte is read:
@@ -115,7 +118,13 @@ void check_layer(const Params& p, at::TensorList packed, int64_t l, int64_t d, i
       {3 * inner, d}, {d, inner}, {inner, d}, {d, inner}, {ff, d}, {d, ff}};
   for (int64_t i = 0; i < PRODUCTS_PER_LAYER; ++i) {
     const Param w = Param(2 * i);
-    expect(get(p, l, w), {shapes[i][0], shapes[i][1]}, l, kParamNames[w]);
+    const at::Tensor weight = get(p, l, w);
+    expect(weight, {shapes[i][0], shapes[i][1]}, l, kParamNames[w], true);
+    TORCH_CHECK_VALUE((weight.scalar_type() == at::kChar) ==
+                          (packed[l * PRODUCTS_PER_LAYER + i].scalar_type() == at::kChar),
+                      "decoder_layers: layer ", l, "'s ", kParamNames[w], " is ",
+                      weight.scalar_type(), " but its packed weight is ",
+                      packed[l * PRODUCTS_PER_LAYER + i].scalar_type());
     const auto shape = zoo::packed_shape(packed[l * PRODUCTS_PER_LAYER + i], "decoder_layers");
     TORCH_CHECK_VALUE(shape.n_out == shapes[i][0] && shape.n_in == shapes[i][1],
                       "decoder_layers: layer ", l, "'s packed ", kParamNames[w], " is ",

@@ -1,0 +1,126 @@
+"""zoo's native int8 product (zoo/csrc/int8_linear.cpp): each row of x rounded to int8 with
+its own scale, int32 dot products with the int8 weight, then the scales and the bias; checked
+against that formula in float64, where QuantizedLinear calls it, and inside the static
+decoder's native step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo import native
+from zoo.derived import fixed_weights
+from zoo.plugins.architectures.static_decoder import fused_qkv
+from zoo.quantization import QuantizedLinear, quantize
+
+from .test_native import needs_kernel
+from .test_static_decoder import NATIVE, _python_and_native_steps, tiny
+
+pytestmark = needs_kernel
+
+
+def formula(x: torch.Tensor, layer: QuantizedLinear) -> torch.Tensor:
+    """Dynamic quantization row by row: q = round(x * levels / max|x|) (8 bits where the CPU
+    has VNNI, else 7), then (q Q^T) * (max|x| / levels) * scale + bias, summed in float64."""
+    levels = 127.0 if torch.ops.zoo.int8_full_range() else 63.0
+    x = x.reshape(-1, x.shape[-1])
+    amax = x.abs().amax(-1, keepdim=True)
+    q = torch.round(x * torch.where(amax > 0, levels / amax, torch.zeros_like(amax)))
+    scale = (amax / levels) * layer.weight_scale  # float32, as the kernel multiplies
+    out = (q.double() @ layer.weight_int8.double().T) * scale.double()
+    return (out if layer.bias is None else out + layer.bias.double()).float()
+
+
+def _layer(n_out: int, n_in: int, bias: bool = True, seed: int = 0) -> QuantizedLinear:
+    torch.manual_seed(seed)
+    return QuantizedLinear.from_linear(torch.nn.Linear(n_in, n_out, bias=bias)).eval()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 13, 17])
+@pytest.mark.parametrize("n_out, n_in", [(3000, 512), (13, 7), (70, 33), (64, 2050), (1, 1)])
+def test_the_int8_product_is_the_dynamic_quantization_formula(rows, n_out, n_in):
+    """Every block of rows (one to six), one to four panels at a time, outputs with tails
+    (not multiples of 16) and inputs not a multiple of four (padded)."""
+    assert native.available()
+    for bias in (True, False):
+        layer = _layer(n_out, n_in, bias, seed=rows)
+        x = torch.randn(rows, n_in) * torch.linspace(0.1, 3, rows)[:, None]
+        got = torch.ops.zoo.packed_linear(x, layer.native_weight(), layer.bias, n_out)
+        torch.testing.assert_close(got, formula(x, layer), rtol=2e-6, atol=2e-6)
+
+
+def test_an_int8_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads():
+    """One activation scale a row (FBGEMM's is one a call): the same bits alone or in any
+    batch, with one thread or two; a row of zeros gives the bias."""
+    layer = _layer(200, 96)
+    x = torch.randn(23, 96)
+    x[4] = 0
+    packed = layer.native_weight()
+    together = torch.ops.zoo.packed_linear(x, packed, layer.bias, 200)
+    assert torch.equal(together[4], layer.bias)
+    for rows in ([5], [0, 1], [2, 3, 4], list(range(16))):
+        assert torch.equal(torch.ops.zoo.packed_linear(x[rows], packed, layer.bias, 200),
+                           together[rows]), rows
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(torch.ops.zoo.packed_linear(x, packed, layer.bias, 200), together)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_wrong_int8_inputs_are_named():
+    layer = _layer(40, 24)
+    packed = layer.native_weight()
+    with pytest.raises(ValueError, match="2-d int8 CPU weight"):
+        torch.ops.zoo.pack_int8_weight(layer.weight_int8.float(), layer.weight_scale)
+    with pytest.raises(ValueError, match="scale is a float32 CPU vector of 40"):
+        torch.ops.zoo.pack_int8_weight(layer.weight_int8, layer.weight_scale[:39])
+    with pytest.raises(ValueError, match="n_out is 33, but the packed weight has 40"):
+        torch.ops.zoo.packed_linear(torch.randn(2, 24), packed, None, 33)
+    with pytest.raises(ValueError, match="not the weight's 24"):
+        torch.ops.zoo.packed_linear(torch.randn(2, 23), packed, None, 40)
+    for not_a_pack in (packed[:-1], torch.zeros(packed.numel(), dtype=torch.int8)):
+        with pytest.raises(ValueError, match="not a weight from pack_int8_weight"):
+            torch.ops.zoo.packed_linear(torch.randn(2, 24), not_a_pack, None, 40)
+
+
+def test_quantized_linear_gives_few_rows_to_the_native_product_and_more_to_fbgemm():
+    layer = _layer(48, 64)
+    few = torch.randn(2, 1, 64)
+    many = torch.randn(layer.native_rows or native.default_rows() + 1, 64)
+    with torch.no_grad(), fixed_weights(layer):
+        assert layer(few).shape == (2, 1, 48)
+        torch.testing.assert_close(layer(few), formula(few, layer).view(2, 1, 48),
+                                   rtol=2e-6, atol=2e-6)
+        fbgemm = torch.ops.quantized.linear_dynamic(many, layer._packed(),
+                                                    not torch.ops.zoo.int8_full_range())
+        assert torch.equal(layer(many), fbgemm)
+        layer.native_rows = 0
+        assert not torch.equal(layer(few[:, 0] * torch.tensor([[1.0], [50.0]]))[0],
+                               formula(few[:, 0] * torch.tensor([[1.0], [50.0]]), layer)[0])
+
+
+def test_int8_self_attention_joins_its_products_exactly():
+    """Rows of int8 weights keep their own scales: the joined q|k|v gives the separate
+    products' bits."""
+    model = quantize(tiny())
+    attn = model.decoder.layers[0].self_attn
+    fused = fused_qkv(attn)
+    assert isinstance(fused, QuantizedLinear)
+    h = torch.randn(3, 1, attn.q_proj.in_features)
+    with torch.no_grad():
+        joined = fused(h)
+        assert torch.equal(joined, torch.cat([attn.q_proj(h), attn.kv_proj(h)], -1))
+
+
+@pytest.mark.parametrize("overrides", NATIVE[:2] + NATIVE[-1:],
+                         ids=lambda o: ",".join(o) or "base")
+def test_int8_models_decode_through_the_native_step(overrides, monkeypatch):
+    """The C++ step runs int8 layers (their packed int8 weights) and gives the Python
+    step's logits, whose products are the same int8 kernel, up to fp32 rounding."""
+    monkeypatch.setattr(QuantizedLinear, "native_rows", 16)
+    (native_logits, python), ran = _python_and_native_steps(quantize(tiny(**overrides)), 3)
+    assert ran == [True, False]
+    torch.testing.assert_close(native_logits, python, rtol=1e-5, atol=1e-5)
+    assert torch.equal(native_logits.argmax(-1), python.argmax(-1))

@@ -1,0 +1,212 @@
+// zoo::packed_linear on int8 weights: y = (x Q^T) * s + b for one to a few dozen rows of x,
+// where Q is the weight rounded to int8 with one scale s per output row (zoo.quantization).
+// Decoding one sentence is bound by reading the weights; stored as int8 they are a quarter of
+// fp32's bytes. As FBGEMM's and CTranslate2's int8 products do, each row of x is rounded to
+// int8 too (dynamic quantization: symmetric, one scale a row, from its largest value) and the
+// products are integer dot products summed in int32: VNNI's vpdpbusd (four u8 x s8 products
+// and their sum in one instruction) where the CPU has it, else AVX2's vpmaddubsw and
+// vpmaddwd, whose int16 pair sums saturate unless x keeps 7 bits (FBGEMM's reduce_range).
+// x goes in as unsigned bytes, x + z (z = 128, or 64 with 7 bits); the packed weight keeps
+// each output's sum of weights so that z times it is taken off again.
+//
+// Layout: panels of 16 outputs; in a panel, input columns in groups of four, each group 64
+// bytes (the four int8 weights of each output side by side: the operand order of vpdpbusd),
+// then the panel's 16 scales and 16 weight sums. K is padded to a multiple of four with zero
+// weights. A row's result depends on that row alone (not on the others, nor the threads).
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include "int8_linear.h"
+#include "product_common.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int64_t NR = 16;       // outputs per panel
+constexpr int64_t HEADER = 64;   // bytes before the first panel: magic, N, K
+constexpr int64_t BLOCK = 4;     // panels per task of a thread
+
+int64_t padded(int64_t K) { return (K + 3) / 4 * 4; }
+int64_t panel_bytes(int64_t K) { return padded(K) * NR + 2 * NR * 4; }
+
+struct Product {
+  const uint8_t* x;      // rows x padded(K) bytes: round(x / scale) + z
+  const float* xscale;   // a row's scale
+  const int8_t* w;       // the first panel
+  const float* b;
+  float* y;
+  int64_t K, N, z;
+};
+
+namespace avx2 {
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+// int16 sums of pairs (exact with 7-bit x), then int32 sums of those pairs
+inline __m256i dot(__m256i acc, __m256i x, __m256i w) {
+  const __m256i pairs = _mm256_maddubs_epi16(x, w);
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+#include "int8_kernel.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+}  // namespace avx2
+
+namespace vnni512 {
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f,avx512vl,avx512vnni")
+#endif
+inline __m256i dot(__m256i acc, __m256i x, __m256i w) { return _mm256_dpbusd_epi32(acc, x, w); }
+#include "int8_kernel.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+}  // namespace vnni512
+
+namespace avxvnni {
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avxvnni"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avxvnni")
+#endif
+inline __m256i dot(__m256i acc, __m256i x, __m256i w) {
+  return _mm256_dpbusd_avx_epi32(acc, x, w);
+}
+#include "int8_kernel.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+}  // namespace avxvnni
+
+enum class Isa { kAvx2, kAvx512Vnni, kAvxVnni };
+
+Isa isa() {
+  static const Isa found = __builtin_cpu_supports("avx512vnni") &&
+                                   __builtin_cpu_supports("avx512vl")
+                               ? Isa::kAvx512Vnni
+                           : __builtin_cpu_supports("avxvnni") ? Isa::kAvxVnni
+                                                               : Isa::kAvx2;
+  return found;
+}
+
+}  // namespace
+
+namespace zoo {
+
+PackedShape int8_packed_shape(const at::Tensor& packed, const char* op) {
+  TORCH_CHECK_VALUE(packed.device().is_cpu() && packed.scalar_type() == at::kChar &&
+                        packed.dim() == 1 && packed.is_contiguous() && packed.numel() >= HEADER,
+                    op, ": packed is not a weight from pack_int8_weight (a contiguous 1-d "
+                    "int8 CPU tensor with its header)");
+  int64_t head[3];
+  std::memcpy(head, packed.const_data_ptr<int8_t>(), sizeof(head));
+  const int64_t N = head[1], K = head[2];
+  TORCH_CHECK_VALUE(head[0] == kInt8PackMagic && N >= 0 && K >= 0 &&
+                        packed.numel() == HEADER + (N + NR - 1) / NR * panel_bytes(K),
+                    op, ": packed is not a weight from pack_int8_weight (its header does "
+                    "not match its size)");
+  return {N, K};
+}
+
+at::Tensor pack_int8_weight(const at::Tensor& weight, const at::Tensor& scale) {
+  TORCH_CHECK_VALUE(weight.device().is_cpu() && weight.scalar_type() == at::kChar &&
+                        weight.dim() == 2,
+                    "pack_int8_weight: a 2-d int8 CPU weight (out_features, in_features)");
+  const int64_t N = weight.size(0), K = weight.size(1), panels = (N + NR - 1) / NR;
+  TORCH_CHECK_VALUE(scale.device().is_cpu() && scale.scalar_type() == at::kFloat &&
+                        scale.dim() == 1 && scale.numel() == N,
+                    "pack_int8_weight: scale is a float32 CPU vector of ", N,
+                    " values (one an output row)");
+  const at::Tensor w = weight.contiguous(), s = scale.contiguous();
+  at::Tensor packed = at::zeros({HEADER + panels * panel_bytes(K)}, w.options());
+  const int64_t head[3] = {kInt8PackMagic, N, K};
+  int8_t* base = packed.data_ptr<int8_t>();
+  std::memcpy(base, head, sizeof(head));
+  const int8_t* src = w.data_ptr<int8_t>();
+  const float* sp = s.data_ptr<float>();
+  const int64_t K4 = padded(K);
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      int8_t* dst = base + HEADER + p * panel_bytes(K);
+      float scales[NR] = {};
+      int32_t sums[NR] = {};
+      for (int64_t j = 0; j < NR && p * NR + j < N; ++j) {
+        const int8_t* row = src + (p * NR + j) * K;
+        for (int64_t k = 0; k < K; ++k) {
+          dst[(k / 4) * 4 * NR + j * 4 + k % 4] = row[k];  // four k of output j side by side
+          sums[j] += row[k];
+        }
+        scales[j] = sp[p * NR + j];
+      }
+      std::memcpy(dst + K4 * NR, scales, sizeof(scales));
+      std::memcpy(dst + K4 * NR + sizeof(scales), sums, sizeof(sums));
+    }
+  });
+  return packed;
+}
+
+bool int8_full_range() { return isa() != Isa::kAvx2; }
+
+void int8_product(const at::Tensor& x, const at::Tensor& packed, const float* bias,
+                  at::Tensor& y, int64_t K, int64_t n_out) {
+  const int64_t rows = x.numel() / K;
+  if (rows == 0 || n_out == 0) return;
+  // each row of x to bytes: round(x * levels / max|x|) + z, z = levels + 1 (or 128 for 8 bits)
+  const bool full = int8_full_range();
+  const float levels = full ? 127.f : 63.f;
+  const int64_t z = full ? 128 : 64, K4 = padded(K);
+  std::vector<uint8_t> xq(rows * K4, uint8_t(z));
+  std::vector<float> xscale(rows);
+  const float* xp = x.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = xp + r * K;
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
+    const float inv = amax > 0.f ? levels / amax : 0.f;
+    xscale[r] = amax / levels;
+    uint8_t* q = xq.data() + r * K4;
+    for (int64_t k = 0; k < K; ++k)
+      q[k] = uint8_t(int32_t(std::nearbyint(row[k] * inv)) + z);
+  }
+  const Product a{xq.data(), xscale.data(), packed.data_ptr<int8_t>() + HEADER, bias,
+                  y.data_ptr<float>(), K, n_out, z};
+  switch (isa()) {
+    case Isa::kAvx512Vnni: return vnni512::run(a, rows);
+    case Isa::kAvxVnni: return avxvnni::run(a, rows);
+    default: return avx2::run(a, rows);
+  }
+}
+
+}  // namespace zoo
+
+TORCH_LIBRARY_FRAGMENT(zoo, m) {
+  m.def("pack_int8_weight(Tensor weight, Tensor scale) -> Tensor");
+  m.def("int8_full_range() -> bool", [] { return zoo::int8_full_range(); });
+}
+
+TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("pack_int8_weight", zoo::pack_int8_weight); }
