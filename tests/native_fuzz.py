@@ -43,6 +43,15 @@ def _item(index, item, value):
     return change
 
 
+def _int8_qkv(args, cut=0, inputs=0):
+    """Layer 0's q|k|v made int8 (weight and pack), its pack then cut or of other inputs."""
+    weight = args[2][0]
+    q = torch.ones(weight.shape[0], weight.shape[1] + inputs, dtype=torch.int8)
+    packed = torch.ops.zoo.pack_int8_weight(q, torch.ones(q.shape[0]))
+    args[2][0] = torch.ones(weight.shape, dtype=torch.int8)
+    args[3][0] = packed[:packed.numel() - cut]
+
+
 CHANGES = {
     # the issue's SIGSEGV, SIGFPE and malloc assertions, and its silent reads
     "heads doubled": _set(9, lambda h: h * 2),
@@ -67,6 +76,10 @@ CHANGES = {
     "a qkv weight of another width": _item(2, 0, lambda w: w[:-8].contiguous()),
     "a pack of another weight": _item(3, 4, lambda p: torch.ops.zoo.pack_linear_weight(
         torch.randn(7, 32))),
+    "an int8 pack for an fp32 weight": _item(3, 0, lambda p: torch.ops.zoo.pack_int8_weight(
+        torch.ones(96, 32, dtype=torch.int8), torch.ones(96))),
+    "an int8 pack cut short": lambda args: _int8_qkv(args, cut=64),
+    "an int8 pack of another width": lambda args: _int8_qkv(args, inputs=-4),
     "a tensor that is not a pack": _item(3, 0, lambda p: torch.randn(p.numel())),
     "params one short": _set(2, lambda ps: ps[:-1]),
     "packed one short": _set(3, lambda ps: ps[:-1]),

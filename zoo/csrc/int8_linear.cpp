@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -105,12 +106,18 @@ inline __m256i dot(__m256i acc, __m256i x, __m256i w) {
 
 enum class Isa { kAvx2, kAvx512Vnni, kAvxVnni };
 
+// VNNI where the CPU has it, unless PyTorch is told to dispatch no further than AVX2
+// (ATEN_CPU_CAPABILITY=avx2, as zoo bench --isa avx2 does): then AVX2's products, as on a CPU
+// without VNNI.
 Isa isa() {
-  static const Isa found = __builtin_cpu_supports("avx512vnni") &&
-                                   __builtin_cpu_supports("avx512vl")
-                               ? Isa::kAvx512Vnni
-                           : __builtin_cpu_supports("avxvnni") ? Isa::kAvxVnni
-                                                               : Isa::kAvx2;
+  static const Isa found = [] {
+    const char* cap = std::getenv("ATEN_CPU_CAPABILITY");
+    if (cap && (std::strcmp(cap, "avx2") == 0 || std::strcmp(cap, "AVX2") == 0))
+      return Isa::kAvx2;
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+      return Isa::kAvx512Vnni;
+    return __builtin_cpu_supports("avxvnni") ? Isa::kAvxVnni : Isa::kAvx2;
+  }();
   return found;
 }
 
