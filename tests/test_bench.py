@@ -110,6 +110,12 @@ def test_bench_decode_and_vit(tmp_path):
     assert f"latency greedy fp32 zoo: {zoo_ms:.1f} ms a sentence" in stdout
     assert "latency beam4 fp32 ct2:" in stdout and "zoo's time / its:" in stdout
     assert "best vs best, decode greedy: zoo " in stdout and " vs ct2 " in stdout
+    # transformer-base's decoder a step: 6 x (q, k, v, out; cross q, out; 512 x 2048 twice)
+    # = 22,020,096 weights, and the output layer's 64 x 512; int8: a byte each, and 4-byte
+    # scales for 6 x 5,632 rows and 64
+    assert "20 steps" not in stdout and "memory read rate: " in stdout
+    assert "limit latency greedy fp32: " in stdout and "4 steps x 88.2 MB of weights" in stdout
+    assert "4 steps x 22.2 MB of weights" in stdout and "; zoo at " in stdout
     rows = [r for r in rows if r["bench"] == "decode"]
     ct2 = [r for r in rows if r["impl"] == "ct2"]
     assert all(r["peak_mib"] is None for r in ct2)  # another process: not measured here

@@ -41,6 +41,8 @@ class Case:
     in_process: bool = True
     """False when the work runs in another process (CTranslate2): its peak memory is not
     this process's to measure, and is reported as none."""
+    extra: dict = field(default_factory=dict)
+    """What the result carries beside the timings (a decoding step's bytes of weights)."""
 
 
 @dataclass
@@ -90,6 +92,22 @@ def matmul_peak(dtype: torch.dtype = torch.float32, device: str = "cpu", n: int 
         _sync(device)
         times.append(time.perf_counter() - start)
     return 2 * n**3 / statistics.median(times)
+
+
+def read_rate(device: str = "cpu", mib: int = 512, repeats: int = 5) -> float:
+    """Bytes a second that ``torch.sum`` reads from memory over a float32 tensor of ``mib``
+    MiB (larger than the caches), with torch's threads: the rate a product bound by reading
+    its weights can reach at best."""
+    x = torch.ones(mib * 2**18, device=device)
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        x.sum()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return x.numel() * 4 / statistics.median(times)
 
 
 def wait_for_quiet(max_wait: float = 60.0, busy_limit: float = 0.15, say=None) -> float:
@@ -161,6 +179,7 @@ def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
             noise=(max(times[i]) - min(times[i])) / median, repeats=len(times[i]),
             peak_mib=memory[i], gflops=gflops,
             mfu=gflops * 1e9 / peak if gflops and peak else None, device=case.device,
+            extra=dict(case.extra),
         ))
     add_ratios(results)
     return results

@@ -172,8 +172,10 @@ def _decode_group(bench: str, src: torch.Tensor, new_tokens: int, models: dict, 
                 m.to(device).eval()
                 run = _decoder(name, m, src, beams, new_tokens, dtype=dtype, device=device)
                 if run is not None:
+                    extra = ({"step_bytes": step_bytes(m), "steps": new_tokens}
+                             if (bench, name, mode) == ("latency", "zoo", "greedy") else {})
                     cases.append(Case(bench, name, dtype, mode, run, per_call, unit, flops,
-                                      device))
+                                      device, extra=extra))
             if dtype in translators:
                 translator = translators[dtype]
                 lengths = translator.translate(beams, new_tokens)
@@ -184,6 +186,26 @@ def _decode_group(bench: str, src: torch.Tensor, new_tokens: int, models: dict, 
                                   lambda t=translator, b=beams, n=new_tokens: t.translate(b, n),
                                   per_call, unit, flops, device, in_process=False))
     return cases
+
+
+def step_bytes(model) -> int:
+    """Bytes of weights one greedy decoding step of one sentence reads at the least: every
+    linear layer's weight of the decoder and the output layer (fp32, or int8 with its
+    scales), each once, but cross-attention's keys and values (projected once from the
+    encoder's output). Embedding rows, norms, biases and the attention caches are left out
+    (under 1% at transformer-base's sizes and 20 tokens)."""
+    from ..quantization import QuantizedLinear
+
+    total = 0
+    for part in (model.decoder, model.lm_head):
+        for name, module in part.named_modules():
+            if name.endswith("cross_attn.kv_proj"):
+                continue
+            if isinstance(module, QuantizedLinear):
+                total += module.weight_int8.numel() + module.weight_scale.numel() * 4
+            elif isinstance(module, torch.nn.Linear):
+                total += module.weight.numel() * module.weight.element_size()
+    return total
 
 
 CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}

@@ -112,6 +112,22 @@ def latency_lines(results: list) -> list[str]:
     return out
 
 
+def limit_lines(results: list, rate: float | None) -> list[str]:
+    """One sentence greedy against the memory's limit: a step reads the decoder's and the
+    output layer's weights at least once (:func:`zoo.bench.models.step_bytes`), so at
+    ``rate`` bytes a second a sentence of N steps takes N x those bytes / ``rate`` at
+    best; zoo's share of that limit (the encoder's pass is not counted in the limit)."""
+    out = []
+    for r in results:
+        if not rate or "step_bytes" not in r.extra:
+            continue
+        limit = r.extra["steps"] * r.extra["step_bytes"] / rate
+        out.append(f"limit latency greedy {r.dtype}: {limit * 1e3:.1f} ms a sentence "
+                   f"({r.extra['steps']} steps x {r.extra['step_bytes'] / 1e6:.1f} MB of "
+                   f"weights at {rate / 1e9:.1f} GB/s); zoo at {limit / r.seconds:.0%} of it")
+    return out
+
+
 def best_lines(results: list) -> list[str]:
     """The best against the best: in each bench and mode, zoo's fastest dtype against each
     peer's fastest (on a CPU without VNNI, CTranslate2's float32 may beat its int8)."""
@@ -214,7 +230,14 @@ def main(args) -> int:
     worst = max((r.noise for r in results), default=0.0)
     print(f"noise: the widest spread of one implementation's calls was {worst:.0%}"
           + (f" ({len(noisy)} rows over 15%: treat their ratios with care)" if noisy else ""))
-    for line in int8_lines(results) + latency_lines(results) + best_lines(results):
+    rate = None
+    if any("step_bytes" in r.extra for r in results):
+        rate = harness.read_rate(args.device)
+        print(f"memory read rate: {rate / 1e9:.1f} GB/s (torch.sum over 512 MiB, "
+              f"{torch.get_num_threads()} threads)")
+        context["read_rate_gbs"] = round(rate / 1e9, 1)
+    for line in (int8_lines(results) + latency_lines(results) + limit_lines(results, rate)
+                 + best_lines(results)):
         print(line)
     for r in results:
         if r.bench == "startup":
