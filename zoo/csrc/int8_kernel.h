@@ -80,23 +80,7 @@ void block(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
 }
 
 void run(const Product& a, int64_t rows) {
-  const int64_t blocks = (rows + 5) / 6, base = rows / blocks, longer = rows % blocks;
-  const int64_t panels = (a.N + NR - 1) / NR, tasks = (panels + BLOCK - 1) / BLOCK;
-  at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t p0 = t * BLOCK, p1 = std::min(panels, p0 + BLOCK);
-      if (blocks == 1) {
-        block(a, 0, rows, p0, p1);
-        continue;
-      }
-      // a panel at a time through every block of rows: it stays in L2 between blocks
-      for (int64_t p = p0; p < p1; ++p)
-        for (int64_t i = 0, m = 0; i < blocks; ++i) {
-          const int64_t mr = base + (i < longer);
-          block(a, m, mr, p, p + 1);
-          m += mr;
-        }
-    }
+  zoo::common::over_panels(rows, a.N, BLOCK, [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) {
+    block(a, m, mr, p0, p1);
   });
 }
-

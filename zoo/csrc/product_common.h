@@ -1,13 +1,16 @@
-// What zoo's native products share: a vector's horizontal sum, and the output and bias of a
-// product x W^T + b (skinny_linear.cpp, packed_linear.cpp, step_ops.cpp).
+// What zoo's native products share: a vector's horizontal sum, the output and bias of a
+// product x W^T + b, and the order in which the panel products walk rows and panels
+// (skinny_linear.cpp, packed_linear.cpp, int8_linear.cpp, step_ops.cpp).
 #pragma once
 
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -42,6 +45,31 @@ inline const float* bias_data(const std::optional<at::Tensor>& bias, int64_t n_o
 // y = b for a product over no inputs (an empty sum), or 0 without a bias.
 inline at::Tensor bias_only(at::Tensor& y, const std::optional<at::Tensor>& bias) {
   return bias.has_value() && bias->defined() ? y.copy_(*bias) : y.zero_();
+}
+
+// The schedule of a product over panels of 16 outputs: rows in blocks of four to six (one
+// block below four), as even as they can be; tasks of ``per_task`` panels over the threads;
+// block(m, mr, p0, p1) multiplies mr rows from row m by panels [p0, p1). With more than one
+// block of rows, a panel at a time goes through every block: it stays in L2 between them.
+template <class Block>
+void over_panels(int64_t rows, int64_t n_out, int64_t per_task, const Block& block) {
+  const int64_t blocks = (rows + 5) / 6, base = rows / blocks, longer = rows % blocks;
+  const int64_t panels = (n_out + 15) / 16, tasks = (panels + per_task - 1) / per_task;
+  at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t p0 = t * per_task, p1 = std::min(panels, p0 + per_task);
+      if (blocks == 1) {
+        block(0, rows, p0, p1);
+        continue;
+      }
+      for (int64_t p = p0; p < p1; ++p)
+        for (int64_t i = 0, m = 0; i < blocks; ++i) {
+          const int64_t mr = base + (i < longer);
+          block(m, mr, p, p + 1);
+          m += mr;
+        }
+    }
+  });
 }
 
 }  // namespace zoo::common
