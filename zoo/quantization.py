@@ -141,16 +141,17 @@ class QuantizedLinear(nn.Module):
         """x (..., in) -> (..., out), through an int8 kernel on the CPU: zoo's native one
         for a few rows (:meth:`takes_native`), FBGEMM's for more."""
         if x.device.type == "cpu" and x.numel():
-            rows = x.numel() // x.shape[-1]
-            if not torch.compiler.is_compiling() and self.takes_native(rows):
-                out = torch.ops.zoo.packed_linear(x.float().contiguous(), self.native_weight(),
-                                                  self.bias, self.out_features)
+            xf = x.float().contiguous()
+            if (not torch.compiler.is_compiling()
+                    and self.takes_native(x.numel() // x.shape[-1])):
+                out = torch.ops.zoo.packed_linear(xf, self.native_weight(), self.bias,
+                                                  self.out_features)
+            elif _kernels_available():
+                out = torch.ops.quantized.linear_dynamic(xf, self._packed(), _reduce_range())
+            else:
+                out = None
+            if out is not None:
                 return out if x.dtype == torch.float32 else out.to(x.dtype)
-        if x.device.type == "cpu" and _kernels_available() and x.numel():
-            dtype = x.dtype
-            out = torch.ops.quantized.linear_dynamic(x.float().contiguous(), self._packed(),
-                                                     _reduce_range())
-            return out if dtype == torch.float32 else out.to(dtype)
         return F.linear(x, self.dequantized_weight().to(x.dtype),
                         None if self.bias is None else self.bias.to(x.dtype))
 
