@@ -28,7 +28,8 @@ def valid_call():
     return [x, 0, list(plan["params"]), list(plan["packed"]), list(plan["k"]), list(plan["v"]),
             list(plan["cross_k"]), list(plan["cross_v"]), decoder.keep, plan["heads"],
             plan["width"], list(plan["self_scale"]), list(plan["cross_scale"]),
-            list(plan["eps"]), list(plan["norm_first"]), list(plan["activation"])]
+            list(plan["eps"]), list(plan["norm_first"]), list(plan["activation"]),
+            [None] * len(plan["k"]), list(plan["gated"]), list(plan["rms_norm"])]
 
 
 def _set(index, value):
@@ -88,6 +89,12 @@ CHANGES = {
     "a negative eps": _item(13, 0, lambda e: -1.0),
     "a keep mask of another size": _set(8, lambda k: k[:, :, :, :-1]),
     "one eps short": _set(13, lambda es: es[:-1]),
+    "a position bias of the buffers' length": _item(16, 0, lambda b: torch.zeros(4, 6)),
+    "a position bias in float64": _item(16, 0, lambda b: torch.zeros(4, 1, dtype=torch.float64)),
+    "one position bias short": _set(16, lambda bs: bs[:-1]),
+    "a gated network whose first product is not two halves": _item(17, 0, lambda g: 1),
+    "an RMSNorm given a bias": _item(18, 0, lambda r: 1),
+    "one gated flag short": _set(17, lambda gs: gs[:-1]),
 }
 
 

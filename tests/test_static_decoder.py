@@ -112,7 +112,7 @@ def test_the_fused_product_follows_the_weights():
 
 
 def test_parts_that_are_not_plain_take_the_general_path():
-    assert not plain_decoder(tiny(positional="alibi"))
+    assert not plain_decoder(tiny(positional="shaw"))
     assert not plain_decoder(tiny(attention="linear"))
     model = tiny()
     model.decoder.layers[1].self_attn.record_weights = True
@@ -143,10 +143,16 @@ def test_a_step_past_the_buffers_is_refused():
 
 
 # -- the native step (plugins/architectures/csrc/decoder_layers.cpp) ---------------------------
-NATIVE = [o for o in VARIANTS if not {"positional", "ffn"} & o.keys() or o.get("positional") ==
-          "learned"] + [{"ffn": "gelu", "ffn.approximate": "tanh", "norm_placement": "pre"},
-                        {"ffn": "silu"}]  # Marian's network (opus-mt)
-NOT_NATIVE = [{"positional": "rope"}, {"ffn": "swiglu"}, {"norm": "rmsnorm"}]
+T5_LAYER = {"positional": "t5-bias", "norm": "rmsnorm", "ffn": "geglu", "ffn.approximate": "tanh",
+            "norm_placement": "pre", "attention": {"name": "vanilla",
+                                                   "settings": {"bias": False, "scale": 1.0}}}
+"""Flan-T5's layer: relative position bias inside self-attention, RMSNorm, gated tanh GELU."""
+NATIVE = [o for o in VARIANTS if o.get("positional") in (None, "learned")] + [
+    {"ffn": "gelu", "ffn.approximate": "tanh", "norm_placement": "pre"},
+    {"ffn": "silu"},  # Marian's network (opus-mt)
+    {"positional": "t5-bias"}, {"positional": "alibi"}, {"ffn": "geglu", "norm": "rmsnorm", "norm_placement": "pre"},
+    {"ffn": "relu", "ffn.bias": False, "norm": "rmsnorm", "positional": "t5-bias"}, T5_LAYER]
+NOT_NATIVE = [{"positional": "rope"}]
 
 
 def _python_and_native_steps(model, groups=1):
@@ -285,12 +291,14 @@ def test_a_strided_bias_gives_f_linears_result_on_every_path():
 
 @needs_kernel
 @pytest.mark.parametrize("variant,eos", [("opus-mt", 0), ("tc-big", 0), ("bart", 2),
-                                         ("mbart", 2), ("m2m100", 2)])
+                                         ("mbart", 2), ("m2m100", 2), ("t5", 1),
+                                         ("flan-t5", 1)])
 def test_imported_models_decode_through_the_native_step(variant, eos, tmp_path, monkeypatch):
-    """Every imported family in BART's layout runs in the C++ step: Marian's SiLU network
-    (the step's activation code 3) and opus-mt-tc-big's ReLU, BART's post-norm with an
-    embedding norm, mBART's and M2M100's pre-norm with final norms (T5 does not: its
-    positions act inside attention). Each decodes with transformers' tokens."""
+    """Every imported seq2seq family runs in the C++ step: Marian's SiLU network (the
+    step's activation code 3) and opus-mt-tc-big's ReLU, BART's post-norm with an
+    embedding norm, mBART's and M2M100's pre-norm with final norms, T5's relative
+    position bias inside self-attention with RMSNorm and ReLU (T5) or gated tanh GELU
+    (Flan-T5). Each decodes with transformers' tokens."""
     import zoo
     from .formats import padded_batch, save_family
 

@@ -19,18 +19,19 @@ here instead, over the same parameters and modules:
 - the norms, the feed-forward networks, the embeddings and the output are the
   model's own modules, called as they are.
 
-Where this plugin's C++ step is built (:mod:`.native_step`, by ``zoo native build``), a step whose layers are
-all of the commonest kind (below, :func:`native_plan`) runs through them in one call,
+Where this plugin's C++ step is built (:mod:`.native_step`, by ``zoo native build``), a step
+whose layers are all of the kinds it computes (below, :func:`native_plan`: the paper's,
+Marian's, BART's and T5's layers) runs through them in one call,
 ``torch.ops.zoo.decoder_layers``: the same operators in C++, without the Python of
 each layer, on the same buffers (``StaticDecoder.native_step = False`` keeps Python).
 
 Plain means: the decoder block's ``forward`` is the paper's layout (``static_layout``,
 see :class:`zoo.plugins.blocks.decoder.DecoderBlock`), each attention's ``_attend``
 is softmax attention over every key (``softmax_attention``, see
-:class:`zoo.plugin_api.MultiHeadAttention`), and positions act on the embeddings or
-rotate queries and keys. Anything else (ALiBi, relative positions, a mechanism of its
-own, recorded attention maps, training mode) decodes by the general path, which
-gives the same tokens.
+:class:`zoo.plugin_api.MultiHeadAttention`), and positions act on the embeddings, rotate
+queries and keys, or add a bias to self-attention's scores (T5's); cross-attention has
+none. Anything else (ALiBi, Shaw's relative positions, a mechanism of its own, recorded
+attention maps, training mode) decodes by the general path, which gives the same tokens.
 """
 
 from __future__ import annotations
@@ -65,27 +66,34 @@ def plain_decoder(model: nn.Module) -> bool:
             if (getattr(attn, "n_kv_heads", attn.n_heads) != attn.n_heads
                     or getattr(attn, "window", None) is not None):
                 return False  # grouped-query and windowed attention: the general path
-        if block.self_attn.position_kind not in (None, "rotary"):
+        if (block.self_attn.position_kind not in (None, "rotary", "bias")
+                or block.cross_attn.position_kind is not None):
             return False
     return True
 
 
 def fused_qkv(attn: nn.Module) -> nn.Module | None:
-    """One linear layer giving [q | k | v] of a self-attention whose ``q_proj`` and
-    ``kv_proj`` are plain linear layers of one kind: zoo's ``Linear``, or int8
-    ``QuantizedLinear`` (whose rows, each with its own scale, join exactly); None
-    otherwise. It is made once and made again when either weight changes; it holds
-    copies, so it is never trained or saved."""
-    q, kv = attn.q_proj, attn.kv_proj
-    if type(q) is not type(kv) or (q.bias is None) != (kv.bias is None):
+    """One linear layer giving [q | k | v] of a self-attention (see :func:`joined`)."""
+    return joined(attn, "_fused_qkv", attn.q_proj, attn.kv_proj)
+
+
+def joined(holder: nn.Module, name: str, first: nn.Module, second: nn.Module) -> nn.Module | None:
+    """One linear layer giving [first(x) | second(x)] where both are plain linear layers
+    of one kind: zoo's ``Linear``, or int8 ``QuantizedLinear`` (whose rows, each with its
+    own scale, join exactly); None otherwise. It is kept on ``holder`` as ``name``, made
+    once and made again when either weight changes; it holds copies, so it is never
+    trained or saved."""
+    if type(first) is not type(second) or (first.bias is None) != (second.bias is None):
         return None
-    if type(q) is Linear:
-        return derived_copy(attn, "_fused_qkv", (q.weight, kv.weight, q.bias, kv.bias),
-                            lambda: _joined_linear(q, kv))
-    if type(q) is QuantizedLinear:
-        return derived_copy(attn, "_fused_qkv", (q.weight_int8, kv.weight_int8, q.weight_scale,
-                                                 kv.weight_scale, q.bias, kv.bias),
-                            lambda: _joined_int8(q, kv))
+    if type(first) is Linear:
+        return derived_copy(holder, name, (first.weight, second.weight, first.bias,
+                                           second.bias),
+                            lambda: _joined_linear(first, second))
+    if type(first) is QuantizedLinear:
+        return derived_copy(holder, name, (first.weight_int8, second.weight_int8,
+                                           first.weight_scale, second.weight_scale,
+                                           first.bias, second.bias),
+                            lambda: _joined_int8(first, second))
     return None
 
 
@@ -140,12 +148,31 @@ def _product_weight(layer: nn.Module) -> torch.Tensor:
     return layer.weight_int8 if type(layer) is QuantizedLinear else layer.weight
 
 
-def _plain_norm(norm: nn.Module, width: int) -> bool:
-    """A LayerNorm the native step may run: it says ``plain_layer_norm``, and its weight
-    (and bias) are contiguous fp32 CPU vectors of the model's width (a strided or short
-    one stays in Python, which reads it as torch does, or refuses it)."""
-    return (_declares(norm, "plain_layer_norm", "forward")
-            and all(_plain_vector(t, width) for t in (norm.weight, getattr(norm, "bias", None))))
+def _norm_kind(norm: nn.Module, width: int) -> int | None:
+    """0 for a LayerNorm the native step may run (it says ``plain_layer_norm``), 1 for an
+    RMSNorm (``plain_rms_norm``, no bias), None otherwise; their weight (and bias) are
+    contiguous fp32 CPU vectors of the model's width (a strided or short one stays in
+    Python, which reads it as torch does, or refuses it)."""
+    if not all(_plain_vector(t, width) for t in (norm.weight, getattr(norm, "bias", None))):
+        return None
+    if _declares(norm, "plain_layer_norm", "forward"):
+        return 0
+    if _declares(norm, "plain_rms_norm", "forward") and getattr(norm, "bias", None) is None:
+        return 1
+    return None
+
+
+def _network(ffn: nn.Module) -> tuple[nn.Module | None, nn.Module | None, int | None, int]:
+    """A feed-forward network's first and second products, its activation's code and
+    whether it is gated (fc1_g and fc1_x joined into one product): what the native step
+    reads of a network that says ``plain_mlp`` or ``plain_glu``; Nones otherwise."""
+    act = getattr(ffn, "act", None)
+    code = _ACTIVATIONS.get((type(act), getattr(act, "approximate", "none")))
+    if _declares(ffn, "plain_mlp", "forward"):
+        return ffn.fc1, ffn.fc2, code, 0
+    if _declares(ffn, "plain_glu", "forward"):
+        return joined(ffn, "_fused_gate", ffn.fc1_g, ffn.fc1_x), ffn.fc2, code, 1
+    return None, None, None, 0
 
 
 def _plain_vector(t: torch.Tensor | None, width: int) -> bool:
@@ -156,28 +183,29 @@ def _plain_vector(t: torch.Tensor | None, width: int) -> bool:
 def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
     """The arguments of ``torch.ops.zoo.decoder_layers`` for these layers, or None when
     the native step may not run them: it runs the paper's layer (post- or pre-norm) with
-    joined q|k|v, no positions inside attention, LayerNorms that say ``plain_layer_norm``,
-    feed-forward networks that say ``plain_mlp`` with a ReLU, GELU or SiLU (Marian's), and
-    products that each give ``rows`` rows to zoo's native product: zoo's ``Linear`` (fp32
-    CPU weights) or ``QuantizedLinear`` (int8)."""
+    joined q|k|v, no positions inside attention but T5's bias of the self-attention
+    scores, LayerNorms that say ``plain_layer_norm`` or RMSNorms that say
+    ``plain_rms_norm``, feed-forward networks that say ``plain_mlp`` or ``plain_glu``
+    (GEGLU, SwiGLU) with a ReLU, GELU or SiLU, and products that each give ``rows`` rows
+    to zoo's native product: zoo's ``Linear`` (fp32 CPU weights) or ``QuantizedLinear``
+    (int8). ``plan["bias_of"]`` holds each layer's position bias module (or None), whose
+    bias the step computes for its position."""
     if not rows or not STEP.available():
         return None
     plan: dict = {key: [] for key in ("params", "packed", "k", "v", "cross_k", "cross_v",
                                       "self_scale", "cross_scale", "eps", "norm_first",
-                                      "activation")}
+                                      "activation", "gated", "rms_norm", "bias_of")}
     shape = None
     for layer in layers:
-        block, ffn = layer.block, layer.block.ffn
+        block = layer.block
         attn, cross = block.self_attn, block.cross_attn
         norms = (block.norm1, block.norm2, block.norm3)
-        act = _ACTIVATIONS.get((type(getattr(ffn, "act", None)),
-                                getattr(getattr(ffn, "act", None), "approximate", "none")))
-        linears = (layer.fused, attn.out_proj, cross.q_proj, cross.out_proj,
-                   getattr(ffn, "fc1", None), getattr(ffn, "fc2", None))
-        if (layer.fused is None or attn.position_kind is not None or act is None
-                or not _declares(ffn, "plain_mlp", "forward")
+        fc1, fc2, act, gated = _network(block.ffn)
+        linears = (layer.fused, attn.out_proj, cross.q_proj, cross.out_proj, fc1, fc2)
+        kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms}
+        if (layer.fused is None or attn.position_kind not in (None, "bias") or act is None
                 or not all(_plain_linear(x, rows) for x in linears)
-                or not all(_plain_norm(n, attn.out_proj.out_features) for n in norms)
+                or len(kinds) != 1 or None in kinds
                 or any(isinstance(a.scale, torch.Tensor) for a in (attn, cross))
                 or (attn.n_heads, attn.head_dim) != (cross.n_heads, cross.head_dim)
                 or shape not in (None, (attn.n_heads, attn.head_dim))):
@@ -186,7 +214,7 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
         for part in linears:
             plan["params"] += [_product_weight(part), part.bias]
         for part in norms:
-            plan["params"] += [part.weight, part.bias]
+            plan["params"] += [part.weight, getattr(part, "bias", None)]
         plan["packed"] += [part.native_weight() for part in linears]
         plan["k"].append(layer.k)
         plan["v"].append(layer.v)
@@ -198,8 +226,28 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
         plan["eps"] += [float(n.eps) for n in norms]
         plan["norm_first"].append(int(block.norm_first))
         plan["activation"].append(act)
+        plan["gated"].append(gated)
+        plan["rms_norm"].append(kinds.pop())
+        plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
     plan["heads"], plan["width"] = shape
     return plan
+
+
+def _position_biases(modules: list, pos: int) -> list[torch.Tensor | None]:
+    """Each layer's bias of step ``pos``'s self-attention scores, (heads, pos + 1): its
+    module's ``bias`` of the keys' positions less the query's, once for each module
+    (T5's layers share one)."""
+    made: dict[int, torch.Tensor] = {}
+    out = []
+    for module in modules:
+        if module is None:
+            out.append(None)
+            continue
+        if id(module) not in made:
+            rel = torch.arange(-pos, 1)[None]  # (1 query, pos + 1 keys)
+            made[id(module)] = module.bias(rel)[:, 0].float().contiguous()
+        out.append(made[id(module)])
+    return out
 
 
 class StaticDecoder:
@@ -240,7 +288,8 @@ class StaticDecoder:
                 x.contiguous(), pos, plan["params"], plan["packed"], plan["k"], plan["v"],
                 plan["cross_k"], plan["cross_v"], self.keep, plan["heads"], plan["width"],
                 plan["self_scale"], plan["cross_scale"], plan["eps"], plan["norm_first"],
-                plan["activation"])
+                plan["activation"], _position_biases(plan["bias_of"], pos), plan["gated"],
+                plan["rms_norm"])
         else:
             for layer in self.layers:
                 x = self._layer(layer, x, pos)

@@ -27,6 +27,13 @@ class GatedFFN(nn.Module):
 
     Settings = GLUSettings
 
+    plain_glu = True
+    """Says that ``forward`` is exactly fc2(dropout(act(fc1_g(x)) * fc1_x(x))): with an
+    ``nn.GELU`` or ``nn.SiLU`` (or ``nn.ReLU``) as ``act`` and :class:`zoo.plugin_api.Linear`
+    layers, the static decoder may run this network in zoo's native decoding step, fc1_g
+    and fc1_x joined into one product. A subclass that rewrites ``forward`` loses it
+    unless it says it again."""
+
     def __init__(self, settings: GLUSettings, *, d_model: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
         settings = settings or self.Settings()

@@ -10,6 +10,11 @@ from torch import nn
 class RMSNorm(nn.Module):
     """RMSNorm over the last dimension; statistics in float32."""
 
+    plain_rms_norm = True
+    """Says that ``forward`` is exactly x / sqrt(mean(x^2) + eps) * weight over the last
+    dimension: the static decoder may run it in zoo's native decoding step. A subclass
+    that rewrites ``forward`` loses it unless it says it again."""
+
     class Settings(BaseModel):
         model_config = ConfigDict(extra="forbid")
         eps: float = Field(1e-6, gt=0.0, allow_inf_nan=False)

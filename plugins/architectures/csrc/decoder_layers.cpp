@@ -5,7 +5,10 @@
 // products. This is the same step in C++: the paper's decoder layer (Vaswani et al.
 // 2017, section 3.1), post-norm or pre-norm, self-attention over keys and values in
 // preallocated buffers, cross-attention over the encoder's keys and values projected
-// once, a ReLU, GELU or SiLU feed-forward network, LayerNorm. Every product goes through
+// once, a ReLU, GELU or SiLU feed-forward network, plain or gated (Shazeer 2020: GEGLU,
+// SwiGLU; its two input products joined into one), LayerNorm or RMSNorm, and a per-head bias
+// of the self-attention scores given for this step (T5's relative positions, Raffel et al.
+// 2020). Every product goes through
 // zoo::packed_linear, on the weights the caller packed (Linear.native_weight in
 // Python, or QuantizedLinear.native_weight: int8 weights with per-row scales); attention, the norms and the residual sums are plain loops (step_ops.cpp).
 // Its results equal the Python step's up to fp32 rounding (another summation order in
@@ -66,23 +69,42 @@ const float* data_or_null(const std::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? t->data_ptr<float>() : nullptr;
 }
 
-// LayerNorm of x's rows by the norm ``w`` of ``layer``, into a new tensor.
-at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps) {
+// LayerNorm (or RMSNorm, where ``rms``) of x's rows by the norm ``w`` of ``layer``, into a
+// new tensor.
+at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps,
+                bool rms) {
   const at::Tensor weight = get(p, layer, w);
   at::Tensor out = at::empty_like(x);
   const int64_t d = x.size(-1);
-  zoo::step::layer_norm(x.data_ptr<float>(), out.data_ptr<float>(), x.numel() / d, d,
-                        weight.data_ptr<float>(), data_or_null(maybe(p, layer, Param(w + 1))),
-                        eps);
+  if (rms)
+    zoo::step::rms_norm(x.data_ptr<float>(), out.data_ptr<float>(), x.numel() / d, d,
+                        weight.data_ptr<float>(), eps);
+  else
+    zoo::step::layer_norm(x.data_ptr<float>(), out.data_ptr<float>(), x.numel() / d, d,
+                          weight.data_ptr<float>(),
+                          data_or_null(maybe(p, layer, Param(w + 1))), eps);
   return out;
+}
+
+// The activation of a network's hidden layer, in place; gated (``ff`` of 2 ff columns): the
+// first half activated times the second, into a new tensor of ff columns.
+at::Tensor activate(at::Tensor f, int64_t activation, bool gated, int64_t ff) {
+  at::Tensor a = gated ? f.narrow(-1, 0, ff) : f;
+  if (activation == 0)
+    at::relu_(a);
+  else if (activation == 3)
+    at::silu_(a);
+  else
+    at::gelu_(a, activation == 2 ? "tanh" : "none");
+  return gated ? at::mul(a, f.narrow(-1, ff, ff)) : f;
 }
 
 // x + a after a sublayer: written into a (a new tensor of the step), then normed
 // after (post-norm) or not (pre-norm: the next sublayer norms its input itself).
 at::Tensor residual(at::Tensor a, const at::Tensor& x, bool pre, const Params& p, int64_t layer,
-                    Param w, double eps) {
+                    Param w, double eps, bool rms) {
   zoo::step::add(a.data_ptr<float>(), x.data_ptr<float>(), a.numel());
-  return pre ? a : norm(a, p, layer, w, eps);
+  return pre ? a : norm(a, p, layer, w, eps, rms);
 }
 
 // A float32 (or, for a product's weight, int8) CPU tensor of exactly ``shape``, contiguous;
@@ -104,7 +126,8 @@ void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, const cha
 void check_layer(const Params& p, at::TensorList packed, int64_t l, int64_t d, int64_t rows,
                  int64_t heads, int64_t width, int64_t length, int64_t sources,
                  int64_t src_len, const at::Tensor& kb, const at::Tensor& vb,
-                 const at::Tensor& ck, const at::Tensor& cv, int64_t activation) {
+                 const at::Tensor& ck, const at::Tensor& cv, int64_t activation, bool gated,
+                 bool rms, const std::optional<at::Tensor>& bias, int64_t pos) {
   const int64_t inner = heads * width;
   expect(kb, {rows, heads, length, width}, l, "self-attention key buffer");
   expect(vb, {rows, heads, length, width}, l, "self-attention value buffer");
@@ -113,9 +136,12 @@ void check_layer(const Params& p, at::TensorList packed, int64_t l, int64_t d, i
   TORCH_CHECK_VALUE(activation >= 0 && activation <= 3, "decoder_layers: layer ", l,
                     "'s activation code is ", activation,
                     "; 0 (ReLU), 1 (GELU), 2 (tanh GELU) or 3 (SiLU)");
-  const int64_t ff = get(p, l, FC1_W).dim() == 2 ? get(p, l, FC1_W).size(0) : -1;
+  if (bias.has_value() && bias->defined())
+    expect(*bias, {heads, pos + 1}, l, "self-attention position bias");
+  // the hidden width, from the second product (a gated network's first gives two halves)
+  const int64_t ff = get(p, l, FC2_W).dim() == 2 ? get(p, l, FC2_W).size(1) : -1;
   const int64_t shapes[PRODUCTS_PER_LAYER][2] = {  // (outputs, inputs) of each product
-      {3 * inner, d}, {d, inner}, {inner, d}, {d, inner}, {ff, d}, {d, ff}};
+      {3 * inner, d}, {d, inner}, {inner, d}, {d, inner}, {gated ? 2 * ff : ff, d}, {d, ff}};
   for (int64_t i = 0; i < PRODUCTS_PER_LAYER; ++i) {
     const Param w = Param(2 * i);
     const at::Tensor weight = get(p, l, w);
@@ -136,6 +162,8 @@ void check_layer(const Params& p, at::TensorList packed, int64_t l, int64_t d, i
   for (Param w : {NORM1_W, NORM2_W, NORM3_W}) {
     expect(get(p, l, w), {d}, l, kParamNames[w]);
     const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
+    TORCH_CHECK_VALUE(!rms || !b.has_value() || !b->defined(), "decoder_layers: layer ", l,
+                      "'s ", kParamNames[w + 1], " is given, but an RMSNorm has none");
     if (b.has_value() && b->defined()) expect(*b, {d}, l, kParamNames[w + 1]);
   }
 }
@@ -146,7 +174,9 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                           const std::optional<at::Tensor>& keep_in, int64_t heads, int64_t width,
                           at::ArrayRef<double> self_scale, at::ArrayRef<double> cross_scale,
                           at::ArrayRef<double> eps, at::ArrayRef<int64_t> norm_first,
-                          at::ArrayRef<int64_t> activation) {
+                          at::ArrayRef<int64_t> activation,
+                          const c10::List<std::optional<at::Tensor>>& self_bias,
+                          at::ArrayRef<int64_t> gated, at::ArrayRef<int64_t> rms_norm) {
   const int64_t layers = k_buffers.size();
   TORCH_CHECK_VALUE(layers > 0, "decoder_layers: no layers (k_buffers is empty)");
   TORCH_CHECK_VALUE(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
@@ -159,10 +189,13 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                         int64_t(cross_v.size()) == layers &&
                         int64_t(norm_first.size()) == layers &&
                         int64_t(activation.size()) == layers &&
+                        int64_t(self_bias.size()) == layers && int64_t(gated.size()) == layers &&
+                        int64_t(rms_norm.size()) == layers &&
                         int64_t(eps.size()) == 3 * layers &&
                         int64_t(self_scale.size()) == layers &&
                         int64_t(cross_scale.size()) == layers,
-                    "decoder_layers: one buffer, scale and setting a layer (three eps), for ",
+                    "decoder_layers: one buffer, scale, bias and setting a layer (three eps), "
+                    "for ",
                     layers, " layers");
   TORCH_CHECK_VALUE(heads > 0 && width > 0, "decoder_layers: heads (", heads, ") and width (",
                     width, ") are positive");
@@ -183,7 +216,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                     " is outside the buffers' ", length);
   for (int64_t l = 0; l < layers; ++l) {
     check_layer(params, packed, l, d, rows, heads, width, length, sources, src_len,
-                k_buffers[l], v_buffers[l], cross_k[l], cross_v[l], activation[l]);
+                k_buffers[l], v_buffers[l], cross_k[l], cross_v[l], activation[l],
+                gated[l] != 0, rms_norm[l] != 0, self_bias.get(l), pos);
     TORCH_CHECK_VALUE(std::isfinite(eps[3 * l]) && std::isfinite(eps[3 * l + 1]) &&
                           std::isfinite(eps[3 * l + 2]) && eps[3 * l] >= 0 &&
                           eps[3 * l + 1] >= 0 && eps[3 * l + 2] >= 0,
@@ -202,10 +236,11 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
   }
   at::Tensor x = x_in;
   for (int64_t l = 0; l < layers; ++l) {
-    const bool pre = norm_first[l] != 0;
+    const bool pre = norm_first[l] != 0, rms = rms_norm[l] != 0;
+    const std::optional<at::Tensor> bias = self_bias.get(l);
     const at::Tensor &kb = k_buffers[l], &vb = v_buffers[l];
     // self-attention: q, k and v from one product; k and v into the buffers at pos
-    at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l]) : x;
+    at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l], rms) : x;
     const at::Tensor qkv = linear(h, params, packed, l, QKV_W);  // (rows, 1, 3 x inner)
     const float* qkv_p = qkv.data_ptr<float>();
     float *kp = kb.data_ptr<float>(), *vp = vb.data_ptr<float>();
@@ -217,28 +252,25 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                     width * sizeof(float));
       }
     at::Tensor out = zoo::step::attend({qkv_p, 3 * inner, kp, vp, rows, heads, width, 1, pos + 1,
-                                        length, nullptr, float(self_scale[l])});
+                                        length, nullptr, float(self_scale[l]),
+                                        bias.has_value() && bias->defined()
+                                            ? bias->data_ptr<float>() : nullptr});
     x = residual(linear(out, params, packed, l, SELF_OUT_W), x, pre, params, l, NORM1_W,
-                 eps[3 * l]);
+                 eps[3 * l], rms);
     // cross-attention: the beams of a source read its keys (row r: source r / groups)
-    h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1]) : x;
+    h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1], rms) : x;
     const at::Tensor q = linear(h, params, packed, l, CROSS_Q_W);
     out = zoo::step::attend({q.data_ptr<float>(), inner, cross_k[l].data_ptr<float>(),
                              cross_v[l].data_ptr<float>(), rows, heads, width, groups, src_len,
-                             src_len, keep, float(cross_scale[l])});
+                             src_len, keep, float(cross_scale[l]), nullptr});
     x = residual(linear(out, params, packed, l, CROSS_OUT_W), x, pre, params, l, NORM2_W,
-                 eps[3 * l + 1]);
+                 eps[3 * l + 1], rms);
     // feed-forward network
-    h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2]) : x;
-    at::Tensor f = linear(h, params, packed, l, FC1_W);
-    if (activation[l] == 0)
-      at::relu_(f);
-    else if (activation[l] == 3)
-      at::silu_(f);
-    else
-      at::gelu_(f, activation[l] == 2 ? "tanh" : "none");
+    h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2], rms) : x;
+    const at::Tensor f = activate(linear(h, params, packed, l, FC1_W), activation[l],
+                                  gated[l] != 0, get(params, l, FC2_W).size(1));
     x = residual(linear(f, params, packed, l, FC2_W), x, pre, params, l, NORM3_W,
-                 eps[3 * l + 2]);
+                 eps[3 * l + 2], rms);
   }
   return x;
 }
@@ -251,7 +283,7 @@ TORCH_LIBRARY_FRAGMENT(zoo, m) {
         "Tensor(b!)[] v_buffers, Tensor[] cross_k, Tensor[] cross_v, Tensor? keep, int heads, "
         "int width, "
         "float[] self_scale, float[] cross_scale, float[] eps, int[] norm_first, "
-        "int[] activation) -> Tensor");
+        "int[] activation, Tensor?[] self_bias, int[] gated, int[] rms_norm) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("decoder_layers", decoder_layers); }

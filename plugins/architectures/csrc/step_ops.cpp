@@ -1,5 +1,5 @@
 // The small operators of zoo::decoder_layers' step, as plain loops over raw memory:
-// LayerNorm of a few rows, a residual sum, and attention of one query per row and
+// LayerNorm or RMSNorm of a few rows, a residual sum, and attention of one query per row and
 // head over keys and values laid out (key row, head, position, width). At one
 // sentence a step, each of these is a few hundred to a few thousand FMAs, and as
 // ATen operators (bmm, mul_, masked_fill_, native_layer_norm, add_, copy_, and the
@@ -82,6 +82,16 @@ __attribute__((target("avx2,fma"))) void layer_norm(const float* x, float* out, 
   }
 }
 
+__attribute__((target("avx2,fma"))) void rms_norm(const float* x, float* out, int64_t rows,
+                                                  int64_t d, const float* weight, double eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * d;
+    float* yr = out + r * d;
+    const float inv = 1.f / std::sqrt(dot(xr, xr, d) / float(d) + float(eps));
+    for (int64_t i = 0; i < d; ++i) yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
+  }
+}
+
 __attribute__((target("avx2,fma"))) void add(float* a, const float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -104,10 +114,12 @@ at::Tensor attend(const Attention& a) {
       const int64_t r = p / a.heads, h = p % a.heads, first = keys_of(p);
       const float* q = a.q + r * a.q_stride + h * a.width;
       const bool* keep = a.keep ? a.keep + (r / a.groups) * a.length : nullptr;
+      const float* bias = a.bias ? a.bias + h * a.length : nullptr;
       for (int64_t j = 0; j < a.length; ++j)
-        sp[p * a.length + j] = keep && !keep[j]
-                                   ? -inf
-                                   : dot(q, a.k + first + j * a.width, a.width) * a.scale;
+        sp[p * a.length + j] =
+            keep && !keep[j] ? -inf
+                             : dot(q, a.k + first + j * a.width, a.width) * a.scale +
+                                   (bias ? bias[j] : 0.f);
     }
   });
   const at::Tensor probs = at::_softmax(scores, -1, false);

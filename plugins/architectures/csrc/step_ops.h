@@ -11,6 +11,11 @@ namespace zoo::step {
 void layer_norm(const float* x, float* out, int64_t rows, int64_t d, const float* weight,
                 const float* bias, double eps);
 
+// out = RMSNorm(x) over rows of d floats (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps),
+// times weight (may be null).
+void rms_norm(const float* x, float* out, int64_t rows, int64_t d, const float* weight,
+              double eps);
+
 // a += x over n floats.
 void add(float* a, const float* x, int64_t n);
 
@@ -24,9 +29,11 @@ struct Attention {
   int64_t rows, heads, width, groups, length, stride_length;
   const bool* keep;  // (key rows, length): false where a key is padding; or null
   float scale;
+  const float* bias;  // head h, key j: bias[h * length + j] added to the scaled score
+                      // (T5's relative positions, computed for this step); or null
 };
 
-// softmax(scale q k^T, -inf where not kept) v: (rows, 1, heads * width), float32.
+// softmax(scale q k^T + bias, -inf where not kept) v: (rows, 1, heads * width), float32.
 at::Tensor attend(const Attention& a);
 
 }  // namespace zoo::step
