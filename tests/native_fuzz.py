@@ -29,7 +29,8 @@ def valid_call():
             list(plan["cross_k"]), list(plan["cross_v"]), decoder.keep, plan["heads"],
             plan["width"], list(plan["self_scale"]), list(plan["cross_scale"]),
             list(plan["eps"]), list(plan["norm_first"]), list(plan["activation"]),
-            [None] * len(plan["k"]), list(plan["gated"]), list(plan["rms_norm"])]
+            [None] * len(plan["k"]), list(plan["gated"]), list(plan["rms_norm"]),
+            plan["kv_heads"], None, None]
 
 
 def _set(index, value):
@@ -95,6 +96,12 @@ CHANGES = {
     "a gated network whose first product is not two halves": _item(17, 0, lambda g: 1),
     "an RMSNorm given a bias": _item(18, 0, lambda r: 1),
     "one gated flag short": _set(17, lambda gs: gs[:-1]),
+    "kv_heads that do not divide the heads": _set(19, 3),
+    "kv_heads fewer than the buffers hold": _set(19, 2),
+    "a rotation of another width": _set(20, torch.eye(8)),
+    "a self_keep of another length": _set(21, torch.ones(6, 5, dtype=torch.bool)),
+    "no cross-attention but a keep mask": lambda args: [args.__setitem__(i, []) for i in (6, 7)]
+    and None,
 }
 
 

@@ -147,12 +147,13 @@ T5_LAYER = {"positional": "t5-bias", "norm": "rmsnorm", "ffn": "geglu", "ffn.app
             "norm_placement": "pre", "attention": {"name": "vanilla",
                                                    "settings": {"bias": False, "scale": 1.0}}}
 """Flan-T5's layer: relative position bias inside self-attention, RMSNorm, gated tanh GELU."""
-NATIVE = [o for o in VARIANTS if o.get("positional") in (None, "learned")] + [
+NATIVE = VARIANTS + [
+    {"positional": "rope", "norm": "rmsnorm", "ffn": "swiglu", "norm_placement": "pre"},
+    {"positional": {"name": "rope", "settings": {"layout": "interleaved"}}},
     {"ffn": "gelu", "ffn.approximate": "tanh", "norm_placement": "pre"},
     {"ffn": "silu"},  # Marian's network (opus-mt)
     {"positional": "t5-bias"}, {"positional": "alibi"}, {"ffn": "geglu", "norm": "rmsnorm", "norm_placement": "pre"},
     {"ffn": "relu", "ffn.bias": False, "norm": "rmsnorm", "positional": "t5-bias"}, T5_LAYER]
-NOT_NATIVE = [{"positional": "rope"}]
 
 
 def _python_and_native_steps(model, groups=1):
@@ -196,11 +197,28 @@ def test_the_native_step_gives_the_python_steps_logits(overrides, groups, monkey
     assert torch.equal(native.argmax(-1), python.argmax(-1))
 
 
+def _tanh_network(model):
+    model.decoder.layers[1].ffn.act = torch.nn.Tanh()  # no activation code of the step's
+
+
+def _one_layer_rotated_otherwise(model):
+    import copy
+
+    attn = model.decoder.layers[1].self_attn  # (the layers share one module: a copy)
+    attn.positional = copy.deepcopy(attn.positional)
+    attn.positional.inv_freq.mul_(0.5)
+
+
 @needs_kernel
-@pytest.mark.parametrize("overrides", NOT_NATIVE,
-                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
-def test_parts_the_native_step_does_not_run_stay_in_python(overrides):
+@pytest.mark.parametrize("overrides,change", [({}, _tanh_network),
+                                              ({"positional": "rope"}, _one_layer_rotated_otherwise)],
+                         ids=["tanh", "two-rotations"])
+def test_parts_the_native_step_does_not_run_stay_in_python(overrides, change, monkeypatch):
+    monkeypatch.setattr(Linear, "native_rows", 16)
     model = tiny(**overrides)
+    (_, _), ran = _python_and_native_steps(model)
+    assert ran == [True, False]  # as it is, the step runs it
+    change(model)
     assert plain_decoder(model)
     (_, _), ran = _python_and_native_steps(model)
     assert ran == [False, False]

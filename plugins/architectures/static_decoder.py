@@ -63,9 +63,8 @@ def plain_decoder(model: nn.Module) -> bool:
         for attn in (block.self_attn, block.cross_attn):
             if not _declares(attn, "softmax_attention", "_attend") or attn.record_weights:
                 return False
-            if (getattr(attn, "n_kv_heads", attn.n_heads) != attn.n_heads
-                    or getattr(attn, "window", None) is not None):
-                return False  # grouped-query and windowed attention: the general path
+            if getattr(attn, "window", None) is not None:
+                return False  # windowed attention: the general path
         if (block.self_attn.position_kind not in (None, "rotary", "bias")
                 or block.cross_attn.position_kind is not None):
             return False
@@ -129,7 +128,7 @@ class _Layer:
         # (sources, heads, source length, head width), laid out once
         self.cross_k, self.cross_v = k.contiguous(), v.contiguous()
         attn = block.self_attn
-        shape = (rows, attn.n_heads, length, attn.head_dim)
+        shape = (rows, attn.n_kv_heads, length, attn.head_dim)
         self.k = self.cross_k.new_empty(shape)
         self.v = self.cross_v.new_empty(shape)
 
@@ -183,8 +182,8 @@ def _plain_vector(t: torch.Tensor | None, width: int) -> bool:
 def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
     """The arguments of ``torch.ops.zoo.decoder_layers`` for these layers, or None when
     the native step may not run them: it runs the paper's layer (post- or pre-norm) with
-    joined q|k|v, no positions inside attention but T5's bias of the self-attention
-    scores, LayerNorms that say ``plain_layer_norm`` or RMSNorms that say
+    joined q|k|v, no positions inside attention but a bias of the self-attention scores
+    (T5's, ALiBi) or one rotation of its queries and keys (RoPE), LayerNorms that say ``plain_layer_norm`` or RMSNorms that say
     ``plain_rms_norm``, feed-forward networks that say ``plain_mlp`` or ``plain_glu``
     (GEGLU, SwiGLU) with a ReLU, GELU or SiLU, and products that each give ``rows`` rows
     to zoo's native product: zoo's ``Linear`` (fp32 CPU weights) or ``QuantizedLinear``
@@ -196,6 +195,9 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
                                       "self_scale", "cross_scale", "eps", "norm_first",
                                       "activation", "gated", "rms_norm", "bias_of")}
     shape = None
+    plan["rotary"] = rotary = _one_rotation([layer.block.self_attn for layer in layers])
+    if rotary is False:
+        return None
     for layer in layers:
         block = layer.block
         attn, cross = block.self_attn, block.cross_attn
@@ -203,14 +205,16 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
         fc1, fc2, act, gated = _network(block.ffn)
         linears = (layer.fused, attn.out_proj, cross.q_proj, cross.out_proj, fc1, fc2)
         kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms}
-        if (layer.fused is None or attn.position_kind not in (None, "bias") or act is None
+        if (layer.fused is None or attn.position_kind not in (None, "bias", "rotary")
+                or act is None
                 or not all(_plain_linear(x, rows) for x in linears)
                 or len(kinds) != 1 or None in kinds
                 or any(isinstance(a.scale, torch.Tensor) for a in (attn, cross))
                 or (attn.n_heads, attn.head_dim) != (cross.n_heads, cross.head_dim)
-                or shape not in (None, (attn.n_heads, attn.head_dim))):
+                or cross.n_kv_heads != cross.n_heads
+                or shape not in (None, (attn.n_heads, attn.head_dim, attn.n_kv_heads))):
             return None
-        shape = (attn.n_heads, attn.head_dim)
+        shape = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
         for part in linears:
             plan["params"] += [_product_weight(part), part.bias]
         for part in norms:
@@ -229,8 +233,32 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
         plan["gated"].append(gated)
         plan["rms_norm"].append(kinds.pop())
         plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
-    plan["heads"], plan["width"] = shape
+    plan["heads"], plan["width"], plan["kv_heads"] = shape
     return plan
+
+
+def _one_rotation(attentions: list[nn.Module]) -> nn.Module | None | bool:
+    """The rotary position module whose rotation the native step applies to every layer's
+    queries and keys (None when no layer rotates; False when some do and some do not, or
+    their modules rotate differently: the step takes one rotation)."""
+    modules = [a.positional if a.position_kind == "rotary" else None for a in attentions]
+    if all(m is None for m in modules):
+        return None
+    if any(m is None for m in modules):
+        return False
+    first = rotation_matrix(modules[0], 1, attentions[0].head_dim)
+    if not all(m is modules[0] or torch.equal(rotation_matrix(m, 1, a.head_dim), first)
+               for m, a in zip(modules, attentions)):
+        return False
+    return modules[0]
+
+
+def rotation_matrix(module: nn.Module, pos: int, width: int) -> torch.Tensor:
+    """(width, width) M with ``module.rotate(x, [pos]) == x @ M`` for every head vector x:
+    each row is the rotation of one unit vector (RoPE is linear in x, whatever its layout,
+    scaling or rotated share of the width)."""
+    eye = torch.eye(width)[:, None, None, :]  # (width rows, 1 head, 1 position, width)
+    return module.rotate(eye, torch.tensor([pos]))[:, 0, 0].float().contiguous()
 
 
 def _position_biases(modules: list, pos: int) -> list[torch.Tensor | None]:
@@ -289,7 +317,10 @@ class StaticDecoder:
                 plan["cross_k"], plan["cross_v"], self.keep, plan["heads"], plan["width"],
                 plan["self_scale"], plan["cross_scale"], plan["eps"], plan["norm_first"],
                 plan["activation"], _position_biases(plan["bias_of"], pos), plan["gated"],
-                plan["rms_norm"])
+                plan["rms_norm"], plan["kv_heads"],
+                None if plan["rotary"] is None else rotation_matrix(
+                    plan["rotary"], pos, plan["width"]),
+                None)
         else:
             for layer in self.layers:
                 x = self._layer(layer, x, pos)
@@ -312,20 +343,19 @@ class StaticDecoder:
 
     def _self_attention(self, layer: _Layer, h: torch.Tensor, pos: int) -> torch.Tensor:
         attn = layer.block.self_attn
-        rows, heads, width = h.shape[0], attn.n_heads, attn.head_dim
-        if layer.fused is not None:
-            q, k, v = layer.fused(h).view(rows, 3, heads, width).unbind(1)
-        else:
-            q = attn.q_proj(h).view(rows, heads, width)
-            k, v = attn.kv_proj(h).view(rows, 2, heads, width).unbind(1)
+        rows, heads, kv_heads, width = h.shape[0], attn.n_heads, attn.n_kv_heads, attn.head_dim
+        qkv = layer.fused(h) if layer.fused is not None else torch.cat(
+            [attn.q_proj(h), attn.kv_proj(h)], -1)
+        q = qkv[..., :attn.inner_dim].reshape(rows, heads, width)
+        k, v = qkv[..., attn.inner_dim:].reshape(rows, 2, kv_heads, width).unbind(1)
         q, k = q[:, :, None], k[:, :, None]  # (rows, heads, 1, width)
         if attn.position_kind == "rotary":
             at = torch.tensor([pos], device=h.device)
             q, k = attn.positional.rotate(q, at), attn.positional.rotate(k, at)
         layer.k[:, :, pos: pos + 1] = k
         layer.v[:, :, pos: pos + 1] = v[:, :, None]
-        out = attn._dense(q, layer.k[:, :, : pos + 1], layer.v[:, :, : pos + 1], None,
-                          offset=pos)
+        out = attn._dense(q, *attn._shared_heads(layer.k[:, :, : pos + 1],
+                                                 layer.v[:, :, : pos + 1]), None, offset=pos)
         return attn.out_proj(out.view(rows, 1, attn.inner_dim))
 
     def _cross_attention(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:

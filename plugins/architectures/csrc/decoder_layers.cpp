@@ -8,7 +8,10 @@
 // once, a ReLU, GELU or SiLU feed-forward network, plain or gated (Shazeer 2020: GEGLU,
 // SwiGLU; its two input products joined into one), LayerNorm or RMSNorm, and a per-head bias
 // of the self-attention scores given for this step (T5's relative positions, Raffel et al.
-// 2020). Every product goes through
+// 2020), queries and keys rotated by a matrix given for this step (RoPE, Su et al. 2021), keys
+// and values of fewer heads than the queries (grouped-query attention, Ainslie et al. 2023),
+// and no cross-attention at all (a decoder-only model's layer: cross_k empty; its second
+// sublayer's norm is then norm3). Every product goes through
 // zoo::packed_linear, on the weights the caller packed (Linear.native_weight in
 // Python, or QuantizedLinear.native_weight: int8 weights with per-row scales); attention, the norms and the residual sums are plain loops (step_ops.cpp).
 // Its results equal the Python step's up to fp32 rounding (another summation order in
@@ -121,29 +124,38 @@ void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, const cha
                     "CPU tensor of shape ", shape, int8 ? " (or int8)" : "", " is needed");
 }
 
-// Every tensor and number of layer l, checked against the step's sizes before a byte is read:
-// d (the model's width), rows, heads x width, the buffers' length, the sources.
-void check_layer(const Params& p, at::TensorList packed, int64_t l, int64_t d, int64_t rows,
-                 int64_t heads, int64_t width, int64_t length, int64_t sources,
-                 int64_t src_len, const at::Tensor& kb, const at::Tensor& vb,
-                 const at::Tensor& ck, const at::Tensor& cv, int64_t activation, bool gated,
-                 bool rms, const std::optional<at::Tensor>& bias, int64_t pos) {
-  const int64_t inner = heads * width;
-  expect(kb, {rows, heads, length, width}, l, "self-attention key buffer");
-  expect(vb, {rows, heads, length, width}, l, "self-attention value buffer");
-  expect(ck, {sources, heads, src_len, width}, l, "cross-attention keys");
-  expect(cv, {sources, heads, src_len, width}, l, "cross-attention values");
+// The step's sizes: d (the model's width), rows, heads (kv_heads of keys and values) x width,
+// the buffers' length, the sources and their length (none without cross-attention).
+struct Sizes {
+  int64_t d, rows, heads, kv_heads, width, length, sources, src_len, pos;
+  bool cross;
+};
+
+// Every tensor and number of layer l, checked against the step's sizes before a byte is read.
+void check_layer(const Params& p, at::TensorList packed, int64_t l, const Sizes& z,
+                 const at::Tensor& kb, const at::Tensor& vb, at::TensorList cross_k,
+                 at::TensorList cross_v, int64_t activation, bool gated, bool rms,
+                 const std::optional<at::Tensor>& bias) {
+  const int64_t inner = z.heads * z.width, kv = z.kv_heads * z.width, d = z.d;
+  expect(kb, {z.rows, z.kv_heads, z.length, z.width}, l, "self-attention key buffer");
+  expect(vb, {z.rows, z.kv_heads, z.length, z.width}, l, "self-attention value buffer");
+  if (z.cross) {
+    expect(cross_k[l], {z.sources, z.heads, z.src_len, z.width}, l, "cross-attention keys");
+    expect(cross_v[l], {z.sources, z.heads, z.src_len, z.width}, l, "cross-attention values");
+  }
   TORCH_CHECK_VALUE(activation >= 0 && activation <= 3, "decoder_layers: layer ", l,
                     "'s activation code is ", activation,
                     "; 0 (ReLU), 1 (GELU), 2 (tanh GELU) or 3 (SiLU)");
   if (bias.has_value() && bias->defined())
-    expect(*bias, {heads, pos + 1}, l, "self-attention position bias");
+    expect(*bias, {z.heads, z.pos + 1}, l, "self-attention position bias");
   // the hidden width, from the second product (a gated network's first gives two halves)
   const int64_t ff = get(p, l, FC2_W).dim() == 2 ? get(p, l, FC2_W).size(1) : -1;
   const int64_t shapes[PRODUCTS_PER_LAYER][2] = {  // (outputs, inputs) of each product
-      {3 * inner, d}, {d, inner}, {inner, d}, {d, inner}, {gated ? 2 * ff : ff, d}, {d, ff}};
+      {inner + 2 * kv, d}, {d, inner}, {inner, d}, {d, inner}, {gated ? 2 * ff : ff, d},
+      {d, ff}};
   for (int64_t i = 0; i < PRODUCTS_PER_LAYER; ++i) {
     const Param w = Param(2 * i);
+    if (!z.cross && (w == CROSS_Q_W || w == CROSS_OUT_W)) continue;  // not read
     const at::Tensor weight = get(p, l, w);
     expect(weight, {shapes[i][0], shapes[i][1]}, l, kParamNames[w], true);
     TORCH_CHECK_VALUE((weight.scalar_type() == at::kChar) ==
@@ -160,6 +172,7 @@ void check_layer(const Params& p, at::TensorList packed, int64_t l, int64_t d, i
     if (b.has_value() && b->defined()) expect(*b, {shapes[i][0]}, l, kParamNames[w + 1]);
   }
   for (Param w : {NORM1_W, NORM2_W, NORM3_W}) {
+    if (!z.cross && w == NORM2_W) continue;
     expect(get(p, l, w), {d}, l, kParamNames[w]);
     const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
     TORCH_CHECK_VALUE(!rms || !b.has_value() || !b->defined(), "decoder_layers: layer ", l,
@@ -176,7 +189,9 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                           at::ArrayRef<double> eps, at::ArrayRef<int64_t> norm_first,
                           at::ArrayRef<int64_t> activation,
                           const c10::List<std::optional<at::Tensor>>& self_bias,
-                          at::ArrayRef<int64_t> gated, at::ArrayRef<int64_t> rms_norm) {
+                          at::ArrayRef<int64_t> gated, at::ArrayRef<int64_t> rms_norm,
+                          int64_t kv_heads, const std::optional<at::Tensor>& rotation,
+                          const std::optional<at::Tensor>& self_keep_in) {
   const int64_t layers = k_buffers.size();
   TORCH_CHECK_VALUE(layers > 0, "decoder_layers: no layers (k_buffers is empty)");
   TORCH_CHECK_VALUE(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
@@ -185,8 +200,10 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
   TORCH_CHECK_VALUE(int64_t(packed.size()) == layers * PRODUCTS_PER_LAYER, "decoder_layers: "
                     "packed has ", packed.size(), " weights, not ", PRODUCTS_PER_LAYER,
                     " a layer for ", layers, " layers");
-  TORCH_CHECK_VALUE(int64_t(v_buffers.size()) == layers && int64_t(cross_k.size()) == layers &&
-                        int64_t(cross_v.size()) == layers &&
+  const bool cross = !cross_k.empty();
+  TORCH_CHECK_VALUE(int64_t(v_buffers.size()) == layers &&
+                        int64_t(cross_k.size()) == (cross ? layers : 0) &&
+                        int64_t(cross_v.size()) == int64_t(cross_k.size()) &&
                         int64_t(norm_first.size()) == layers &&
                         int64_t(activation.size()) == layers &&
                         int64_t(self_bias.size()) == layers && int64_t(gated.size()) == layers &&
@@ -194,11 +211,13 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                         int64_t(eps.size()) == 3 * layers &&
                         int64_t(self_scale.size()) == layers &&
                         int64_t(cross_scale.size()) == layers,
-                    "decoder_layers: one buffer, scale, bias and setting a layer (three eps), "
-                    "for ",
+                    "decoder_layers: one buffer, scale, bias and setting a layer (three eps; "
+                    "cross keys and values, or none), for ",
                     layers, " layers");
   TORCH_CHECK_VALUE(heads > 0 && width > 0, "decoder_layers: heads (", heads, ") and width (",
                     width, ") are positive");
+  TORCH_CHECK_VALUE(kv_heads > 0 && heads % kv_heads == 0, "decoder_layers: kv_heads (",
+                    kv_heads, ") divides heads (", heads, ")");
   TORCH_CHECK_VALUE(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat &&
                         x_in.is_contiguous() && x_in.dim() == 3 && x_in.size(1) == 1 &&
                         x_in.size(0) > 0 && x_in.size(2) > 0,
@@ -206,18 +225,18 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                     x_in.scalar_type(), " of shape ", x_in.sizes(),
                     x_in.is_contiguous() ? "" : " (not contiguous)");
   const int64_t rows = x_in.size(0), d = x_in.size(2), inner = heads * width;
-  TORCH_CHECK_VALUE(k_buffers[0].dim() == 4 && cross_k[0].dim() == 4,
+  TORCH_CHECK_VALUE(k_buffers[0].dim() == 4 && (!cross || cross_k[0].dim() == 4),
                     "decoder_layers: the buffers and cross keys are 4-d");
-  const int64_t length = k_buffers[0].size(2), sources = cross_k[0].size(0);
-  const int64_t src_len = cross_k[0].size(2);
+  const int64_t length = k_buffers[0].size(2), sources = cross ? cross_k[0].size(0) : rows;
+  const int64_t src_len = cross ? cross_k[0].size(2) : 0;
   TORCH_CHECK_VALUE(sources > 0 && rows % sources == 0, "decoder_layers: ", rows,
                     " rows are not a whole number of beams for each of ", sources, " sources");
   TORCH_CHECK_VALUE(pos >= 0 && pos < length, "decoder_layers: step ", pos,
                     " is outside the buffers' ", length);
+  const Sizes sizes{d, rows, heads, kv_heads, width, length, sources, src_len, pos, cross};
   for (int64_t l = 0; l < layers; ++l) {
-    check_layer(params, packed, l, d, rows, heads, width, length, sources, src_len,
-                k_buffers[l], v_buffers[l], cross_k[l], cross_v[l], activation[l],
-                gated[l] != 0, rms_norm[l] != 0, self_bias.get(l), pos);
+    check_layer(params, packed, l, sizes, k_buffers[l], v_buffers[l], cross_k, cross_v,
+                activation[l], gated[l] != 0, rms_norm[l] != 0, self_bias.get(l));
     TORCH_CHECK_VALUE(std::isfinite(eps[3 * l]) && std::isfinite(eps[3 * l + 1]) &&
                           std::isfinite(eps[3 * l + 2]) && eps[3 * l] >= 0 &&
                           eps[3 * l + 1] >= 0 && eps[3 * l + 2] >= 0,
@@ -227,6 +246,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
   const bool* keep = nullptr;  // (sources, source length): false where a source is padding
   at::Tensor keep_rows;
   if (keep_in.has_value() && keep_in->defined()) {
+    TORCH_CHECK_VALUE(cross, "decoder_layers: keep is the sources' padding, and there is no "
+                      "cross-attention (self_keep is the keys' own)");
     TORCH_CHECK_VALUE(keep_in->device().is_cpu(), "decoder_layers: keep is a CPU tensor");
     keep_rows = keep_in->to(at::kBool).contiguous();
     TORCH_CHECK_VALUE(keep_rows.numel() == sources * src_len,
@@ -234,6 +255,21 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                       "source's position (", sources, " x ", src_len, ")");
     keep = keep_rows.data_ptr<bool>();
   }
+  at::Tensor self_keep;  // (rows, length): false where a row's own earlier key is padding
+  if (self_keep_in.has_value() && self_keep_in->defined()) {
+    TORCH_CHECK_VALUE(self_keep_in->device().is_cpu() &&
+                          self_keep_in->numel() == rows * length,
+                      "decoder_layers: self_keep is a CPU tensor of one entry a row's "
+                      "position (", rows, " x ", length, "), not of shape ",
+                      self_keep_in->sizes());
+    self_keep = self_keep_in->to(at::kBool).contiguous();
+  }
+  const float* turn = nullptr;  // (width, width): q and k of every head times it
+  if (rotation.has_value() && rotation->defined()) {
+    expect(*rotation, {width, width}, 0, "rotation");
+    turn = rotation->data_ptr<float>();
+  }
+  const int64_t kv = kv_heads * width, qkv_width = inner + 2 * kv;
   at::Tensor x = x_in;
   for (int64_t l = 0; l < layers; ++l) {
     const bool pre = norm_first[l] != 0, rms = rms_norm[l] != 0;
@@ -241,30 +277,51 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
     const at::Tensor &kb = k_buffers[l], &vb = v_buffers[l];
     // self-attention: q, k and v from one product; k and v into the buffers at pos
     at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l], rms) : x;
-    const at::Tensor qkv = linear(h, params, packed, l, QKV_W);  // (rows, 1, 3 x inner)
+    // (rows, 1, inner + 2 kv): the queries, then the keys and values of kv_heads
+    const at::Tensor qkv = linear(h, params, packed, l, QKV_W);
     const float* qkv_p = qkv.data_ptr<float>();
     float *kp = kb.data_ptr<float>(), *vp = vb.data_ptr<float>();
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t hd = 0; hd < heads; ++hd) {
-        const int64_t at = ((r * heads + hd) * length + pos) * width;
-        std::memcpy(kp + at, qkv_p + r * 3 * inner + inner + hd * width, width * sizeof(float));
-        std::memcpy(vp + at, qkv_p + r * 3 * inner + 2 * inner + hd * width,
+      for (int64_t hd = 0; hd < kv_heads; ++hd) {
+        const int64_t at = ((r * kv_heads + hd) * length + pos) * width;
+        const float* k_new = qkv_p + r * qkv_width + inner + hd * width;
+        if (turn)
+          zoo::step::rotate(k_new, kp + at, turn, width);
+        else
+          std::memcpy(kp + at, k_new, width * sizeof(float));
+        std::memcpy(vp + at, qkv_p + r * qkv_width + inner + kv + hd * width,
                     width * sizeof(float));
       }
-    at::Tensor out = zoo::step::attend({qkv_p, 3 * inner, kp, vp, rows, heads, width, 1, pos + 1,
-                                        length, nullptr, float(self_scale[l]),
-                                        bias.has_value() && bias->defined()
-                                            ? bias->data_ptr<float>() : nullptr});
+    const float* q_p = qkv_p;
+    int64_t q_stride = qkv_width;
+    at::Tensor turned;
+    if (turn) {  // the queries rotated into a tensor of their own
+      turned = at::empty({rows, inner}, qkv.options());
+      float* t = turned.data_ptr<float>();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t hd = 0; hd < heads; ++hd)
+          zoo::step::rotate(qkv_p + r * qkv_width + hd * width, t + r * inner + hd * width, turn,
+                            width);
+      q_p = t;
+      q_stride = inner;
+    }
+    at::Tensor out = zoo::step::attend(
+        {q_p, q_stride, kp, vp, rows, heads, width, 1, pos + 1, length, kv_heads,
+         self_keep.defined() ? self_keep.data_ptr<bool>() : nullptr, length,
+         float(self_scale[l]),
+         bias.has_value() && bias->defined() ? bias->data_ptr<float>() : nullptr});
     x = residual(linear(out, params, packed, l, SELF_OUT_W), x, pre, params, l, NORM1_W,
                  eps[3 * l], rms);
-    // cross-attention: the beams of a source read its keys (row r: source r / groups)
-    h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1], rms) : x;
-    const at::Tensor q = linear(h, params, packed, l, CROSS_Q_W);
-    out = zoo::step::attend({q.data_ptr<float>(), inner, cross_k[l].data_ptr<float>(),
-                             cross_v[l].data_ptr<float>(), rows, heads, width, groups, src_len,
-                             src_len, keep, float(cross_scale[l]), nullptr});
-    x = residual(linear(out, params, packed, l, CROSS_OUT_W), x, pre, params, l, NORM2_W,
-                 eps[3 * l + 1], rms);
+    if (cross) {  // cross-attention: the beams of a source read its keys (row r: r / groups)
+      h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1], rms) : x;
+      const at::Tensor q = linear(h, params, packed, l, CROSS_Q_W);
+      out = zoo::step::attend({q.data_ptr<float>(), inner, cross_k[l].data_ptr<float>(),
+                               cross_v[l].data_ptr<float>(), rows, heads, width, groups,
+                               src_len, src_len, heads, keep, src_len, float(cross_scale[l]),
+                               nullptr});
+      x = residual(linear(out, params, packed, l, CROSS_OUT_W), x, pre, params, l, NORM2_W,
+                   eps[3 * l + 1], rms);
+    }
     // feed-forward network
     h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2], rms) : x;
     const at::Tensor f = activate(linear(h, params, packed, l, FC1_W), activation[l],
@@ -283,7 +340,8 @@ TORCH_LIBRARY_FRAGMENT(zoo, m) {
         "Tensor(b!)[] v_buffers, Tensor[] cross_k, Tensor[] cross_v, Tensor? keep, int heads, "
         "int width, "
         "float[] self_scale, float[] cross_scale, float[] eps, int[] norm_first, "
-        "int[] activation, Tensor?[] self_bias, int[] gated, int[] rms_norm) -> Tensor");
+        "int[] activation, Tensor?[] self_bias, int[] gated, int[] rms_norm, int kv_heads, "
+        "Tensor? rotation, Tensor? self_keep) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("decoder_layers", decoder_layers); }

@@ -92,6 +92,12 @@ __attribute__((target("avx2,fma"))) void rms_norm(const float* x, float* out, in
   }
 }
 
+__attribute__((target("avx2,fma"))) void rotate(const float* x, float* y, const float* m,
+                                                int64_t width) {
+  std::memset(y, 0, width * sizeof(float));
+  for (int64_t i = 0; i < width; ++i) axpy(x[i], m + i * width, y, width);
+}
+
 __attribute__((target("avx2,fma"))) void add(float* a, const float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -106,14 +112,15 @@ at::Tensor attend(const Attention& a) {
   const float inf = std::numeric_limits<float>::infinity();
   auto keys_of = [&](int64_t pair) {  // the first key and value of a (row, head)
     const int64_t r = pair / a.heads, h = pair % a.heads;
-    return ((r / a.groups) * a.heads + h) * a.stride_length * a.width;
+    return ((r / a.groups) * a.kv_heads + h / (a.heads / a.kv_heads)) * a.stride_length *
+           a.width;
   };
   // a grain of 16 (row, head) pairs: one sentence's eight heads stay on this thread
   at::parallel_for(0, pairs, 16, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t r = p / a.heads, h = p % a.heads, first = keys_of(p);
       const float* q = a.q + r * a.q_stride + h * a.width;
-      const bool* keep = a.keep ? a.keep + (r / a.groups) * a.length : nullptr;
+      const bool* keep = a.keep ? a.keep + (r / a.groups) * a.keep_stride : nullptr;
       const float* bias = a.bias ? a.bias + h * a.length : nullptr;
       for (int64_t j = 0; j < a.length; ++j)
         sp[p * a.length + j] =

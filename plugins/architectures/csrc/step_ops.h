@@ -16,18 +16,25 @@ void layer_norm(const float* x, float* out, int64_t rows, int64_t d, const float
 void rms_norm(const float* x, float* out, int64_t rows, int64_t d, const float* weight,
               double eps);
 
+// y = x M for a row x of ``width`` floats and a (width, width) matrix M, row-major: a
+// rotation of queries and keys (RoPE's, as the Python step's module computes it for a
+// position, given as its matrix).
+void rotate(const float* x, float* y, const float* m, int64_t width);
+
 // a += x over n floats.
 void add(float* a, const float* x, int64_t n);
 
-// One query per row and head against keys and values laid out (key row, head, position,
-// width): row r reads key row r / groups, positions [0, length) of stride_length.
+// One query per row and head against keys and values laid out (key row, key head, position,
+// width): row r reads key row r / groups, positions [0, length) of stride_length; query head h
+// reads key head h / (heads / kv_heads) (grouped-query attention; kv_heads = heads without).
 struct Attention {
   const float* q;    // row r, head h at q + r * q_stride + h * width
   int64_t q_stride;
   const float* k;
   const float* v;
-  int64_t rows, heads, width, groups, length, stride_length;
-  const bool* keep;  // (key rows, length): false where a key is padding; or null
+  int64_t rows, heads, width, groups, length, stride_length, kv_heads;
+  const bool* keep;  // (key rows, keep_stride): false where a key is padding; or null
+  int64_t keep_stride;
   float scale;
   const float* bias;  // head h, key j: bias[h * length + j] added to the scaled score
                       // (T5's relative positions, computed for this step); or null
