@@ -174,3 +174,60 @@ def test_bench_startup_says_whether_help_imports_torch(tmp_path):
     help_row = rows[0]
     assert help_row["imports_torch"] is False
     assert "startup zoo help:" in stdout and "target < 0.3 s" in stdout
+
+
+@pytest.mark.parametrize("variant", ["opus-mt", "t5", "mbart"])
+def test_ctranslate2s_conversion_of_an_imported_folder_decodes_zoos_tokens(variant, tmp_path):
+    """The peer zoo bench decode --model local-dir:FOLDER runs: the folder converted by
+    CTranslate2's own converter, its ids named by folder_tokens (mBART's start token given
+    as each target's prefix), decodes greedily the tokens zoo decodes from that folder."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    import zoo
+    from zoo.bench import peers
+
+    from .formats import padded_batch, save_family
+
+    hf, pad = save_family(variant, tmp_path / "m", generate=True)
+    if variant == "opus-mt":  # as in real Marian models, whose decoding CTranslate2 starts
+        with torch.no_grad():  # from a zero embedding: the start (pad) token's row is zero
+            hf.get_input_embeddings().weight[pad].zero_()
+        hf.save_pretrained(tmp_path / "m")
+    model = zoo.build(f"local-dir:{tmp_path / 'm'}").eval()
+    path, start = peers.ctranslate2_of_folder(tmp_path / "m", model.imported.config,
+                                              tmp_path / "ct2")
+    assert (start is not None) == (variant == "mbart")
+    tokens = peers.folder_tokens(model.imported.config)
+    src, _ = padded_batch(pad)
+    rows = [[t for t in row if t != pad] for row in src.tolist()]
+    translator = ctranslate2.Translator(path, device="cpu")
+    out = translator.translate_batch([[tokens[t] for t in row] for row in rows],
+                                     beam_size=1, max_decoding_length=8,
+                                     target_prefix=[[start]] * len(rows) if start else None)
+    eos = model.generation.eos_ids[0]
+    for row, result in zip(rows, out):
+        ours = zoo.generate(model, torch.tensor([row]), num_beams=1, max_new_tokens=8)[0]
+        ours = ours.tolist()
+        ours = ours[:ours.index(eos)] if eos in ours else ours
+        # (the folders force their end token at the last step; CTranslate2 does not)
+        assert len(ours) >= 7
+        assert [tokens.index(t) for t in result.hypotheses[0]][:len(ours)] == ours
+
+
+@pytest.mark.slow(seconds=40)
+def test_bench_decode_of_an_imported_folder_times_the_folder_itself(tmp_path):
+    """--model local-dir:FOLDER of a transformers seq2seq folder: its transformers peer is
+    that folder read by transformers, and CTranslate2 runs it through its own converter."""
+    pytest.importorskip("ctranslate2")
+    from .formats import save_family
+
+    save_family("t5", tmp_path / "m", generate=True)
+    stdout, rows = _bench(tmp_path, "decode", "--model", f"local-dir:{tmp_path / 'm'}",
+                          "--batch", "2", "--length", "6", "--new-tokens", "3", "--latency",
+                          "5,3", "--impls", "zoo,ct2,marian", "--dtypes", "fp32,int8")
+    expected = {*((i, m, "fp32") for i in ("zoo", "transformers", "ct2")
+                  for m in ("greedy", "beam4")),
+                *((i, m, "int8") for i in ("zoo", "ct2") for m in ("greedy", "beam4"))}
+    for bench in ("decode", "latency"):
+        assert {(r["impl"], r["mode"], r["dtype"]) for r in rows if r["bench"] == bench} \
+            == expected
+    assert "skipped" not in stdout

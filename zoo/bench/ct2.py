@@ -55,9 +55,11 @@ class Translator:
             raise RuntimeError(f"CTranslate2: {answer['error']}")
         return answer
 
-    def set_source(self, source: list[list[str]]) -> None:
-        """The batch every later :meth:`translate` call decodes (token strings)."""
-        self._ask({"source": source})
+    def set_source(self, source: list[list[str]], start: str | None = None) -> None:
+        """The batch every later :meth:`translate` call decodes (token strings); ``start``
+        the decoder's first token where the model names none (mBART's, whose start is
+        the target language's code), given as each sentence's target prefix."""
+        self._ask({"source": source, "start": start})
 
     def translate(self, beam_size: int, length: int,
                   sampling: dict | None = None) -> list[int]:
@@ -90,7 +92,8 @@ class Translator:
             pass
 
 
-def _decode(engine, kind: str, source: list[list[str]], job: dict) -> list[int]:
+def _decode(engine, kind: str, source: list[list[str]], job: dict,
+            start: str | None = None) -> list[int]:
     """Run one job; the length of each hypothesis."""
     n = job["length"]
     if kind == "generator":
@@ -103,7 +106,8 @@ def _decode(engine, kind: str, source: list[list[str]], job: dict) -> list[int]:
         return [len(r.sequences_ids[0]) for r in out]
     out = engine.translate_batch(
         source, beam_size=job["beam_size"], max_decoding_length=n, min_decoding_length=n,
-        max_batch_size=0, num_hypotheses=1)
+        max_batch_size=0, num_hypotheses=1,
+        target_prefix=[[start]] * len(source) if start else None)
     return [len(r.hypotheses[0]) for r in out]
 
 
@@ -130,14 +134,15 @@ def serve(model_dir: str, compute_type: str, threads: int, kind: str = "translat
         model_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
         inter_threads=1)
     source: list[list[str]] = []
+    start = None
     for line in sys.stdin:
         try:
             job = json.loads(line)
             if "source" in job:
-                source = job["source"]
+                source, start = job["source"], job.get("start")
                 answer: dict = {"sentences": len(source)}
             elif "beam_size" in job:
-                answer = {"lengths": _decode(engine, kind, source, job)}
+                answer = {"lengths": _decode(engine, kind, source, job, start)}
             elif "encode" in job:
                 answer = {"shape": _embed(engine, source)}
             else:

@@ -126,19 +126,34 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
                               modes=modes or MODES, dtypes=dtypes, impls=lm_impls,
                               device=device, latency=latency, say=say)
     modes = modes or ("greedy", "beam4")
-    impls = list(impls)
+    imported = getattr(model, "imported", None)
+    # the transformers peer: the folder the model was read from, else a Marian of its sizes
+    hf = "transformers" if imported is not None else "marian"
+    impls = [hf if i in ("marian", "transformers") else i for i in impls]
     wanted = [i for i in impls if i != "ct2"]
-    if "ct2" in impls and "marian" not in wanted:
+    makers = {"torch": peers.torch_transformer, "marian": peers.marian,
+              "transformers": lambda _: peers.transformers_folder(imported.folder)}
+    if "ct2" in impls and hf == "marian" and "marian" not in wanted:
         wanted.append("marian")  # CTranslate2 runs the Marian peer's weights
-    models = _peer_models(model, wanted, {"torch": peers.torch_transformer,
-                                          "marian": peers.marian}, say)
+    models = _peer_models(model, wanted, makers, say)
     groups = [("decode", torch.randint(3, vocab - 1, (batch, src_len), device=device),
                new_tokens)]  # Marian's pad is the last id
     if latency is not None:
         groups.append(("latency", torch.randint(3, vocab - 1, (1, latency[0]), device=device),
                        latency[1]))
     sources = {bench: src for bench, src, _ in groups}
-    translators = (_ct2_translators(models, sources, dtypes, device, say) if "ct2" in impls
+    if imported is not None:
+        def convert(folder):
+            path, start = peers.ctranslate2_of_folder(imported.folder, imported.config, folder)
+            return path, peers.folder_tokens(imported.config), start
+    elif "marian" in models:
+        def convert(folder):
+            return (peers.ctranslate2_model(models["marian"], folder),
+                    peers.marian_tokens(models["marian"].model.config.vocab_size), None)
+    else:
+        convert = None
+    translators = (_ct2_translators(convert, sources, dtypes, device, say)
+                   if "ct2" in impls and convert is not None
                    else {bench: {} for bench in sources})
     if "marian" not in impls:
         models.pop("marian", None)
@@ -211,31 +226,32 @@ def step_bytes(model) -> int:
 CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
 
 
-def _ct2_translators(models: dict[str, nn.Module], sources: dict[str, torch.Tensor], dtypes,
+def _ct2_translators(convert: Callable, sources: dict[str, torch.Tensor], dtypes,
                      device: str, say) -> dict[str, dict]:
     """For each source batch (by bench name), one CTranslate2 translator per dtype, each in
-    its own process, of the Marian peer's weights converted once by CTranslate2's own
-    converter (in a temporary folder)."""
+    its own process, of the model ``convert(folder)`` writes once into a temporary folder
+    with CTranslate2's own converter (the Marian peer's weights, or the folder an imported
+    model was read from); it returns the model's path, its token names and the decoder's
+    start token where the model names none."""
     import tempfile
 
     from . import ct2
 
     none = {bench: {} for bench in sources}
-    if "marian" not in models:
-        return none
     if device != "cpu":
         if say:
             say("peer ct2 skipped: zoo bench runs CTranslate2 on the CPU only")
         return none
     folder = tempfile.TemporaryDirectory(prefix="zoo-ct2-")
     try:
-        path = peers.ctranslate2_model(models["marian"], folder.name)
-    except peers.PeerMissing as exc:
+        path, tokens, start = convert(folder.name)
+    except (peers.PeerMissing, AttributeError, KeyError, ValueError) as exc:
+        # a converter that cannot read this model (CTranslate2's loaders follow transformers'
+        # configs of their own release) skips the peer, saying why
         if say:
-            say(f"peer ct2 skipped: {exc}")
+            say(f"peer ct2 skipped: {type(exc).__name__}: {exc}")
         folder.cleanup()
         return none
-    tokens = peers.marian_tokens(models["marian"].model.config.vocab_size)
     translators: dict[str, dict] = {}
     for bench, src in sources.items():
         source = [[tokens[i] for i in row] for row in src.tolist()]
@@ -244,7 +260,7 @@ def _ct2_translators(models: dict[str, nn.Module], sources: dict[str, torch.Tens
             try:
                 translator = ct2.Translator(path, CT2_COMPUTE_TYPES[dtype],
                                             torch.get_num_threads())
-                translator.set_source(source)
+                translator.set_source(source, start)
             except RuntimeError as exc:
                 if say:
                     say(f"peer ct2 {dtype} skipped: {exc}")
@@ -272,7 +288,7 @@ def _plain_decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_t
     if name == "zoo":  # the model's own settings (an imported model's), as zoo translate
         return lambda: m.generate(src, num_beams=beams, do_sample=False,
                                   max_new_tokens=new_tokens, min_new_tokens=new_tokens)
-    if name == "marian":
+    if name in ("marian", "transformers"):
         hf = m.model
         return torch.no_grad()(lambda: hf.generate(
             input_ids=src, attention_mask=src.ne(0), max_new_tokens=new_tokens,

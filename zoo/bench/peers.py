@@ -7,6 +7,10 @@
 - ``ct2``: CTranslate2 running the Marian peer's weights, converted by CTranslate2's
   own Marian loader (fp32, and int8 when the int8 rows are asked for), in a process of
   its own (:mod:`zoo.bench.ct2`);
+- for a model read from a transformers folder (``--model local-dir:FOLDER``, an opus-mt,
+  T5, BART or mBART): ``transformers``, the folder itself read by transformers'
+  ``AutoModelForSeq2SeqLM``, and ``ct2``, the same folder converted by CTranslate2's own
+  converter (:func:`ctranslate2_of_folder`);
 - ``timm``: timm's ViT of the same name.
 
 Each is imported only when asked for; a missing package is reported, not raised.
@@ -106,7 +110,8 @@ def torch_transformer(zoo_model: nn.Module) -> nn.Module:
 
 
 class MarianPeer(nn.Module):
-    """``MarianMTModel`` called like zoo's seq2seq: forward(src, tgt) -> logits."""
+    """``MarianMTModel`` (or another transformers seq2seq model) called like zoo's
+    seq2seq: forward(src, tgt) -> logits."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -151,6 +156,7 @@ def ctranslate2_model(peer: MarianPeer, folder) -> str:
     """Convert the Marian peer's weights into a CTranslate2 model in ``folder`` with
     CTranslate2's ``TransformersConverter`` (its Marian loader), through a saved Hugging
     Face folder and a word-level tokenizer of :func:`marian_tokens`; returns the path."""
+    import json
     from pathlib import Path
 
     try:
@@ -171,6 +177,80 @@ def ctranslate2_model(peer: MarianPeer, folder) -> str:
     ).save_pretrained(hf_dir)
     TransformersConverter(str(hf_dir)).convert(str(ct2_dir), force=True)
     return str(ct2_dir)
+
+
+def transformers_folder(folder) -> nn.Module:
+    """The transformers folder a zoo model was read from, read by transformers'
+    ``AutoModelForSeq2SeqLM`` (fp32): the peer of an imported model."""
+    try:
+        from transformers import AutoModelForSeq2SeqLM
+    except ImportError as exc:
+        raise PeerMissing(f"transformers is not installed ({exc})") from None
+    return MarianPeer(AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval())
+
+
+def folder_tokens(config: dict) -> list[str]:
+    """Token names for the ids of a transformers folder's ``config``: ``t<id>``, but its
+    end, pad and start ids (``</s>``, ``<pad>``, ``<s>``; the first name of an id holds) and an unknown token (its
+    ``unk_token_id``, else the first id left: T5's 2, BART's 3, Marian's 1)."""
+    size = config["vocab_size"]
+    names = [f"t{i}" for i in range(size)]
+    for key, name in (("eos_token_id", "</s>"), ("pad_token_id", "<pad>"),
+                      ("bos_token_id", "<s>")):  # Marian's start is its end: </s>
+        at = config.get(key)
+        if isinstance(at, int) and 0 <= at < size and names[at].startswith("t"):
+            names[at] = name
+    unk = config.get("unk_token_id")
+    if not (isinstance(unk, int) and 0 <= unk < size and names[unk].startswith("t")):
+        unk = next(i for i, name in enumerate(names) if name.startswith("t"))
+    names[unk] = "<unk>"
+    return names
+
+
+def ctranslate2_of_folder(source, config: dict, folder) -> tuple[str, str | None]:
+    """The transformers folder ``source`` converted into a CTranslate2 model in
+    ``folder`` by CTranslate2's ``TransformersConverter`` (its loader for the folder's
+    family: Marian, T5, BART, mBART, ...), its ids named by :func:`folder_tokens` (a
+    word-level tokenizer written beside links to the folder's weights). Returns the path,
+    and the decoder's start token where the converted model names none (mBART's, which
+    CTranslate2 takes from each target's prefix)."""
+    import json
+    from pathlib import Path
+
+    try:
+        import ctranslate2  # noqa: F401
+        from ctranslate2.converters import TransformersConverter
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+    except ImportError as exc:
+        raise PeerMissing(f"ctranslate2 is not installed ({exc})") from None
+    source, folder = Path(source), Path(folder)
+    hf_dir, ct2_dir = folder / "transformers", folder / "ct2"
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():  # its weights, never its tokenizer's files
+        if path.is_file() and (path.name == "generation_config.json"
+                               or path.suffix in (".safetensors", ".bin")
+                               or path.name.endswith(".index.json")):
+            (hf_dir / path.name).symlink_to(path.resolve())
+    written = dict(config)
+    if written.get("model_type") in ("bart", "mbart"):
+        # CTranslate2 4's BART loader reads normalize_before, which transformers 5's configs
+        # no longer carry: mBART's layers are pre-norm, BART's post-norm
+        written.setdefault("normalize_before", written["model_type"] == "mbart")
+    (hf_dir / "config.json").write_text(json.dumps(written))
+    tokens = folder_tokens(config)
+    PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)},
+                                                    unk_token="<unk>")),
+        unk_token="<unk>", **{key: name for key, name in (("pad_token", "<pad>"),
+                                                           ("bos_token", "<s>"),
+                                                           ("eos_token", "</s>"))
+                              if name in tokens},
+    ).save_pretrained(hf_dir)
+    TransformersConverter(str(hf_dir)).convert(str(ct2_dir), force=True)
+    named = json.loads((ct2_dir / "config.json").read_text()).get("decoder_start_token")
+    start = config.get("decoder_start_token_id")
+    return str(ct2_dir), (tokens[start] if named is None and isinstance(start, int) else None)
 
 
 def timm_vit(zoo_model: nn.Module) -> nn.Module:
