@@ -26,11 +26,11 @@ def valid_call():
     assert plan is not None, "the native step does not run this model"
     x = torch.randn(decoder.rows, 1, memory.shape[-1])
     return [x, 0, list(plan["params"]), list(plan["packed"]), list(plan["k"]), list(plan["v"]),
-            list(plan["cross_k"]), list(plan["cross_v"]), decoder.keep, plan["heads"],
-            plan["width"], list(plan["self_scale"]), list(plan["cross_scale"]),
+            list(plan["cross_k"]), list(plan["cross_v"]), decoder.keep, plan["shape"][0],
+            plan["shape"][1], list(plan["self_scale"]), list(plan["cross_scale"]),
             list(plan["eps"]), list(plan["norm_first"]), list(plan["activation"]),
             [None] * len(plan["k"]), list(plan["gated"]), list(plan["rms_norm"]),
-            plan["kv_heads"], None, None]
+            plan["shape"][2], None, None]
 
 
 def _set(index, value):

@@ -468,3 +468,39 @@ def test_zoo_bench_decodes_a_language_model_beside_transformers_and_ctranslate2(
                                     ("zoo", "int8"), ("ct2", "int8"))}
     assert found == expected
     assert all(r["throughput"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_imported_language_models_decode_through_the_native_step(beams, folders,
+                                                                 monkeypatch):
+    """GPT-2, TinyLlama, Llama 3.2 (its scaled RoPE as the step's rotation) and Qwen2.5
+    (q/k/v biases) decode their steps after the prompts in zoo's native step with
+    transformers' tokens; Mistral's sliding window keeps the general path."""
+    from zoo.ops import Linear
+    from zoo.plugins.architectures.static_lm import StaticLM
+
+    from .test_native import CAN_BUILD
+
+    if not CAN_BUILD:
+        pytest.skip("needs Linux on an AVX2 CPU and a C++ compiler")
+    monkeypatch.setattr(Linear, "native_rows", 64)
+    ran = []
+    made = StaticLM.__init__
+
+    def watched(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        ran.append(self.native is not None)
+
+    monkeypatch.setattr(StaticLM, "__init__", watched)
+    prompts, mask = left_padded()
+    for variant in VARIANTS:
+        hf, folder = folders[variant]
+        model = zoo.build(f"local-dir:{folder}").eval()
+        ran.clear()
+        with torch.no_grad():
+            ref = hf.generate(prompts, attention_mask=mask, max_new_tokens=12, num_beams=beams,
+                              do_sample=False, pad_token_id=END[variant])[:, prompts.shape[1]:]
+        out = model.generate(prompts, padding_mask=mask == 0, max_new_tokens=12,
+                             num_beams=beams)
+        assert ran == ([] if variant == "mistral" else [True]), variant
+        assert out.tolist() == ref.tolist(), variant

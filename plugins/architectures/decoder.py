@@ -133,6 +133,25 @@ class CausalLM(nn.Module):
         if s.tie_output:
             self.lm_head.weight = self.embed.weight
 
+    static_decoding = True
+    """Decode the steps after the prompts through
+    :class:`~zoo.plugins.architectures.static_lm.StaticLM` (fixed buffers, zoo's native
+    step) when every part of the model allows it; False always takes the general path
+    (the same tokens)."""
+
+    def static_decoder(self, cache: LanguageModelCache, *, length: int):
+        """A :class:`~zoo.plugins.architectures.static_lm.StaticLM` going on from the
+        prompts ``cache`` holds for at most ``length`` steps, or None when
+        ``static_decoding`` is off or a part of the model needs the general path."""
+        from .native_plan import may_run
+        from .static_lm import StaticLM, plain_lm
+
+        if (not self.static_decoding or not length or not cache.offset
+                or cache[0].k is None or not may_run(cache[0].k) or not plain_lm(self)):
+            return None
+        static = StaticLM(self, cache, length=length)
+        return static if static.native is not None else None
+
     def padding_mask(self, tokens: torch.Tensor) -> torch.Tensor | None:
         """(B, L) True at ``pad_id``, or None without one (give the mask instead)."""
         return None if self.pad_id is None else tokens.eq(self.pad_id)
@@ -143,13 +162,21 @@ class CausalLM(nn.Module):
 
     def _embed(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None,
                cache: LanguageModelCache | None) -> torch.Tensor:
+        if cache is None or not cache.offset:
+            return self._embed_at(tokens, 0, None, padding_mask)
+        return self._embed_at(tokens, cache.offset,
+                              cache.real_counts(tokens.shape[0], tokens.device), padding_mask)
+
+    def _embed_at(self, tokens: torch.Tensor, offset: int, counts: torch.Tensor | None,
+                  padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The embeddings of ``tokens`` after ``offset`` positions (padding included), or,
+        for positions that count real tokens, after each row's ``counts`` of them."""
         x = self.embed(tokens) * self.embed_scale
         if not self.positions_see_padding:
-            return self.drop(self.positional(x, offset=cache.offset if cache else 0))
-        if cache is not None and cache.offset:  # each row goes on from its own count
-            offset = cache.real_counts(tokens.shape[0], tokens.device)
-            return self.drop(self.positional(x, offset=offset, padding_mask=padding_mask))
-        return self.drop(self.positional(x, offset=0, padding_mask=padding_mask))
+            return self.drop(self.positional(x, offset=offset))
+        # each row goes on from its own count
+        return self.drop(self.positional(x, offset=0 if counts is None else counts,
+                                         padding_mask=padding_mask))
 
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None,
                 cache: LanguageModelCache | None = None) -> torch.Tensor:

@@ -39,18 +39,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.plugin_api import Linear, QuantizedLinear, derived_copy, private_copy
-
-from .native_step import STEP
-
-
-def _declares(module: nn.Module, flag: str, method: str) -> bool:
-    """True when the class that writes ``method`` of ``module`` also sets ``flag`` True:
-    a subclass that rewrites the method without saying the flag again is not trusted."""
-    for cls in type(module).__mro__:
-        if method in cls.__dict__:
-            return bool(cls.__dict__.get(flag, False))
-    return False
+from .native_plan import add_layer, declares, fused_qkv, may_run, new_plan, run
 
 
 def plain_decoder(model: nn.Module) -> bool:
@@ -58,10 +47,10 @@ def plain_decoder(model: nn.Module) -> bool:
     if model.training:
         return False
     for block in model.decoder.layers:
-        if not _declares(block, "static_layout", "forward"):
+        if not declares(block, "static_layout", "forward"):
             return False
         for attn in (block.self_attn, block.cross_attn):
-            if not _declares(attn, "softmax_attention", "_attend") or attn.record_weights:
+            if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
                 return False
             if getattr(attn, "window", None) is not None:
                 return False  # windowed attention: the general path
@@ -69,53 +58,6 @@ def plain_decoder(model: nn.Module) -> bool:
                 or block.cross_attn.position_kind is not None):
             return False
     return True
-
-
-def fused_qkv(attn: nn.Module) -> nn.Module | None:
-    """One linear layer giving [q | k | v] of a self-attention (see :func:`joined`)."""
-    return joined(attn, "_fused_qkv", attn.q_proj, attn.kv_proj)
-
-
-def joined(holder: nn.Module, name: str, first: nn.Module, second: nn.Module) -> nn.Module | None:
-    """One linear layer giving [first(x) | second(x)] where both are plain linear layers
-    of one kind: zoo's ``Linear``, or int8 ``QuantizedLinear`` (whose rows, each with its
-    own scale, join exactly); None otherwise. It is kept on ``holder`` as ``name``, made
-    once and made again when either weight changes; it holds copies, so it is never
-    trained or saved."""
-    if type(first) is not type(second) or (first.bias is None) != (second.bias is None):
-        return None
-    if type(first) is Linear:
-        return derived_copy(holder, name, (first.weight, second.weight, first.bias,
-                                           second.bias),
-                            lambda: _joined_linear(first, second))
-    if type(first) is QuantizedLinear:
-        return derived_copy(holder, name, (first.weight_int8, second.weight_int8,
-                                           first.weight_scale, second.weight_scale,
-                                           first.bias, second.bias),
-                            lambda: _joined_int8(first, second))
-    return None
-
-
-def _joined_linear(q: Linear, kv: Linear) -> Linear:
-    weight = torch.cat([q.weight.detach(), kv.weight.detach()])
-    fused = Linear(weight.shape[1], weight.shape[0], bias=q.bias is not None, device="meta")
-    fused.weight = nn.Parameter(weight, requires_grad=False)
-    if q.bias is not None:
-        fused.bias = nn.Parameter(torch.cat([q.bias.detach(), kv.bias.detach()]),
-                                  requires_grad=False)
-    fused.eval()
-    return private_copy(fused)  # its weight is this copy: nothing else writes it
-
-
-def _joined_int8(q: QuantizedLinear, kv: QuantizedLinear) -> QuantizedLinear:
-    fused = QuantizedLinear(q.in_features, q.out_features + kv.out_features,
-                            bias=q.bias is not None)
-    fused.weight_int8 = torch.cat([q.weight_int8, kv.weight_int8])
-    fused.weight_scale = torch.cat([q.weight_scale, kv.weight_scale])
-    if q.bias is not None:
-        fused.bias = torch.cat([q.bias, kv.bias])
-    fused.native_rows = q.native_rows
-    return private_copy(fused.eval())
 
 
 class _Layer:
@@ -133,149 +75,23 @@ class _Layer:
         self.v = self.cross_v.new_empty(shape)
 
 
-_ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
-                (nn.SiLU, "none"): 3}
-"""The feed-forward activations zoo's native step computes, and its codes for them."""
-
-
-def _plain_linear(layer: nn.Module, rows: int) -> bool:
-    return type(layer) in (Linear, QuantizedLinear) and layer.takes_native(rows)
-
-
-def _product_weight(layer: nn.Module) -> torch.Tensor:
-    """The weight the native step checks a product's sizes by (fp32, or int8)."""
-    return layer.weight_int8 if type(layer) is QuantizedLinear else layer.weight
-
-
-def _norm_kind(norm: nn.Module, width: int) -> int | None:
-    """0 for a LayerNorm the native step may run (it says ``plain_layer_norm``), 1 for an
-    RMSNorm (``plain_rms_norm``, no bias), None otherwise; their weight (and bias) are
-    contiguous fp32 CPU vectors of the model's width (a strided or short one stays in
-    Python, which reads it as torch does, or refuses it)."""
-    if not all(_plain_vector(t, width) for t in (norm.weight, getattr(norm, "bias", None))):
-        return None
-    if _declares(norm, "plain_layer_norm", "forward"):
-        return 0
-    if _declares(norm, "plain_rms_norm", "forward") and getattr(norm, "bias", None) is None:
-        return 1
-    return None
-
-
-def _network(ffn: nn.Module) -> tuple[nn.Module | None, nn.Module | None, int | None, int]:
-    """A feed-forward network's first and second products, its activation's code and
-    whether it is gated (fc1_g and fc1_x joined into one product): what the native step
-    reads of a network that says ``plain_mlp`` or ``plain_glu``; Nones otherwise."""
-    act = getattr(ffn, "act", None)
-    code = _ACTIVATIONS.get((type(act), getattr(act, "approximate", "none")))
-    if _declares(ffn, "plain_mlp", "forward"):
-        return ffn.fc1, ffn.fc2, code, 0
-    if _declares(ffn, "plain_glu", "forward"):
-        return joined(ffn, "_fused_gate", ffn.fc1_g, ffn.fc1_x), ffn.fc2, code, 1
-    return None, None, None, 0
-
-
-def _plain_vector(t: torch.Tensor | None, width: int) -> bool:
-    return t is None or (t.dtype == torch.float32 and t.device.type == "cpu"
-                         and t.is_contiguous() and tuple(t.shape) == (width,))
-
-
 def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
     """The arguments of ``torch.ops.zoo.decoder_layers`` for these layers, or None when
-    the native step may not run them: it runs the paper's layer (post- or pre-norm) with
-    joined q|k|v, no positions inside attention but a bias of the self-attention scores
-    (T5's, ALiBi) or one rotation of its queries and keys (RoPE), LayerNorms that say ``plain_layer_norm`` or RMSNorms that say
-    ``plain_rms_norm``, feed-forward networks that say ``plain_mlp`` or ``plain_glu``
-    (GEGLU, SwiGLU) with a ReLU, GELU or SiLU, and products that each give ``rows`` rows
-    to zoo's native product: zoo's ``Linear`` (fp32 CPU weights) or ``QuantizedLinear``
-    (int8). ``plan["bias_of"]`` holds each layer's position bias module (or None), whose
-    bias the step computes for its position."""
-    if not rows or not STEP.available():
-        return None
-    plan: dict = {key: [] for key in ("params", "packed", "k", "v", "cross_k", "cross_v",
-                                      "self_scale", "cross_scale", "eps", "norm_first",
-                                      "activation", "gated", "rms_norm", "bias_of")}
-    shape = None
-    plan["rotary"] = rotary = _one_rotation([layer.block.self_attn for layer in layers])
-    if rotary is False:
+    the native step may not run them (:mod:`.native_plan` says what it runs)."""
+    plan = new_plan([layer.block.self_attn for layer in layers]) if rows else None
+    if plan is None:
         return None
     for layer in layers:
         block = layer.block
-        attn, cross = block.self_attn, block.cross_attn
-        norms = (block.norm1, block.norm2, block.norm3)
-        fc1, fc2, act, gated = _network(block.ffn)
-        linears = (layer.fused, attn.out_proj, cross.q_proj, cross.out_proj, fc1, fc2)
-        kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms}
-        if (layer.fused is None or attn.position_kind not in (None, "bias", "rotary")
-                or act is None
-                or not all(_plain_linear(x, rows) for x in linears)
-                or len(kinds) != 1 or None in kinds
-                or any(isinstance(a.scale, torch.Tensor) for a in (attn, cross))
-                or (attn.n_heads, attn.head_dim) != (cross.n_heads, cross.head_dim)
-                or cross.n_kv_heads != cross.n_heads
-                or shape not in (None, (attn.n_heads, attn.head_dim, attn.n_kv_heads))):
+        if not add_layer(plan, attn=block.self_attn, cross=block.cross_attn,
+                         norms=(block.norm1, block.norm2, block.norm3), ffn=block.ffn,
+                         norm_first=block.norm_first, rows=rows):
             return None
-        shape = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
-        for part in linears:
-            plan["params"] += [_product_weight(part), part.bias]
-        for part in norms:
-            plan["params"] += [part.weight, getattr(part, "bias", None)]
-        plan["packed"] += [part.native_weight() for part in linears]
         plan["k"].append(layer.k)
         plan["v"].append(layer.v)
         plan["cross_k"].append(layer.cross_k)
         plan["cross_v"].append(layer.cross_v)
-        plan["self_scale"].append(attn.head_dim ** -0.5 if attn.scale is None else attn.scale)
-        plan["cross_scale"].append(cross.head_dim ** -0.5 if cross.scale is None
-                                   else cross.scale)
-        plan["eps"] += [float(n.eps) for n in norms]
-        plan["norm_first"].append(int(block.norm_first))
-        plan["activation"].append(act)
-        plan["gated"].append(gated)
-        plan["rms_norm"].append(kinds.pop())
-        plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
-    plan["heads"], plan["width"], plan["kv_heads"] = shape
     return plan
-
-
-def _one_rotation(attentions: list[nn.Module]) -> nn.Module | None | bool:
-    """The rotary position module whose rotation the native step applies to every layer's
-    queries and keys (None when no layer rotates; False when some do and some do not, or
-    their modules rotate differently: the step takes one rotation)."""
-    modules = [a.positional if a.position_kind == "rotary" else None for a in attentions]
-    if all(m is None for m in modules):
-        return None
-    if any(m is None for m in modules):
-        return False
-    first = rotation_matrix(modules[0], 1, attentions[0].head_dim)
-    if not all(m is modules[0] or torch.equal(rotation_matrix(m, 1, a.head_dim), first)
-               for m, a in zip(modules, attentions)):
-        return False
-    return modules[0]
-
-
-def rotation_matrix(module: nn.Module, pos: int, width: int) -> torch.Tensor:
-    """(width, width) M with ``module.rotate(x, [pos]) == x @ M`` for every head vector x:
-    each row is the rotation of one unit vector (RoPE is linear in x, whatever its layout,
-    scaling or rotated share of the width)."""
-    eye = torch.eye(width)[:, None, None, :]  # (width rows, 1 head, 1 position, width)
-    return module.rotate(eye, torch.tensor([pos]))[:, 0, 0].float().contiguous()
-
-
-def _position_biases(modules: list, pos: int) -> list[torch.Tensor | None]:
-    """Each layer's bias of step ``pos``'s self-attention scores, (heads, pos + 1): its
-    module's ``bias`` of the keys' positions less the query's, once for each module
-    (T5's layers share one)."""
-    made: dict[int, torch.Tensor] = {}
-    out = []
-    for module in modules:
-        if module is None:
-            out.append(None)
-            continue
-        if id(module) not in made:
-            rel = torch.arange(-pos, 1)[None]  # (1 query, pos + 1 keys)
-            made[id(module)] = module.bias(rel)[:, 0].float().contiguous()
-        out.append(made[id(module)])
-    return out
 
 
 class StaticDecoder:
@@ -309,18 +125,8 @@ class StaticDecoder:
             raise ValueError(f"the decoder's buffers hold {self.length} steps; "
                              "make a StaticDecoder with a larger length")
         x = m._embed(m.tgt_embed, m.decoder, m.positional, tokens, pos)
-        plan = self.native
-        if (plan is not None and not torch.is_grad_enabled() and x.dtype == torch.float32
-                and not torch.is_autocast_enabled("cpu") and Linear.fast_inference):
-            x = torch.ops.zoo.decoder_layers(
-                x.contiguous(), pos, plan["params"], plan["packed"], plan["k"], plan["v"],
-                plan["cross_k"], plan["cross_v"], self.keep, plan["heads"], plan["width"],
-                plan["self_scale"], plan["cross_scale"], plan["eps"], plan["norm_first"],
-                plan["activation"], _position_biases(plan["bias_of"], pos), plan["gated"],
-                plan["rms_norm"], plan["kv_heads"],
-                None if plan["rotary"] is None else rotation_matrix(
-                    plan["rotary"], pos, plan["width"]),
-                None)
+        if self.native is not None and may_run(x):
+            x = run(self.native, x, pos, keep=self.keep)
         else:
             for layer in self.layers:
                 x = self._layer(layer, x, pos)

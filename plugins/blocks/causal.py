@@ -21,6 +21,12 @@ class CausalBlock(nn.Module):
     :class:`~zoo.plugin_api.KVCache`) keeps the attention's keys and values between
     decoding steps."""
 
+    static_layout = True
+    """``forward`` is exactly: ``attn`` then ``ffn``, each added to its input and normed by
+    ``norm1``, ``norm2`` (after the sum, or before the sublayer when ``norm_first``),
+    dropout aside. The decoder architecture's native steps compute the same; a subclass
+    that changes ``forward`` says so again, or decodes by the general path."""
+
     def __init__(
         self,
         settings: None = None,

@@ -153,8 +153,10 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
                               "next token follows its last real one")
         check_decoding_memory(model, src.shape[0], src.shape[1], settings,
                               settings.length_limit(src.shape[1]), src.device)
-        step = PromptSteps(model, src, padding_mask, use_cache=use_cache, beams=beams)
-        return step, src.repeat_interleave(beams, 0), Rules(settings, start=src.shape[1])
+        rules = Rules(settings, start=src.shape[1])
+        step = PromptSteps(model, src, padding_mask, use_cache=use_cache, beams=beams,
+                           steps=rules.max_length - src.shape[1])
+        return step, src.repeat_interleave(beams, 0), rules
     if padding_mask is not None:
         raise RecipeError("padding_mask is for a decoder-only model's prompts; an "
                           "encoder-decoder model reads its sources' padding from pad_id")

@@ -82,18 +82,25 @@ class PromptSteps:
 
     The rows are ``beams`` copies of each prompt; its first step reads each prompt
     once (padded on the left, ``padding_mask`` True at the padding) and copies the
-    caches to every beam. Later steps give the model only the newest token."""
+    caches to every beam. Later steps give the model only the newest token; a model that
+    offers ``static_decoder(cache, length=)`` takes them over from there (``steps``, the
+    most the caller will take: in buffers of that length, where zoo's native step runs
+    it), else None."""
 
     def __init__(self, model, prompt: torch.Tensor, padding_mask: torch.Tensor | None, *,
-                 use_cache: bool = True, beams: int = 1) -> None:
+                 use_cache: bool = True, beams: int = 1, steps: int | None = None) -> None:
         self.model, self.beams = model, beams
         use_cache = use_cache and getattr(model, "decodes_incrementally", True)
         self.cache = model.init_cache() if use_cache else None
+        self.steps = steps
+        self.static = None
         self.mask = _repeat(padding_mask, beams)
         """(N, L0) the prompts' padding, one row per beam (None: no padding)."""
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, T) sequences so far, the prompt first -> (N, V) float32 logits."""
+        if self.static is not None:
+            return self.static(tokens[:, -1:])[:, -1].float()
         if self.cache is None:
             mask = self.mask
             if mask is not None:
@@ -107,12 +114,17 @@ class PromptSteps:
             if self.beams > 1:
                 self.cache.spread(self.beams)
                 logits = logits.repeat_interleave(self.beams, 0)
+            make_static = getattr(self.model, "static_decoder", None)
+            if make_static is not None and self.steps:
+                self.static = make_static(self.cache, length=self.steps)
             return logits.float()
         return self.model(tokens[:, -1:], cache=self.cache)[:, -1].float()
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (beam search)."""
-        if self.cache is not None:
+        if self.static is not None:
+            self.static.reorder(index)
+        elif self.cache is not None:
             self.cache.reorder(index)
         if self.mask is not None:
             self.mask = self.mask.index_select(0, index)

@@ -1,0 +1,249 @@
+"""What zoo's native decoding step (``torch.ops.zoo.decoder_layers``, :mod:`.native_step`)
+is given for a model's layers, and the checks that decide whether it may run them: the
+seq2seq decoder's layers (:mod:`.static_decoder`) and the decoder-only model's
+(:mod:`.static_lm`) share them.
+
+A layer runs natively when each of its parts says it computes exactly what the step
+computes: its block's layout (``static_layout``), softmax attention over every key
+(``softmax_attention``) with no positions inside it, a bias of the self-attention scores
+(T5's, ALiBi) or one rotation of queries and keys for every layer (RoPE); LayerNorms
+(``plain_layer_norm``) or RMSNorms (``plain_rms_norm``); feed-forward networks that say
+``plain_mlp`` or ``plain_glu`` (GEGLU, SwiGLU: fc1_g and fc1_x joined into one product)
+with a ReLU, GELU (exact or tanh) or SiLU; and products that each give their rows to zoo's
+native product: zoo's ``Linear`` (fp32 CPU weights) or ``QuantizedLinear`` (int8). A
+subclass that rewrites the method a flag speaks for, without saying the flag again, is not
+trusted.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from zoo.plugin_api import Linear, QuantizedLinear, derived_copy, private_copy
+
+from .native_step import STEP
+
+ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
+               (nn.SiLU, "none"): 3}
+"""The feed-forward activations zoo's native step computes, and its codes for them."""
+
+KEYS = ("params", "packed", "k", "v", "cross_k", "cross_v", "self_scale", "cross_scale", "eps",
+        "norm_first", "activation", "gated", "rms_norm", "bias_of")
+
+
+def declares(module: nn.Module, flag: str, method: str) -> bool:
+    """True when the class that writes ``method`` of ``module`` also sets ``flag`` True:
+    a subclass that rewrites the method without saying the flag again is not trusted."""
+    for cls in type(module).__mro__:
+        if method in cls.__dict__:
+            return bool(cls.__dict__.get(flag, False))
+    return False
+
+
+def joined(holder: nn.Module, name: str, first: nn.Module, second: nn.Module) -> nn.Module | None:
+    """One linear layer giving [first(x) | second(x)] where both are plain linear layers
+    of one kind: zoo's ``Linear``, or int8 ``QuantizedLinear`` (whose rows, each with its
+    own scale, join exactly); None otherwise. It is kept on ``holder`` as ``name``, made
+    once and made again when either weight changes; it holds copies, so it is never
+    trained or saved."""
+    if type(first) is not type(second) or (first.bias is None) != (second.bias is None):
+        return None
+    if type(first) is Linear:
+        return derived_copy(holder, name, (first.weight, second.weight, first.bias,
+                                           second.bias),
+                            lambda: _joined_linear(first, second))
+    if type(first) is QuantizedLinear:
+        return derived_copy(holder, name, (first.weight_int8, second.weight_int8,
+                                           first.weight_scale, second.weight_scale,
+                                           first.bias, second.bias),
+                            lambda: _joined_int8(first, second))
+    return None
+
+
+def _joined_linear(q: Linear, kv: Linear) -> Linear:
+    weight = torch.cat([q.weight.detach(), kv.weight.detach()])
+    fused = Linear(weight.shape[1], weight.shape[0], bias=q.bias is not None, device="meta")
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    if q.bias is not None:
+        fused.bias = nn.Parameter(torch.cat([q.bias.detach(), kv.bias.detach()]),
+                                  requires_grad=False)
+    fused.eval()
+    return private_copy(fused)  # its weight is this copy: nothing else writes it
+
+
+def _joined_int8(q: QuantizedLinear, kv: QuantizedLinear) -> QuantizedLinear:
+    fused = QuantizedLinear(q.in_features, q.out_features + kv.out_features,
+                            bias=q.bias is not None)
+    fused.weight_int8 = torch.cat([q.weight_int8, kv.weight_int8])
+    fused.weight_scale = torch.cat([q.weight_scale, kv.weight_scale])
+    if q.bias is not None:
+        fused.bias = torch.cat([q.bias, kv.bias])
+    fused.native_rows = q.native_rows
+    return private_copy(fused.eval())
+
+
+def fused_qkv(attn: nn.Module) -> nn.Module | None:
+    """One linear layer giving [q | k | v] of a self-attention (see :func:`joined`)."""
+    return joined(attn, "_fused_qkv", attn.q_proj, attn.kv_proj)
+
+
+def _plain_linear(layer: nn.Module, rows: int) -> bool:
+    return type(layer) in (Linear, QuantizedLinear) and layer.takes_native(rows)
+
+
+def _product_weight(layer: nn.Module) -> torch.Tensor:
+    """The weight the native step checks a product's sizes by (fp32, or int8)."""
+    return layer.weight_int8 if type(layer) is QuantizedLinear else layer.weight
+
+
+def _plain_vector(t: torch.Tensor | None, width: int) -> bool:
+    return t is None or (t.dtype == torch.float32 and t.device.type == "cpu"
+                         and t.is_contiguous() and tuple(t.shape) == (width,))
+
+
+def _norm_kind(norm: nn.Module, width: int) -> int | None:
+    """0 for a LayerNorm the native step may run (it says ``plain_layer_norm``), 1 for an
+    RMSNorm (``plain_rms_norm``, no bias), None otherwise; their weight (and bias) are
+    contiguous fp32 CPU vectors of the model's width (a strided or short one stays in
+    Python, which reads it as torch does, or refuses it)."""
+    if not all(_plain_vector(t, width) for t in (norm.weight, getattr(norm, "bias", None))):
+        return None
+    if declares(norm, "plain_layer_norm", "forward"):
+        return 0
+    if declares(norm, "plain_rms_norm", "forward") and getattr(norm, "bias", None) is None:
+        return 1
+    return None
+
+
+def _network(ffn: nn.Module) -> tuple[nn.Module | None, nn.Module | None, int | None, int]:
+    """A feed-forward network's first and second products, its activation's code and
+    whether it is gated (fc1_g and fc1_x joined into one product): what the native step
+    reads of a network that says ``plain_mlp`` or ``plain_glu``; Nones otherwise."""
+    act = getattr(ffn, "act", None)
+    code = ACTIVATIONS.get((type(act), getattr(act, "approximate", "none")))
+    if declares(ffn, "plain_mlp", "forward"):
+        return ffn.fc1, ffn.fc2, code, 0
+    if declares(ffn, "plain_glu", "forward"):
+        return joined(ffn, "_fused_gate", ffn.fc1_g, ffn.fc1_x), ffn.fc2, code, 1
+    return None, None, None, 0
+
+
+def new_plan(attentions: list[nn.Module]) -> dict | None:
+    """An empty plan for layers of these self-attentions, or None when the native step is
+    not built here or cannot rotate them all by one rotation."""
+    if not STEP.available():
+        return None
+    rotary = _one_rotation(attentions)
+    if rotary is False:
+        return None
+    plan: dict = {key: [] for key in KEYS}
+    plan["rotary"], plan["shape"] = rotary, None
+    return plan
+
+
+def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
+              ffn: nn.Module, norm_first: bool, rows: int) -> bool:
+    """Append one layer's products, norms and settings to ``plan``: self-attention
+    ``attn``, cross-attention ``cross`` (None: a decoder-only layer), ``norms`` before or
+    after each sublayer (the middle one None without cross-attention), the feed-forward
+    network ``ffn``, for ``rows`` rows a step. False (the plan is then unusable) when the
+    native step cannot run it."""
+    fused = fused_qkv(attn)
+    fc1, fc2, act, gated = _network(ffn)
+    products = (fused, attn.out_proj, *(() if cross is None else (cross.q_proj, cross.out_proj)),
+                fc1, fc2)
+    present = [n for n in norms if n is not None]
+    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in present}
+    shape = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
+    if (fused is None or attn.position_kind not in (None, "bias", "rotary") or act is None
+            or not all(_plain_linear(x, rows) for x in products)
+            or len(kinds) != 1 or None in kinds
+            or isinstance(attn.scale, torch.Tensor)
+            or (cross is not None and (isinstance(cross.scale, torch.Tensor)
+                                       or (cross.n_heads, cross.head_dim) != shape[:2]
+                                       or cross.n_kv_heads != cross.n_heads))
+            or plan["shape"] not in (None, shape)):
+        return False
+    plan["shape"] = shape
+    empty = torch.empty(0)  # where a decoder-only layer has no cross-attention
+    cross_products = (None, None) if cross is None else (cross.q_proj, cross.out_proj)
+    for part in (fused, attn.out_proj, *cross_products, fc1, fc2):
+        plan["params"] += [None, None] if part is None else [_product_weight(part), part.bias]
+        plan["packed"].append(empty if part is None else part.native_weight())
+    for part in norms:
+        plan["params"] += [None, None] if part is None else [part.weight,
+                                                             getattr(part, "bias", None)]
+    plan["eps"] += [0.0 if n is None else float(n.eps) for n in norms]
+    plan["self_scale"].append(attn.head_dim ** -0.5 if attn.scale is None else attn.scale)
+    plan["cross_scale"].append(1.0 if cross is None else cross.head_dim ** -0.5
+                               if cross.scale is None else cross.scale)
+    plan["norm_first"].append(int(norm_first))
+    plan["activation"].append(act)
+    plan["gated"].append(gated)
+    plan["rms_norm"].append(kinds.pop())
+    plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
+    return True
+
+
+def may_run(x: torch.Tensor) -> bool:
+    """True when the step may run now on ``x``: no autograd, fp32, no autocast, and
+    zoo's linear layers free to use their packed copies."""
+    return (not torch.is_grad_enabled() and x.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu") and Linear.fast_inference)
+
+
+def run(plan: dict, x: torch.Tensor, pos: int, *, keep: torch.Tensor | None = None,
+        self_keep: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` (rows, 1, d) through every layer of ``plan`` at step ``pos``: the keys and
+    values of that position go into the plan's buffers; ``keep`` is the sources' padding
+    (False at it) for cross-attention, ``self_keep`` (rows, buffer length) the keys' own."""
+    heads, width, kv_heads = plan["shape"]
+    rotation = None if plan["rotary"] is None else rotation_matrix(plan["rotary"], pos, width)
+    return torch.ops.zoo.decoder_layers(
+        x.contiguous(), pos, plan["params"], plan["packed"], plan["k"], plan["v"],
+        plan["cross_k"], plan["cross_v"], keep, heads, width, plan["self_scale"],
+        plan["cross_scale"], plan["eps"], plan["norm_first"], plan["activation"],
+        _position_biases(plan["bias_of"], pos), plan["gated"], plan["rms_norm"], kv_heads,
+        rotation, self_keep)
+
+
+def _one_rotation(attentions: list[nn.Module]) -> nn.Module | None | bool:
+    """The rotary position module whose rotation the native step applies to every layer's
+    queries and keys (None when no layer rotates; False when some do and some do not, or
+    their modules rotate differently: the step takes one rotation)."""
+    modules = [a.positional if a.position_kind == "rotary" else None for a in attentions]
+    if all(m is None for m in modules):
+        return None
+    if any(m is None for m in modules):
+        return False
+    first = rotation_matrix(modules[0], 1, attentions[0].head_dim)
+    if not all(m is modules[0] or torch.equal(rotation_matrix(m, 1, a.head_dim), first)
+               for m, a in zip(modules, attentions)):
+        return False
+    return modules[0]
+
+
+def rotation_matrix(module: nn.Module, pos: int, width: int) -> torch.Tensor:
+    """(width, width) M with ``module.rotate(x, [pos]) == x @ M`` for every head vector x:
+    each row is the rotation of one unit vector (RoPE is linear in x, whatever its layout,
+    scaling or rotated share of the width)."""
+    eye = torch.eye(width)[:, None, None, :]  # (width rows, 1 head, 1 position, width)
+    return module.rotate(eye, torch.tensor([pos]))[:, 0, 0].float().contiguous()
+
+
+def _position_biases(modules: list, pos: int) -> list[torch.Tensor | None]:
+    """Each layer's bias of step ``pos``'s self-attention scores, (heads, pos + 1): its
+    module's ``bias`` of the keys' positions less the query's, once for each module
+    (T5's layers share one)."""
+    made: dict[int, torch.Tensor] = {}
+    out = []
+    for module in modules:
+        if module is None:
+            out.append(None)
+            continue
+        if id(module) not in made:
+            rel = torch.arange(-pos, 1)[None]  # (1 query, pos + 1 keys)
+            made[id(module)] = module.bias(rel)[:, 0].float().contiguous()
+        out.append(made[id(module)])
+    return out

@@ -1,0 +1,108 @@
+"""A decoder-only model's decoding steps after its prompts, in zoo's native step.
+
+:class:`zoo.plugin_api.LanguageModelCache` decodes through each attention's ``forward``:
+at one prompt a step, its operators and module calls cost about as much as the products.
+Once the prompts are read (by the general path, once per prompt), :class:`StaticLM`
+takes their keys and values into buffers of fixed size (rows x key/value heads x length x
+head width), and every later step runs through all layers in one call of the native step
+(``torch.ops.zoo.decoder_layers`` without cross-attention, :mod:`.native_plan`): the
+rotation of queries and keys (RoPE) or a bias of the scores, grouped-query attention,
+RMSNorm or LayerNorm, SwiGLU or GELU networks, the prompts' left padding skipped as keys.
+Positions on the embeddings (GPT-2's learned ones) are the model's own module, each row
+going on from its own count of real tokens.
+
+It runs when every block says ``static_layout`` (:class:`zoo.plugins.blocks.causal.CausalBlock`)
+and every part of each layer is one the native step computes; anything else (a sliding
+window, another mechanism, recorded maps, training mode, more rows than zoo's native
+product takes) decodes by the general path, which gives the same tokens
+(``model.static_decoding = False`` forces it).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .native_plan import add_layer, declares, may_run, new_plan, run
+
+
+def plain_lm(model: nn.Module) -> bool:
+    """True when every block and attention of ``model`` may be run by :class:`StaticLM`."""
+    if model.training or not getattr(model, "decodes_incrementally", False):
+        return False
+    for block in model.layers:
+        attn = block.attn
+        if (not declares(block, "static_layout", "forward")
+                or not declares(attn, "softmax_attention", "_attend") or attn.record_weights
+                or getattr(attn, "window", None) is not None):
+            return False
+    return True
+
+
+class StaticLM:
+    """Next-token logits of ``model``'s rows after the prompts its ``cache`` holds, one
+    step at a time, for at most ``length`` more steps; ``native`` is None when the native
+    step cannot run the model (the caller then keeps the general path).
+
+    :meth:`__call__` takes the new tokens (rows, 1) and returns logits (rows, 1, vocab);
+    :meth:`reorder` keeps rows as a beam search does."""
+
+    def __init__(self, model: nn.Module, cache, *, length: int) -> None:
+        self.model = model
+        first = cache[0]
+        rows, self.start = first.k.shape[0], cache.offset
+        self.filled = 0
+        self.native = new_plan([block.attn for block in model.layers])
+        if self.native is None:
+            return
+        for block in model.layers:
+            if not add_layer(self.native, attn=block.attn, cross=None,
+                             norms=(block.norm1, None, block.norm2), ffn=block.ffn,
+                             norm_first=block.norm_first, rows=rows):
+                self.native = None
+                return
+        total = self.start + length
+        for block, layer_cache in zip(model.layers, cache):
+            for name, filled in (("k", layer_cache.k), ("v", layer_cache.v)):
+                buffer = filled.new_empty((*filled.shape[:2], total, filled.shape[-1]))
+                buffer[:, :, :self.start] = filled
+                self.native[name].append(buffer)
+        # False at the prompts' padding: no later query attends to it
+        self.keep = torch.ones(rows, total, dtype=torch.bool, device=first.k.device)
+        if cache.padding is not None:
+            self.keep[:, :self.start] = ~cache.padding
+        self.counts = cache.real_counts(rows, first.k.device)  # each row's real positions
+
+    @property
+    def length(self) -> int:
+        return self.keep.shape[1] - self.start
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        m, pos = self.model, self.start + self.filled
+        if self.filled >= self.length:
+            raise ValueError(f"the decoder's buffers hold {self.length} steps; make a "
+                             "StaticLM with a larger length")
+        x = m._embed_at(tokens, pos, self.counts)
+        if not may_run(x):
+            raise RuntimeError("StaticLM runs without autograd in fp32 (torch.no_grad(), "
+                               "no autocast): decode through zoo.generate, which does")
+        x = run(self.native, x, pos, self_keep=self.keep)
+        self.filled += 1
+        self.counts = self.counts + 1
+        if m.norm is not None:
+            x = m.norm(x)
+        return m.lm_head(x)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows ``index``: only the rows that change are copied."""
+        moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().flatten()
+        if not moved.numel():
+            return
+        sources = index.index_select(0, moved)
+        n = self.start + self.filled
+        for buf in (*self.native["k"], *self.native["v"]):
+            filled = buf[:, :, :n]
+            # every source row is read before any is written (a row may be both)
+            filled.index_copy_(0, moved, filled.index_select(0, sources))
+        self.keep = self.keep.index_select(0, index)
+        self.counts = self.counts.index_select(0, index)

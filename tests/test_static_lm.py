@@ -1,0 +1,107 @@
+"""A decoder-only model's steps after its prompts in zoo's native step (StaticLM): the
+logits and tokens of the general path (LanguageModelCache through each attention), for
+every kind of layer the built-in and imported language models have."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.decoding.steps import PromptSteps
+from zoo.ops import Linear
+from zoo.plugins.architectures.static_lm import StaticLM, plain_lm
+from zoo.quantization import QuantizedLinear, quantize
+
+from .test_native import needs_kernel
+
+VARIANTS = [
+    ("llama-tiny", {}),  # RoPE, grouped-query attention, RMSNorm, SwiGLU
+    ("gpt2-tiny", {}),  # learned positions counted per row, LayerNorm, tanh GELU, biases
+    ("gpt2-tiny", {"norm_placement": "post", "positional": "alibi", "ffn": "relu"}),
+    ("llama-tiny", {"positional": {"name": "rope", "settings": {"layout": "interleaved"}},
+                    "ffn": "geglu"}),
+]
+
+
+def _prompts(vocab: int):
+    g = torch.Generator().manual_seed(3)
+    prompts = torch.randint(5, vocab, (3, 7), generator=g)
+    mask = torch.zeros(3, 7, dtype=torch.bool)
+    mask[1, :3] = mask[2, :5] = True  # left padding
+    return prompts, mask
+
+
+def _both_paths(model, beams=2, steps=6):
+    """Logits of ``steps`` steps after the prompts through StaticLM and through the
+    general path (a beam reorder after the third), and whether StaticLM ran."""
+    prompts, mask = _prompts(model.settings.vocab_size)
+    rows = prompts.shape[0] * beams
+    new = torch.randint(5, model.settings.vocab_size, (rows, steps),
+                        generator=torch.Generator().manual_seed(5))
+    moved = torch.arange(rows).view(-1, beams).flip(-1).flatten()
+    out, ran = [], []
+    with torch.no_grad():
+        for static in (True, False):
+            model.static_decoding = static
+            step = PromptSteps(model, prompts, mask, beams=beams, steps=steps + 1)
+            tokens = prompts.repeat_interleave(beams, 0)
+            logits = [step(tokens)]
+            ran.append(step.static is not None)
+            for t in range(steps):
+                tokens = torch.cat([tokens, new[:, t:t + 1]], 1)
+                logits.append(step(tokens))
+                if t == 2:
+                    step.reorder(moved)
+                    tokens = tokens.index_select(0, moved)
+            out.append(torch.stack(logits, 1))
+    del model.static_decoding
+    return out, ran
+
+
+@needs_kernel
+@pytest.mark.parametrize("recipe,overrides", VARIANTS,
+                         ids=lambda v: v if isinstance(v, str) else ",".join(v) or "as is")
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_the_native_step_gives_the_general_paths_logits(recipe, overrides, int8, monkeypatch):
+    monkeypatch.setattr(Linear, "native_rows", 16)
+    monkeypatch.setattr(QuantizedLinear, "native_rows", 16)
+    torch.manual_seed(0)
+    model = zoo.build(recipe, dropout=0.0, **overrides).eval()
+    if int8:
+        model = quantize(model)
+    assert plain_lm(model)
+    (static, general), ran = _both_paths(model)
+    assert ran == [True, False]
+    torch.testing.assert_close(static, general, rtol=1e-5, atol=1e-5)
+    assert torch.equal(static.argmax(-1), general.argmax(-1))
+
+
+@needs_kernel
+def test_what_the_native_step_cannot_run_takes_the_general_path(monkeypatch):
+    monkeypatch.setattr(Linear, "native_rows", 16)
+    torch.manual_seed(0)
+    windowed = zoo.build("llama-tiny", **{"attention.window": 3}).eval()
+    assert not plain_lm(windowed)
+    model = zoo.build("llama-tiny").eval()
+    model.layers[1].ffn.act = torch.nn.Tanh()  # no activation code of the step's
+    assert plain_lm(model)
+    (_, _), ran = _both_paths(model)
+    assert ran == [False, False]
+    monkeypatch.setattr(Linear, "native_rows", 2)  # six rows: more than the product takes
+    (_, _), ran = _both_paths(zoo.build("llama-tiny").eval())
+    assert ran == [False, False]
+
+
+@needs_kernel
+def test_a_step_past_the_buffers_is_refused():
+    model = zoo.build("llama-tiny").eval()
+    prompts, mask = _prompts(model.settings.vocab_size)
+    with torch.no_grad():
+        step = PromptSteps(model, prompts, mask, steps=2)
+        step(prompts)
+        assert isinstance(step.static, StaticLM)
+        for t in (1, 2):
+            step(torch.cat([prompts, prompts[:, :t]], 1))
+        with pytest.raises(ValueError, match="hold 2 steps"):
+            step(torch.cat([prompts, prompts[:, :3]], 1))
