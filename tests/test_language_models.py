@@ -452,11 +452,15 @@ def test_fine_tuning_an_imported_language_model_keeps_its_tokenizer(with_tokeniz
         list(range(len(tokenizer))))
 
 
-def test_zoo_bench_decodes_a_language_model_beside_transformers_and_ctranslate2(folders,
-                                                                               tmp_path):
+@pytest.mark.parametrize("source", ["tinyllama", "llama-tiny"])
+def test_zoo_bench_decodes_a_language_model_beside_transformers_and_ctranslate2(
+        source, folders, tmp_path):
+    """An imported folder, and a recipe (whose transformers export's generation settings
+    name max_new_tokens: every peer is still told exactly how many tokens to make)."""
     pytest.importorskip("ctranslate2")
     out = tmp_path / "bench.json"
-    done = run_zoo("bench", "decode", "--model", f"local-dir:{folders['tinyllama'][1]}",
+    model = f"local-dir:{folders[source][1]}" if source in folders else source
+    done = run_zoo("bench", "decode", "--model", model,
                    "--batch", "2", "--length", "6", "--new-tokens", "4", "--latency", "3,3",
                    "--dtypes", "fp32,int8", "--repeats", "1", "--wait", "0", "--json", str(out))
     assert done.returncode == 0, done.stderr
@@ -480,18 +484,12 @@ def test_imported_language_models_decode_through_the_native_step(beams, folders,
     from zoo.plugins.architectures.static_lm import StaticLM
 
     from .test_native import CAN_BUILD
+    from .test_static_decoder import native_runs
 
     if not CAN_BUILD:
         pytest.skip("needs Linux on an AVX2 CPU and a C++ compiler")
     monkeypatch.setattr(Linear, "native_rows", 64)
-    ran = []
-    made = StaticLM.__init__
-
-    def watched(self, *args, **kwargs):
-        made(self, *args, **kwargs)
-        ran.append(self.native is not None)
-
-    monkeypatch.setattr(StaticLM, "__init__", watched)
+    ran = native_runs(StaticLM, monkeypatch)
     prompts, mask = left_padded()
     for variant in VARIANTS:
         hf, folder = folders[variant]

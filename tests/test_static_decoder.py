@@ -17,6 +17,20 @@ from .test_native import needs_kernel
 from .test_decoding import tiny as tiny_of
 
 
+def native_runs(cls, monkeypatch) -> list[bool]:
+    """A list that gains, for each ``cls`` (StaticDecoder, StaticLM) made from now on,
+    whether the native step runs it."""
+    ran = []
+    made = cls.__init__
+
+    def watched(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        ran.append(self.native is not None)
+
+    monkeypatch.setattr(cls, "__init__", watched)
+    return ran
+
+
 def tiny(vocab=16, **kw):
     """test_decoding's sharpened transformer-tiny, with a vocabulary of 16 here."""
     return tiny_of(vocab, **kw)
@@ -323,14 +337,7 @@ def test_imported_models_decode_through_the_native_step(variant, eos, tmp_path, 
     monkeypatch.setattr(Linear, "native_rows", 64)
     hf, pad = save_family(variant, tmp_path / "m", generate=True)
     model = zoo.build(f"local-dir:{tmp_path / 'm'}").eval()
-    ran = []
-    made = StaticDecoder.__init__
-
-    def watched(self, *args, **kwargs):
-        made(self, *args, **kwargs)
-        ran.append(self.native is not None)
-
-    monkeypatch.setattr(StaticDecoder, "__init__", watched)
+    ran = native_runs(StaticDecoder, monkeypatch)
     src, mask = padded_batch(pad)
     out = model.generate(src, num_beams=1)
     assert ran == [True]

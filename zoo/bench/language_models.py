@@ -75,10 +75,11 @@ def _zoo_run(model: nn.Module, prompts: torch.Tensor, mode: str, new_tokens: int
 def _transformers_run(model: nn.Module, prompts: torch.Tensor, mode: str, new_tokens: int):
     sampling = dict(do_sample=True, **SAMPLING) if mode == "sample" else dict(do_sample=False)
     mask = torch.ones_like(prompts)
-    total = prompts.shape[1] + new_tokens  # (max_length: its generation config has one)
+    # max_new_tokens: its generation config may name max_length, max_new_tokens or both,
+    # and max_new_tokens wins over max_length
     return torch.no_grad()(lambda: model.generate(
-        input_ids=prompts, attention_mask=mask, max_length=total, min_length=total,
-        num_beams=1, pad_token_id=0, **sampling))
+        input_ids=prompts, attention_mask=mask, max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens, num_beams=1, pad_token_id=0, **sampling))
 
 
 def _generators(folder: str | None, sources: dict[str, list[list[str]]], dtypes,
