@@ -166,7 +166,8 @@ NATIVE = VARIANTS + [
     {"positional": {"name": "rope", "settings": {"layout": "interleaved"}}},
     {"ffn": "gelu", "ffn.approximate": "tanh", "norm_placement": "pre"},
     {"ffn": "silu"},  # Marian's network (opus-mt)
-    {"positional": "t5-bias"}, {"positional": "alibi"}, {"ffn": "geglu", "norm": "rmsnorm", "norm_placement": "pre"},
+    {"positional": "t5-bias"}, {"positional": "alibi"},
+    {"ffn": "geglu", "norm": "rmsnorm", "norm_placement": "pre"},
     {"ffn": "relu", "ffn.bias": False, "norm": "rmsnorm", "positional": "t5-bias"}, T5_LAYER]
 
 
@@ -224,9 +225,9 @@ def _one_layer_rotated_otherwise(model):
 
 
 @needs_kernel
-@pytest.mark.parametrize("overrides,change", [({}, _tanh_network),
-                                              ({"positional": "rope"}, _one_layer_rotated_otherwise)],
-                         ids=["tanh", "two-rotations"])
+@pytest.mark.parametrize("overrides,change", [
+    ({}, _tanh_network), ({"positional": "rope"}, _one_layer_rotated_otherwise)],
+    ids=["tanh", "two-rotations"])
 def test_parts_the_native_step_does_not_run_stay_in_python(overrides, change, monkeypatch):
     monkeypatch.setattr(Linear, "native_rows", 16)
     model = tiny(**overrides)

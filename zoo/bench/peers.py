@@ -191,8 +191,9 @@ def transformers_folder(folder) -> nn.Module:
 
 def folder_tokens(config: dict) -> list[str]:
     """Token names for the ids of a transformers folder's ``config``: ``t<id>``, but its
-    end, pad and start ids (``</s>``, ``<pad>``, ``<s>``; the first name of an id holds) and an unknown token (its
-    ``unk_token_id``, else the first id left: T5's 2, BART's 3, Marian's 1)."""
+    end, pad and start ids (``</s>``, ``<pad>``, ``<s>``; the first name of an id holds)
+    and an unknown token (its ``unk_token_id``, else the first id left: T5's 2, BART's 3,
+    Marian's 1)."""
     size = config["vocab_size"]
     names = [f"t{i}" for i in range(size)]
     for key, name in (("eos_token_id", "</s>"), ("pad_token_id", "<pad>"),
