@@ -29,9 +29,10 @@ Plain means: the decoder block's ``forward`` is the paper's layout (``static_lay
 see :class:`zoo.plugins.blocks.decoder.DecoderBlock`), each attention's ``_attend``
 is softmax attention over every key (``softmax_attention``, see
 :class:`zoo.plugin_api.MultiHeadAttention`), and positions act on the embeddings, rotate
-queries and keys, or add a bias to self-attention's scores (T5's); cross-attention has
-none. Anything else (ALiBi, Shaw's relative positions, a mechanism of its own, recorded
-attention maps, training mode) decodes by the general path, which gives the same tokens.
+queries and keys, or add a bias to self-attention's scores (T5's, ALiBi); cross-attention
+has none. Anything else (Shaw's relative positions, a mechanism of its own, a sliding
+window, recorded attention maps, training mode) decodes by the general path, which gives
+the same tokens.
 """
 
 from __future__ import annotations
