@@ -156,9 +156,20 @@ def ctranslate2_model(peer: MarianPeer, folder) -> str:
     """Convert the Marian peer's weights into a CTranslate2 model in ``folder`` with
     CTranslate2's ``TransformersConverter`` (its Marian loader), through a saved Hugging
     Face folder and a word-level tokenizer of :func:`marian_tokens`; returns the path."""
-    import json
     from pathlib import Path
 
+    folder = Path(folder)
+    hf_dir, ct2_dir = folder / "marian", folder / "ct2"
+    peer.model.save_pretrained(hf_dir)
+    _convert_named(hf_dir, ct2_dir, marian_tokens(peer.model.config.vocab_size))
+    return str(ct2_dir)
+
+
+def _convert_named(hf_dir, ct2_dir, tokens: list[str]) -> None:
+    """Write a word-level tokenizer of ``tokens`` (the ids' names; ``<unk>``, and ``<s>``,
+    ``</s>``, ``<pad>`` where present, as its special tokens) into the transformers folder
+    ``hf_dir``, then convert that folder with CTranslate2's ``TransformersConverter`` into
+    ``ct2_dir``."""
     try:
         import ctranslate2  # noqa: F401
         from ctranslate2.converters import TransformersConverter
@@ -166,17 +177,14 @@ def ctranslate2_model(peer: MarianPeer, folder) -> str:
         from transformers import PreTrainedTokenizerFast
     except ImportError as exc:
         raise PeerMissing(f"ctranslate2 is not installed ({exc})") from None
-    folder = Path(folder)
-    hf_dir, ct2_dir = folder / "marian", folder / "ct2"
-    peer.model.save_pretrained(hf_dir)
-    tokens = marian_tokens(peer.model.config.vocab_size)
-    vocab = {t: i for i, t in enumerate(tokens)}
+    specials = {key: name for key, name in (("pad_token", "<pad>"), ("bos_token", "<s>"),
+                                            ("eos_token", "</s>")) if name in tokens}
     PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-        bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        tokenizer_object=Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)},
+                                                    unk_token="<unk>")),
+        unk_token="<unk>", **specials,
     ).save_pretrained(hf_dir)
     TransformersConverter(str(hf_dir)).convert(str(ct2_dir), force=True)
-    return str(ct2_dir)
 
 
 def transformers_folder(folder) -> nn.Module:
@@ -218,13 +226,6 @@ def ctranslate2_of_folder(source, config: dict, folder) -> tuple[str, str | None
     import json
     from pathlib import Path
 
-    try:
-        import ctranslate2  # noqa: F401
-        from ctranslate2.converters import TransformersConverter
-        from tokenizers import Tokenizer, models
-        from transformers import PreTrainedTokenizerFast
-    except ImportError as exc:
-        raise PeerMissing(f"ctranslate2 is not installed ({exc})") from None
     source, folder = Path(source), Path(folder)
     hf_dir, ct2_dir = folder / "transformers", folder / "ct2"
     hf_dir.mkdir(parents=True, exist_ok=True)
@@ -240,15 +241,7 @@ def ctranslate2_of_folder(source, config: dict, folder) -> tuple[str, str | None
         written.setdefault("normalize_before", written["model_type"] == "mbart")
     (hf_dir / "config.json").write_text(json.dumps(written))
     tokens = folder_tokens(config)
-    PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)},
-                                                    unk_token="<unk>")),
-        unk_token="<unk>", **{key: name for key, name in (("pad_token", "<pad>"),
-                                                           ("bos_token", "<s>"),
-                                                           ("eos_token", "</s>"))
-                              if name in tokens},
-    ).save_pretrained(hf_dir)
-    TransformersConverter(str(hf_dir)).convert(str(ct2_dir), force=True)
+    _convert_named(hf_dir, ct2_dir, tokens)
     named = json.loads((ct2_dir / "config.json").read_text()).get("decoder_start_token")
     start = config.get("decoder_start_token_id")
     return str(ct2_dir), (tokens[start] if named is None and isinstance(start, int) else None)
