@@ -69,6 +69,20 @@ def test_cosine_over_time_follows_the_clock_not_the_steps():
     assert factor(100) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4)))
 
 
+def test_cosine_over_time_ends_with_the_steps_where_they_run_out_first():
+    clock = {"spent": 0.0}
+    factor = schedules.cosine_over_time(10, lambda: clock["spent"], min_ratio=0.1, total=110)
+    by_steps = schedules.cosine(10, 110, min_ratio=0.1)
+    for step in (0, 5, 10, 35, 60, 109, 110):  # a fast machine: the steps lead
+        clock["spent"] = max(0, step - 10) / 200  # half as far through the time limit
+        assert factor(step) == pytest.approx(by_steps(step))
+    clock["spent"] = 0.75  # a slow one: the clock leads at step 60 (half of the steps)
+    assert factor(60) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.75)))
+    clock["spent"] = 1.0
+    assert factor(61) == pytest.approx(0.1)
+    assert factor(500) == pytest.approx(0.1)  # past both budgets: the bottom
+
+
 def test_a_schedule_over_time_needs_a_cosine_and_a_time_limit():
     recipe = get_train_recipe("sort")
     with pytest.raises(zoo.RecipeError, match="has none; set time_limit_minutes"):

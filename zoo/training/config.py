@@ -68,9 +68,11 @@ class ScheduleSpec(_Strict):
     gamma: float = Field(0.5, gt=0, le=1)
     """step: the factor of each decay."""
     over: Literal["steps", "time"] = "steps"
-    """cosine only: ``time`` runs the curve over the run's ``time_limit_minutes`` instead of
-    its steps, so a run the clock stops ends at ``min_lr_ratio`` whatever the machine's
-    speed (the rate then depends on the clock: such runs do not repeat step for step)."""
+    """cosine only: ``time`` runs the curve over the run's ``time_limit_minutes`` or its
+    steps (or epochs), whichever budget is further spent at each step, so a run ends at
+    ``min_lr_ratio`` whatever stops it: the clock on a slow machine, its steps on a fast
+    one (the rate then depends on the clock: such runs do not repeat step for step,
+    unless the steps lead all the way, as they do where the machine is fast enough)."""
 
     @model_validator(mode="after")
     def _over_time_is_cosine(self) -> "ScheduleSpec":

@@ -43,14 +43,19 @@ def cosine(warmup: int, total: int, min_ratio: float = 0.0) -> Callable[[int], f
 
 
 def cosine_over_time(warmup: int, spent: Callable[[], float],
-                     min_ratio: float = 0.0) -> Callable[[int], float]:
+                     min_ratio: float = 0.0, total: int | None = None) -> Callable[[int], float]:
     """Half a cosine from 1 down to ``min_ratio`` over a time budget, capped by a linear
-    warmup over the first ``warmup`` steps: ``min(step / warmup, cosine(spent()))``, where
-    ``spent()`` is the share of the budget used so far (0 to 1). A run stopped by its clock
-    ends at the bottom of the curve on any machine (budgeted training: Li et al. 2020)."""
+    warmup over the first ``warmup`` steps: ``min(step / warmup, cosine(progress))``, where
+    ``progress`` is the share of the budget used so far (0 to 1): of the time, ``spent()``,
+    or of the ``total`` steps (after the warmup), whichever is further on. A run ends at
+    the bottom of the curve whichever budget stops it: its clock on a slow machine (budgeted
+    training: Li et al. 2020), its steps on a fast one."""
 
     def factor(step: int) -> float:
-        progress = min(1.0, max(0.0, spent()))
+        progress = spent()
+        if total is not None:
+            progress = max(progress, (step - warmup) / max(1, total - warmup))
+        progress = min(1.0, max(0.0, progress))
         down = min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
         return min(step / warmup, down) if warmup else down
 
@@ -78,11 +83,12 @@ def step_decay(warmup: int, step_size: int, gamma: float) -> Callable[[int], flo
 def make(spec, total: int, spent: Callable[[], float] | None = None) -> Callable[[int], float]:
     """The schedule a ``ScheduleSpec`` names, for a run of ``total`` steps; ``factor(n)``
     multiplies the peak rate at the n-th optimizer update (counted from 1, as the paper).
-    A schedule ``over: time`` reads ``spent()``, the share of the time limit used."""
+    A schedule ``over: time`` reads ``spent()``, the share of the time limit used, and ends
+    at ``total`` steps too where the steps run out first."""
     if getattr(spec, "over", "steps") == "time":
         if spent is None:
             raise ValueError("a schedule over time needs the share of the time limit spent")
-        return cosine_over_time(spec.warmup_steps, spent, spec.min_lr_ratio)
+        return cosine_over_time(spec.warmup_steps, spent, spec.min_lr_ratio, total)
     if spec.name == "step":
         return step_decay(spec.warmup_steps, spec.step_size, spec.gamma)
     if spec.name == "inverse-sqrt":
