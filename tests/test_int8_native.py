@@ -90,7 +90,7 @@ def test_wrong_int8_inputs_are_named():
 def test_quantized_linear_gives_few_rows_to_the_native_product_and_more_to_fbgemm():
     layer = _layer(48, 64)
     few = torch.randn(2, 1, 64)
-    many = torch.randn(layer.native_rows or native.default_rows() + 1, 64)
+    many = torch.randn(layer.native_rows or native.default_rows(int8=True) + 1, 64)
     with torch.no_grad(), fixed_weights(layer):
         assert layer(few).shape == (2, 1, 48)
         torch.testing.assert_close(layer(few), formula(few, layer).view(2, 1, 48),

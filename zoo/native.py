@@ -354,7 +354,7 @@ def compile_spec() -> None:
 def _products_loaded() -> bool:
     import torch
 
-    default_rows()  # now, outside any traced function: inside one it cannot be read
+    default_rows(), default_rows(int8=True)  # now, outside any traced function: not inside
     if not torch.ops.zoo.cpu_has_avx2_fma():
         return False
 
@@ -408,23 +408,27 @@ def status() -> dict:
             "missing": [m for s in each for m in s["missing"]], "libraries": each}
 
 
-_ROWS: int | None = None
+_ROWS: dict[bool, int] = {}
 
 
-def default_rows() -> int:
-    """The most rows :class:`zoo.ops.Linear` gives the native product by default: 128 where
-    PyTorch dispatches AVX2 (measured 1.15 to 1.3 times oneDNN at 128 rows, level from
-    about 320), 4 on AVX-512, where oneDNN's products are twice as wide and only the
-    products bound by reading the weights (a few rows) can gain; that figure is not
-    measured."""
-    global _ROWS
-    if _ROWS is None:
+def default_rows(int8: bool = False) -> int:
+    """The most rows :class:`zoo.ops.Linear` (``int8``: :class:`zoo.quantization.
+    QuantizedLinear`) gives zoo's native product by default, from
+    ``python benchmarks/few_row_products.py [--int8]`` on 2-core AMD EPYCs:
+
+    - fp32: 128. On AVX2, 1.15 to 1.3 times oneDNN's packed product at 128 rows, level
+      from about 320; on AVX-512 (Zen 4, whose 512-bit operations take two 256-bit
+      halves), 1.5 times at 128 and 1.2 at 512. An Intel CPU with AVX-512 is not measured.
+    - int8: 128 on AVX2; 4 where the CPU has AVX-512 VNNI, from where FBGEMM's 512-bit
+      product is faster (0.84 to 0.90 times it at 16 rows, 0.7 at 64)."""
+    if int8 not in _ROWS:
         import torch
 
         if torch.compiler.is_compiling():  # asked outside a traced function first
             return 0
-        _ROWS = 128 if torch.backends.cpu.get_cpu_capability() == "AVX2" else 4
-    return _ROWS
+        avx2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
+        _ROWS[int8] = 4 if int8 and not avx2 else 128
+    return _ROWS[int8]
 
 
 def available() -> bool:

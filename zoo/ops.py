@@ -164,10 +164,11 @@ class Linear(nn.Linear):
     native_rows: int | None = None
     """In fp32 CPU inference, inputs of at most this many rows are multiplied by zoo's
     native product (:mod:`zoo.native`) where it is available; 0 turns it off, None (the
-    default) takes ``zoo.native.default_rows()``: 128 on AVX2, 4 on AVX-512. Measured on
-    a 2-core AVX2 CPU against oneDNN's packed product (transformer-base's decoding
-    step's products): 3.1x faster at one row, 2.0x at four, 1.6x at sixteen, 1.2x at 64,
-    1.15 to 1.3x at 128, level from about 320 rows."""
+    default) takes ``zoo.native.default_rows()``: 128. Measured on 2-core AMD EPYCs
+    against oneDNN's packed product (transformer-base's decoding step's products): with
+    AVX2, 3.1x faster at one row, 2.0x at four, 1.6x at sixteen, 1.2x at 64, 1.15 to
+    1.3x at 128, level from about 320 rows; with AVX-512, 3.2 to 3.5x at four, 2.3x at
+    sixteen, 1.7x at 64, 1.5x at 128, 1.2x at 512."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``F.linear``, or for CPU inference zoo's native product or the packed oneDNN

@@ -100,14 +100,16 @@ class QuantizedLinear(nn.Module):
 
     native_rows: int | None = None
     """Inputs of at most this many rows are multiplied by zoo's native int8 product where it
-    is available; 0 turns it off, None (the default) takes ``zoo.native.default_rows()``,
-    as :class:`zoo.ops.Linear` does."""
+    is available; 0 turns it off, None (the default) takes
+    ``zoo.native.default_rows(int8=True)``: 128 on AVX2, 4 with AVX-512 VNNI, where
+    FBGEMM's product is faster from 16 rows."""
 
     def takes_native(self, rows: int) -> bool:
         """True when zoo's native int8 product may multiply ``rows`` rows by this layer: at
         most ``native_rows`` (resolved) of them, CPU weights, a contiguous fp32 bias (or
         none), and zoo's native libraries available here."""
-        limit = native.default_rows() if self.native_rows is None else self.native_rows
+        limit = (native.default_rows(int8=True) if self.native_rows is None
+                 else self.native_rows)
         bias = self.bias
         return (0 < rows <= limit and self.weight_int8.device.type == "cpu"
                 and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))
