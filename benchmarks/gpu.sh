@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: the `gpu`-marked tests, then `zoo bench` with
 # bf16, FlashAttention through SDPA, the xFormers kernel (when installed) and
-# torch.compile, each step under a timeout (8 minutes in all); everything lands in $OUT.
+# torch.compile, then the host's CPU (another kind of CPU than the development
+# machine's): zoo's native products against oneDNN and FBGEMM, and `zoo bench decode`
+# against CTranslate2 in fp32 and int8. Each step under a timeout (11 minutes in all);
+# everything lands in $OUT.
 #
 #   bash benchmarks/gpu.sh                  # .venv from the README, results in bench-gpu/
 #   PYTHON=python OUT=/tmp/b PEAK_TFLOPS=989 bash benchmarks/gpu.sh
@@ -48,6 +51,18 @@ timeout 45 "$PY" -m zoo bench decode --device cuda --batch 64 --repeats 3 --wait
 step "vit-base: inference and training, bf16 and fp32"
 timeout 60 "$PY" -m zoo bench vit --device cuda --vit-recipe vit-base-patch16-224 --batch 64 \
     --repeats 5 --wait 0 --peak-tflops "$PEAK" --json "$OUT/vit.json" || status=1
+
+step "host CPU: zoo's native products against oneDNN's and FBGEMM's (sets native_rows)"
+lscpu | grep -E "Model name|^CPU\(s\)|Flags" | cut -c1-400 | tee "$OUT/host-cpu.txt"
+timeout 40 "$PY" -m zoo native build || status=1
+timeout 45 "$PY" benchmarks/few_row_products.py --rows 1,16,64,128 --rounds 1 \
+    | tee "$OUT/products-fp32.txt" || status=1
+timeout 30 "$PY" benchmarks/few_row_products.py --int8 --rows 1,16,64,128 --rounds 1 \
+    | tee "$OUT/products-int8.txt" || status=1
+
+step "host CPU: decode, zoo against CTranslate2, fp32 and int8"
+timeout 120 "$PY" -m zoo bench decode --device cpu --impls zoo,ct2 --dtypes fp32,int8 \
+    --repeats 2 --wait 0 --json "$OUT/decode-cpu.json" || status=1
 
 step "done (status $status); results in $OUT/"
 exit $status
