@@ -104,6 +104,43 @@ inline __m256i dot(__m256i acc, __m256i x, __m256i w) {
 #endif
 }  // namespace avxvnni
 
+// Eight floats times inv, rounded to int32 (half to even), plus z.
+__attribute__((target("avx2,fma"))) inline __m256i levels_of(const float* x, __m256 inv,
+                                                            __m256i z) {
+  return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), inv)), z);
+}
+
+// A row of K floats to bytes: its scale max|x| / levels, and round(x * levels / max|x|) + z
+// (round half to even, as std::nearbyint in the default rounding mode), eight floats at a
+// time; a NaN is skipped by the max, as std::max skips it.
+__attribute__((target("avx2,fma"))) float quantize_row(const float* row, int64_t K,
+                                                      float levels, int32_t z, uint8_t* q) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 big = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    big = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(row + k)), big);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, big);
+  float amax = 0.f;
+  for (float lane : lanes) amax = std::max(amax, lane);
+  for (; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
+  const float inv = amax > 0.f ? levels / amax : 0.f;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i vz = _mm256_set1_epi32(z);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (k = 0; k + 32 <= K; k += 32) {
+    const __m256i ab = _mm256_packs_epi32(levels_of(row + k, vinv, vz),
+                                          levels_of(row + k + 8, vinv, vz));
+    const __m256i cd = _mm256_packs_epi32(levels_of(row + k + 16, vinv, vz),
+                                          levels_of(row + k + 24, vinv, vz));
+    const __m256i all = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), all);
+  }
+  for (; k < K; ++k) q[k] = uint8_t(int32_t(std::nearbyint(row[k] * inv)) + z);
+  return amax / levels;
+}
+
 enum class Isa { kAvx2, kAvx512Vnni, kAvxVnni };
 
 // VNNI where the CPU has it, unless PyTorch is told to dispatch no further than AVX2
@@ -190,16 +227,10 @@ void int8_product(const at::Tensor& x, const at::Tensor& packed, const float* bi
   std::vector<uint8_t> xq(rows * K4, uint8_t(z));
   std::vector<float> xscale(rows);
   const float* xp = x.data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = xp + r * K;
-    float amax = 0.f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
-    const float inv = amax > 0.f ? levels / amax : 0.f;
-    xscale[r] = amax / levels;
-    uint8_t* q = xq.data() + r * K4;
-    for (int64_t k = 0; k < K; ++k)
-      q[k] = uint8_t(int32_t(std::nearbyint(row[k] * inv)) + z);
-  }
+  at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      xscale[r] = quantize_row(xp + r * K, K, levels, int32_t(z), xq.data() + r * K4);
+  });
   const Product a{xq.data(), xscale.data(), packed.data_ptr<int8_t>() + HEADER, bias,
                   y.data_ptr<float>(), K, n_out, z};
   switch (isa()) {
