@@ -419,8 +419,9 @@ def default_rows(int8: bool = False) -> int:
     - fp32: 128. On AVX2, 1.15 to 1.3 times oneDNN's packed product at 128 rows, level
       from about 320; on AVX-512 (Zen 4, whose 512-bit operations take two 256-bit
       halves), 1.5 times at 128 and 1.2 at 512. An Intel CPU with AVX-512 is not measured.
-    - int8: 128 on AVX2; 4 where the CPU has AVX-512 VNNI, from where FBGEMM's 512-bit
-      product is faster (0.84 to 0.90 times it at 16 rows, 0.7 at 64)."""
+    - int8: 128 where PyTorch dispatches AVX2; 4 on AVX-512 (measured with VNNI: from 16
+      rows FBGEMM's 512-bit product is faster, zoo's 0.84 to 0.90 times it there, 0.7 at
+      64)."""
     if int8 not in _ROWS:
         import torch
 
