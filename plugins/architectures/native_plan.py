@@ -138,7 +138,7 @@ def new_plan(attentions: list[nn.Module]) -> dict | None:
     if rotary is False:
         return None
     plan: dict = {key: [] for key in KEYS}
-    plan["rotary"], plan["shape"] = rotary, None
+    plan["rotary"], plan["shape"], plan["bias_tables"] = rotary, None, {}
     return plan
 
 
@@ -204,7 +204,7 @@ def run(plan: dict, x: torch.Tensor, pos: int, *, keep: torch.Tensor | None = No
         x.contiguous(), pos, plan["params"], plan["packed"], plan["k"], plan["v"],
         plan["cross_k"], plan["cross_v"], keep, heads, width, plan["self_scale"],
         plan["cross_scale"], plan["eps"], plan["norm_first"], plan["activation"],
-        _position_biases(plan["bias_of"], pos), plan["gated"], plan["rms_norm"], kv_heads,
+        _position_biases(plan, pos), plan["gated"], plan["rms_norm"], kv_heads,
         rotation, self_keep)
 
 
@@ -232,18 +232,21 @@ def rotation_matrix(module: nn.Module, pos: int, width: int) -> torch.Tensor:
     return module.rotate(eye, torch.tensor([pos]))[:, 0, 0].float().contiguous()
 
 
-def _position_biases(modules: list, pos: int) -> list[torch.Tensor | None]:
+def _position_biases(plan: dict, pos: int) -> list[torch.Tensor | None]:
     """Each layer's bias of step ``pos``'s self-attention scores, (heads, pos + 1): its
-    module's ``bias`` of the keys' positions less the query's, once for each module
-    (T5's layers share one)."""
-    made: dict[int, torch.Tensor] = {}
+    module's ``bias`` of the keys' positions less the query's. A bias depends on the
+    distance alone, so each module (T5's layers share one) gives it once for every distance
+    the plan's buffers hold, and a step takes the last ``pos + 1`` of them."""
+    tables = plan["bias_tables"]
+    length = plan["k"][0].shape[2]
     out = []
-    for module in modules:
+    for module in plan["bias_of"]:
         if module is None:
             out.append(None)
             continue
-        if id(module) not in made:
-            rel = torch.arange(-pos, 1)[None]  # (1 query, pos + 1 keys)
-            made[id(module)] = module.bias(rel)[:, 0].float().contiguous()
-        out.append(made[id(module)])
+        table = tables.get(id(module))
+        if table is None:  # (heads, length): column j is the distance j - (length - 1)
+            rel = torch.arange(1 - length, 1)[None]
+            table = tables[id(module)] = module.bias(rel)[:, 0].float().contiguous()
+        out.append(table[:, length - 1 - pos:].contiguous())
     return out
