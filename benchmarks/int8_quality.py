@@ -5,9 +5,10 @@ docs/deploy.md).
         --vit runs/fashion-mnist-vit
 
 - translation: test BLEU and chrF of the fp32 and the int8 model (the task's own
-  evaluation: sacreBLEU on detokenised text, the recipe's beam), and the share of
-  greedy tokens that are the same (position by position, up to the longer of the two
-  outputs, over the whole test split);
+  evaluation: sacreBLEU on detokenised text, the recipe's beam), the int8 model also
+  with zoo's native int8 product at every row count, and the share of greedy tokens
+  that are the same (position by position, up to the longer of the two outputs, over
+  the whole test split), also with each int8 product alone (FBGEMM's, zoo's native);
 - ViT: test top-1 accuracy of both, and the share of test images where they predict
   the same class.
 
@@ -49,9 +50,23 @@ def _agreement(a: list[list[int]], b: list[list[int]], eos: int) -> float:
     return same / max(total, 1)
 
 
+def _every_row_native(model, limit: int | None = None):
+    """``model`` with every int8 layer's ``native_rows`` set to ``limit`` (None: no limit,
+    so zoo's native product takes every row count; 0: FBGEMM's takes them all). By default
+    they split by rows, and the batches here (64 sentences, beams) go mostly to FBGEMM on
+    AVX-512."""
+    from zoo import quantization
+
+    for layer in model.modules():
+        if isinstance(layer, quantization.QuantizedLinear):
+            layer.native_rows = 1 << 30 if limit is None else limit
+    return model
+
+
 def references_for_int8(run) -> list[str]:
-    """What bounds int8's agreement on this model: the weights' rounding alone (int8
-    weights, fp32 activations and products), and CTranslate2's own int8 and fp32 on the
+    """What bounds int8's agreement on this model: each int8 product alone (FBGEMM's, one
+    scale for each call's activations; zoo's native one, a scale for each row), the
+    weights' rounding alone (int8 weights, fp32 activations and products), and CTranslate2's own int8 and fp32 on the
     same weights (``zoo export --format ctranslate2``), each against zoo's fp32."""
     import tempfile
 
@@ -63,6 +78,10 @@ def references_for_int8(run) -> list[str]:
     task, fp32 = run.task, run.model.eval()
     ours = _greedy_ids(task, fp32)  # decoded once more here: the script's cost is seconds
     rows = []
+    for name, limit in (("zoo int8, every product through FBGEMM", 0),
+                        ("zoo int8, every product through zoo's native int8 product", None)):
+        int8 = _every_row_native(zoo.quantize(copy.deepcopy(fp32)), limit)
+        rows.append((name, _agreement(ours, _greedy_ids(task, int8), task.eos_id)))
     weight_only = zoo.quantize(copy.deepcopy(fp32))
     for layer in weight_only.modules():
         if isinstance(layer, quantization.QuantizedLinear):
@@ -90,8 +109,10 @@ def translation(run_dir: str) -> list[str]:
     run = load_run(run_dir)
     fp32 = run.model.eval()
     int8 = zoo.quantize(copy.deepcopy(fp32))
+    native_int8 = _every_row_native(zoo.quantize(copy.deepcopy(fp32)))
     rows = []
-    for name, model in (("fp32", fp32), ("int8", int8)):
+    for name, model in (("fp32", fp32), ("int8", int8),
+                        ("int8, zoo's native product at every row count", native_int8)):
         start = time.perf_counter()
         metrics = run.task.evaluate(model, "test")
         rows.append((name, metrics["bleu"], metrics["chrf"], time.perf_counter() - start))
@@ -101,7 +122,8 @@ def translation(run_dir: str) -> list[str]:
     out = ["| translate-de-en test split | BLEU | chrF | seconds (whole split, beam "
            f"{run.task.default_beam}) |", "|---|---|---|---|"]
     out += [f"| {n} | {b:.2f} | {c:.2f} | {s:.1f} |" for n, b, c, s in rows]
-    out.append(f"\nBLEU int8 − fp32: {rows[1][1] - rows[0][1]:+.2f}; greedy tokens identical: "
+    out.append(f"\nBLEU int8 − fp32: {rows[1][1] - rows[0][1]:+.2f} (native at every row count "
+               f"{rows[2][1] - rows[0][1]:+.2f}); greedy tokens identical: "
                f"{agree:.2%} (fp32 made {tokens} tokens, end tokens included)\n")
     return out + references_for_int8(run)
 
