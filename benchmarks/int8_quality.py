@@ -66,8 +66,9 @@ def _every_row_native(model, limit: int | None = None):
 def references_for_int8(run) -> list[str]:
     """What bounds int8's agreement on this model: each int8 product alone (FBGEMM's, one
     scale for each call's activations; zoo's native one, a scale for each row), the
-    weights' rounding alone (int8 weights, fp32 activations and products), and CTranslate2's own int8 and fp32 on the
-    same weights (``zoo export --format ctranslate2``), each against zoo's fp32."""
+    weights' rounding alone (int8 weights, fp32 activations and products), and
+    CTranslate2's own int8 and fp32 on the same weights (``zoo export --format
+    ctranslate2``), each against zoo's fp32."""
     import tempfile
 
     import ctranslate2

@@ -18,8 +18,8 @@ results of the old weight. So each copy also keeps a fingerprint of its sources'
 
 Reading the fingerprint costs one read of the weights at about the memory's rate: 8 ms
 for transformer-base's 63 million on the 2-core CPU this project runs on
-(``torch.ops.zoo.fingerprint``), about a twentieth of one sentence's greedy decoding; a caller that decodes many times keeps one
-block open around them all and pays it once.
+(``torch.ops.zoo.fingerprint``), about a twentieth of one sentence's greedy decoding; a
+caller that decodes many times keeps one block open around them all and pays it once.
 """
 
 from __future__ import annotations
