@@ -50,9 +50,9 @@ def _agreement(a: list[list[int]], b: list[list[int]], eos: int) -> float:
     return same / max(total, 1)
 
 
-def _every_row_native(model, limit: int | None = None):
-    """``model`` with every int8 layer's ``native_rows`` set to ``limit`` (None: no limit,
-    so zoo's native product takes every row count; 0: FBGEMM's takes them all). By default
+def _with_native_rows(model, limit: int | None = None):
+    """``model`` with every int8 layer's ``native_rows`` set to ``limit``: None for no
+    limit (zoo's native product takes every row count), 0 for FBGEMM's alone. By default
     they split by rows, and the batches here (64 sentences, beams) go mostly to FBGEMM on
     AVX-512."""
     from zoo import quantization
@@ -81,7 +81,7 @@ def references_for_int8(run) -> list[str]:
     rows = []
     for name, limit in (("zoo int8, every product through FBGEMM", 0),
                         ("zoo int8, every product through zoo's native int8 product", None)):
-        int8 = _every_row_native(zoo.quantize(copy.deepcopy(fp32)), limit)
+        int8 = _with_native_rows(zoo.quantize(copy.deepcopy(fp32)), limit)
         rows.append((name, _agreement(ours, _greedy_ids(task, int8), task.eos_id)))
     weight_only = zoo.quantize(copy.deepcopy(fp32))
     for layer in weight_only.modules():
@@ -110,7 +110,7 @@ def translation(run_dir: str) -> list[str]:
     run = load_run(run_dir)
     fp32 = run.model.eval()
     int8 = zoo.quantize(copy.deepcopy(fp32))
-    native_int8 = _every_row_native(zoo.quantize(copy.deepcopy(fp32)))
+    native_int8 = _with_native_rows(zoo.quantize(copy.deepcopy(fp32)))
     rows = []
     for name, model in (("fp32", fp32), ("int8", int8),
                         ("int8, zoo's native product at every row count", native_int8)):
