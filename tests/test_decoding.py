@@ -157,6 +157,9 @@ PROCESSORS = {  # each setting's transformers processor
     "top_k": lambda p, s: p.TopKLogitsWarper(s["top_k"]),
     "top_p": lambda p, s: p.TopPLogitsWarper(s["top_p"]),
     "min_p": lambda p, s: p.MinPLogitsWarper(s["min_p"]),
+    "typical_p": lambda p, s: p.TypicalLogitsWarper(s["typical_p"]),
+    "epsilon_cutoff": lambda p, s: p.EpsilonLogitsWarper(s["epsilon_cutoff"]),
+    "eta_cutoff": lambda p, s: p.EtaLogitsWarper(s["eta_cutoff"]),
     "renormalize": lambda p, s: p.LogitNormalization(),
 }
 
@@ -183,7 +186,10 @@ def test_the_rules_equal_transformers_logits_processors(settings):
 
 FILTERS = [dict(temperature=0.5), dict(temperature=1.8), dict(top_k=1), dict(top_k=5),
            dict(top_p=0.3), dict(top_p=0.92), dict(min_p=0.05), dict(min_p=0.5),
-           dict(temperature=0.7, top_k=8, top_p=0.9, min_p=0.02)]
+           dict(typical_p=0.2), dict(typical_p=0.9), dict(epsilon_cutoff=0.02),
+           dict(epsilon_cutoff=0.3), dict(eta_cutoff=0.01), dict(eta_cutoff=0.2),
+           dict(temperature=0.7, top_k=8, top_p=0.9, min_p=0.02),
+           dict(temperature=1.3, top_k=30, typical_p=0.8, epsilon_cutoff=0.01, eta_cutoff=0.05)]
 
 
 @pytest.mark.parametrize("settings", FILTERS,
@@ -196,6 +202,100 @@ def test_the_sampling_filters_equal_transformers_warpers(settings):
     ref = _transformers_processors(settings)(tokens, scores.clone())
     assert torch.equal(ours.isfinite(), ref.isfinite())
     torch.testing.assert_close(ours[ours.isfinite()], ref[ref.isfinite()], rtol=0, atol=1e-6)
+
+
+def test_every_built_in_rule_is_held_to_a_transformers_processor():
+    # a built-in rule added without a transformers reference above fails here
+    from zoo.registry import registry
+
+    settings_read = {key for c in registry.list("rule") if c.plugin == "rules"
+                     for key in c.settings_model.model_fields}
+    checked = set(PROCESSORS) | {"eos_ids"}  # min-length's end tokens, with min_length
+    assert settings_read - checked == set()
+    tested = {k for case in RULES + FILTERS for k in case}
+    assert set(PROCESSORS) - tested == set()
+
+
+def test_the_rules_run_in_transformers_order():
+    from zoo.registry import registry
+
+    def order(sampling):
+        rules = [c for c in registry.list("rule") if c.capabilities.sampling == sampling]
+        return [c.name for c in sorted(rules, key=lambda c: c.capabilities.order)]
+
+    assert order(False) == ["repetition-penalty", "no-repeat-ngram", "forbidden-tokens",
+                            "min-length", "forced-bos", "forced-eos", "renormalize"]
+    assert order(True) == ["temperature", "top-k", "top-p", "min-p", "typical", "epsilon",
+                           "eta"]
+
+
+class BanAfter:
+    """A plugin's decoding rule, as a third party writes it from the docs: once a row
+    holds ``ban_after`` tokens, the token ``ban_token`` never comes again."""
+
+    @staticmethod
+    def rule_class():
+        from pydantic import BaseModel, ConfigDict, Field
+
+        from zoo.plugin_api import Rule
+
+        class BanToken(Rule):
+            class Settings(BaseModel):
+                model_config = ConfigDict(extra="forbid")
+                ban_token: int | None = Field(None, ge=0)
+                ban_after: int = Field(1, ge=1)
+
+            def __call__(self, tokens, scores):
+                if tokens.shape[1] >= self.settings.ban_after:
+                    scores[:, self.settings.ban_token] = float("-inf")
+                return scores
+
+        return BanToken
+
+    @zoo.hookimpl
+    def register_rules(self, register):
+        register("ban-token", self.rule_class(), description="a test's rule",
+                 capabilities={"order": 350})
+
+
+@pytest.fixture
+def ban_rule(fresh_registry):
+    return zoo.register_plugin(BanAfter(), name="ban-after")
+
+
+def test_a_plugin_adds_a_decoding_rule_that_zoo_generate_runs(ban_rule, tmp_path):
+    model = tiny(16)
+    src = torch.randint(3, 16, (4, 6), generator=torch.Generator().manual_seed(1))
+    plain = zoo.generate(model, src, max_new_tokens=8)
+    common = int(plain[plain != model.pad_id].mode().values)
+    banned = zoo.generate(model, src, max_new_tokens=8, ban_token=common)
+    assert common in plain.flatten().tolist() and common not in banned.flatten().tolist()
+    # the rule's own setting is validated by its model, and named when wrong
+    with pytest.raises(zoo.RecipeError, match="ban_after"):
+        zoo.generate(model, src, ban_token=common, ban_after=0)
+    # sampling and beams go through it too, and the setting travels with a saved model
+    sampled = zoo.generate(model, src, do_sample=True, seed=0, max_new_tokens=8,
+                           ban_token=common)
+    assert common not in sampled.flatten().tolist()
+    assert common not in zoo.generate(model, src, num_beams=3, max_new_tokens=8,
+                                      ban_token=common).flatten().tolist()
+    model.generation = zoo.decoding.settings_for(model, ban_token=common)
+    zoo.save_pretrained(model, tmp_path / "m")
+    loaded = zoo.build(f"local-dir:{tmp_path / 'm'}")
+    assert loaded.generation.rule_settings == {"ban_token": common}
+    assert torch.equal(zoo.generate(loaded, src, max_new_tokens=8), banned)
+
+
+def test_a_setting_no_rule_reads_is_refused_by_name():
+    model = tiny(16)
+    src = torch.randint(3, 16, (1, 6))
+    with pytest.raises(zoo.RecipeError, match="'ban_token' is not a generation setting"):
+        zoo.generate(model, src, ban_token=3)
+    with pytest.raises(zoo.RecipeError, match="no installed decoding rule reads"):
+        zoo.generate(model, src, rule_settings={"ban_token": 3})
+    # typical sampling is a setting of its own, not a misspelt top_p
+    settings = zoo.decoding.settings_for(model, do_sample=True, typical_p=0.5)
+    assert settings.typical_p == 0.5
 
 
 def test_filter_logits_keeps_what_it_says():

@@ -178,6 +178,18 @@ def test_a_generation_setting_zoo_cannot_follow_is_refused_by_name(tmp_path):
                                 "num_beams": 1, "top_p": 0.8}))
     g = zoo.build(f"local-dir:{tmp_path / 'm'}").generation
     assert (g.repetition_penalty, g.do_sample, g.top_p, g.top_k) == (1.3, True, 0.8, 50)
+    # typical and truncation sampling are followed too, and read whatever do_sample says
+    path.write_text(json.dumps({**kept, "do_sample": False, "typical_p": 0.7,
+                                "epsilon_cutoff": 3e-4, "eta_cutoff": 2e-3}))
+    g = zoo.build(f"local-dir:{tmp_path / 'm'}").generation
+    assert (g.typical_p, g.epsilon_cutoff, g.eta_cutoff) == (0.7, 3e-4, 2e-3)
+    # a setting zoo does not follow is refused even where the folder does not sample: a
+    # user who samples later would get draws without it
+    for unfollowed in ({"exponential_decay_length_penalty": [5, 1.1]},
+                       {"suppress_tokens": [3]}, {"guidance_scale": 1.5}):
+        path.write_text(json.dumps({**kept, "do_sample": False, **unfollowed}))
+        with pytest.raises(zoo.FormatError, match=next(iter(unfollowed))):
+            zoo.build(f"local-dir:{tmp_path / 'm'}")
 
 
 def test_transformers_bookkeeping_keys_are_inert(tmp_path):

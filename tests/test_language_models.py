@@ -92,6 +92,30 @@ def test_sampling_draws_transformers_tokens_under_one_seed(variant, folders):
     assert torch.equal(torch.stack(streamed, 1), first)
 
 
+@pytest.mark.parametrize("cutoffs", [dict(typical_p=0.6), dict(epsilon_cutoff=0.02),
+                                     dict(eta_cutoff=0.05)], ids=lambda c: next(iter(c)))
+def test_typical_and_truncation_sampling_draw_transformers_tokens(cutoffs, folders):
+    # the folder's own generation settings may name them too: read, never dropped
+    hf, folder = folders["gpt2"]
+    model = zoo.build(f"local-dir:{folder}").eval()
+    prompts, mask = left_padded()
+    sampling = dict(do_sample=True, temperature=1.2, max_new_tokens=10, **cutoffs)
+    runs = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            ref = hf.generate(prompts, attention_mask=mask, pad_token_id=END["gpt2"],
+                              **sampling)[:, prompts.shape[1]:]
+        torch.manual_seed(seed)
+        out = zoo.generate(model, prompts, padding_mask=mask == 0, **sampling)
+        assert out.tolist() == ref.tolist()
+        runs.append(out.tolist())
+    torch.manual_seed(0)
+    plain = zoo.generate(model, prompts, padding_mask=mask == 0, do_sample=True,
+                         temperature=1.2, max_new_tokens=10)
+    assert plain.tolist() != runs[0]  # the cutoff changed the draws
+
+
 def test_the_window_and_the_rope_scaling_are_what_gives_transformers_logits(folders):
     # without Mistral's window, or Llama 3's frequency scaling, the logits differ: the
     # equality above holds because zoo reproduces them, not because they change nothing
@@ -229,14 +253,19 @@ def test_zoo_generate_streams_continuations_of_prompts_and_standard_input(with_t
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == [p + t for p, t in zip(PROMPTS, expected)]
     sampled = [run_zoo("generate", f"local-dir:{folder}", PROMPTS[0], "--only-new",
-                       "--temperature", "0.8", "--top-p", "0.9", "--seed", "5",
-                       "--max-new-tokens", "6").stdout for _ in range(2)]
+                       "--temperature", "0.8", "--typical-p", "0.9", "--seed", "5",
+                       "--set", "no_repeat_ngram_size=2", "--max-new-tokens", "6").stdout
+               for _ in range(2)]
     assert sampled[0] == sampled[1]
     assert sampled[0].rstrip("\n") == zoo.complete(model, PROMPTS[:1], max_new_tokens=6,
                                                     do_sample=True, temperature=0.8,
-                                                    top_p=0.9, seed=5)[0]
+                                                    typical_p=0.9, no_repeat_ngram_size=2,
+                                                    seed=5)[0]
     wrong = run_zoo("generate", f"local-dir:{folder}", "x", "--beam", "0")
     assert wrong.returncode != 0 and "num_beams" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    wrong = run_zoo("generate", f"local-dir:{folder}", "x", "--set", "typical=0.5")
+    assert wrong.returncode != 0 and "Did you mean 'typical_p'" in wrong.stderr
     assert "Traceback" not in wrong.stderr
 
 

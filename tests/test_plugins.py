@@ -23,7 +23,7 @@ from .conftest import plugins_from, run_zoo
 
 ROOT = Path(__file__).parents[1]
 BUILTIN = {"architectures", "attention", "blocks", "ffn", "kernels", "norm", "positional", "tasks",
-           "recipes", "losses", "formats"}
+           "recipes", "losses", "formats", "rules"}
 
 
 def test_builtin_plugins_come_from_entry_points():

@@ -18,21 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .bench.cli import add_bench
-from .cli_decode import add_embed, add_generate, add_translate
+from .cli_decode import add_embed, add_generate, add_translate, parse_sets
 from .version import __version__
-
-
-def _parse_sets(pairs: list[str]) -> dict[str, Any]:
-    """``--set key=value`` pairs, each value read as YAML (bounded, like a recipe file)."""
-    from .recipe import parse_value
-
-    overrides = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"zoo: --set takes key=value (e.g. norm=rmsnorm), got {pair!r}")
-        overrides[key] = parse_value(value, f"--set {key}")
-    return overrides
 
 
 def _width() -> int | None:
@@ -128,7 +115,7 @@ def cmd_save(args: argparse.Namespace) -> int:
         from .builder import build
 
         model, run = build(args.source, pretrained=args.pretrained or None,
-                           **_parse_sets(args.set)), None
+                           **parse_sets(args.set)), None
     out = save_pretrained(model, args.out, run=run, max_shard_size=args.max_shard_size)
     print(f"Saved {args.source} to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0
@@ -241,7 +228,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from .recipe import dump_recipe
     from .resolver import resolve
 
-    resolved = resolve(get_recipe(args.name), _parse_sets(args.set))
+    resolved = resolve(get_recipe(args.name), parse_sets(args.set))
     recipe = resolved.recipe
     fp = footprint(resolved)
     print(f"# {recipe.name}: {recipe.description}\n")
@@ -373,7 +360,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise SystemExit("zoo train: name a recipe (zoo train sort) or --resume RUN; "
                          "built-in recipes: " + ", ".join(list_train_recipes()))
     try:
-        result = train(args.recipe, overrides=_parse_sets(args.set), run_dir=args.out,
+        result = train(args.recipe, overrides=parse_sets(args.set), run_dir=args.out,
                        resume=args.resume, device=args.device, progress=not args.no_progress,
                        allow_slow_bf16=args.allow_slow_bf16, threads=args.threads)
     except Interrupted as exc:
@@ -425,7 +412,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         from .builder import build
 
-        model = build(args.source, pretrained=args.pretrained or None, **_parse_sets(args.set))
+        model = build(args.source, pretrained=args.pretrained or None, **parse_sets(args.set))
     kwargs = {"vocabulary": vocabulary, "quantization": args.quantization} \
         if args.format == "ctranslate2" else {"tokenizer": tokenizer} \
         if args.format == "transformers" else {}
@@ -560,7 +547,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     names = list(EXPERIMENTS) if args.name == "all" else [get_experiment(args.name).name]
     for name in names:
         report = run_experiment(name, seeds=args.seeds, steps=args.steps, device=args.device,
-                                out=args.out, overrides=_parse_sets(args.set),
+                                out=args.out, overrides=parse_sets(args.set),
                                 say=(lambda line: None) if args.quiet else _say)
         print("\n" + report.markdown())
         print(f"wrote {args.out}/{name}.md, {name}.json and {name}.png")

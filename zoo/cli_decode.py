@@ -61,8 +61,22 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_sets(pairs: list[str]) -> dict:
+    """``--set key=value`` pairs, each value read as YAML (bounded, like a recipe file)."""
+    from .recipe import parse_value
+
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"zoo: --set takes key=value (e.g. norm=rmsnorm), got {pair!r}")
+        overrides[key] = parse_value(value, f"--set {key}")
+    return overrides
+
+
 # -- zoo generate --------------------------------------------------------------------------------
-SAMPLING = ("temperature", "top_k", "top_p", "min_p")
+SAMPLING = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff",
+            "eta_cutoff")
 """The options that mean sampling: giving one samples, unless --greedy."""
 
 
@@ -81,8 +95,17 @@ def add_generate(sub) -> None:
                    "this probability (nucleus sampling)")
     p.add_argument("--min-p", type=float, help="sample among tokens at least this times as "
                    "likely as the most likely")
+    p.add_argument("--typical-p", type=float, help="sample among the most typical tokens "
+                   "holding this probability (locally typical sampling)")
+    p.add_argument("--epsilon-cutoff", type=float, help="sample among tokens at least this "
+                   "probable (epsilon sampling)")
+    p.add_argument("--eta-cutoff", type=float, help="sample among tokens above this "
+                   "entropy-dependent cutoff (eta sampling)")
     p.add_argument("--repetition-penalty", type=float)
     p.add_argument("--seed", type=int, help="the sampler's seed: a run repeats exactly")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other generation setting by name, a plugin's decoding rule's "
+                   "too (--set no_repeat_ngram_size=3)")
     p.add_argument("--beam", type=int, help="beam search of this many beams (not streamed)")
     choice = p.add_mutually_exclusive_group()
     choice.add_argument("--sample", action="store_true", help="sample (the model's own "
@@ -113,6 +136,7 @@ def _generation_changes(args: argparse.Namespace) -> dict:
     changes = {name: getattr(args, name) for name in (*SAMPLING, "repetition_penalty", "seed",
                                                       "max_new_tokens")
                if getattr(args, name) is not None}
+    changes.update(parse_sets(args.set))
     if args.beam is not None:
         changes.update(num_beams=args.beam, do_sample=False)
     elif args.greedy:

@@ -141,6 +141,19 @@ class FormatCapabilities(Capabilities):
     (two formats claiming one type are refused unless one says it overrides)."""
 
 
+class RuleCapabilities(Capabilities):
+    """Where a decoding rule acts on each step's scores."""
+
+    sampling: bool = False
+    """Only when sampling (``do_sample``): a filter of the distribution drawn from
+    (transformers' warpers: temperature, top-k, top-p, ...). False: every decoding
+    (transformers' processors: repetition penalty, forced tokens, ...)."""
+    order: int = 0
+    """Its place among the rules of its stage, smallest first. The built-ins follow
+    transformers' order in steps of 100 (``docs/decoding.md`` lists them), so a plugin's
+    rule goes between two of them with a number in between."""
+
+
 class TaskCapabilities(Capabilities):
     """The architectures a task trains."""
 
@@ -238,6 +251,15 @@ FAMILIES: dict[str, Family] = {
             "generation_config, state). The contract: docs/contract/format.md.",
             FormatCapabilities,
             "register_formats",
+        ),
+        Family(
+            "rule",
+            "Decoding rules (logits processors): a subclass of zoo.plugin_api.Rule, built "
+            "as cls(settings, span=) from the generation settings its Settings names; "
+            "called as rule(tokens (N, T), scores (N, V)) -> scores at every step where "
+            "Rule.wanted(settings, span) holds. The contract: docs/contract/rule.md.",
+            RuleCapabilities,
+            "register_rules",
         ),
         Family(
             "task",

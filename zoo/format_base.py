@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .decoding.settings import plugin_rule_settings
 from .errors import FormatError
 
 BOOKKEEPING = {
@@ -90,15 +91,16 @@ KEPT = {"_from_model_config", "transformers_version", "use_cache", "output_atten
 DEFAULTS = {"num_return_sequences": 1, "num_beam_groups": 1, "diversity_penalty": 0.0,
             "encoder_no_repeat_ngram_size": 0, "exponential_decay_length_penalty": None,
             "suppress_tokens": None, "begin_suppress_tokens": None, "forced_decoder_ids": None,
-            "typical_p": 1.0, "remove_invalid_values": False}
-"""Settings zoo's decoding does not have, at the values that make them change nothing
-(``typical_p`` is inert while do_sample is false)."""
-SAMPLING = {"typical_p"}
+            "remove_invalid_values": False}
+"""Settings zoo's decoding does not have, at the values that make them change nothing;
+any other value is refused by name, whether or not the folder samples (a user who
+samples later would get draws without it)."""
 READ = {"decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id",
         "max_length", "min_length", "max_new_tokens", "min_new_tokens", "num_beams",
         "length_penalty", "early_stopping", "bad_words_ids", "forced_bos_token_id",
         "forced_eos_token_id", "no_repeat_ngram_size", "renormalize_logits", "do_sample",
-        "temperature", "top_k", "top_p", "min_p", "repetition_penalty"}
+        "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff",
+        "eta_cutoff", "repetition_penalty"}
 TOP_K = 50
 """transformers' top_k when a config names none (0 there: no top-k filter)."""
 
@@ -108,14 +110,16 @@ def generation_settings(config: dict[str, Any], generation: dict[str, Any],
     """``generation`` (generation_config.json; empty: the keys of ``config``) as zoo's
     generation settings; a setting zoo's decoding cannot follow is refused by name."""
     source = generation or {k: v for k, v in config.items() if k in READ or k in DEFAULTS}
+    plugins = plugin_rule_settings() if generation else {}
     for key, value in source.items():
-        inert = key in SAMPLING and not source.get("do_sample")
-        if key in DEFAULTS and not inert and value != DEFAULTS[key] and not (
+        if key in DEFAULTS and value != DEFAULTS[key] and not (
                 key == "num_return_sequences" and value is None):
             raise FormatError(f"{family} generation setting {key}={value!r} is not one zoo's "
                               f"decoding follows (it follows {sorted(READ)}).")
-        if generation and key not in READ and key not in DEFAULTS and key not in KEPT:
-            raise FormatError(f"{family} generation setting {key!r} is not one zoo knows.")
+        if generation and key not in READ | set(DEFAULTS) | KEPT | set(plugins):
+            raise FormatError(f"{family} generation setting {key!r} is not one zoo knows "
+                              f"(zoo follows {sorted(READ)}; installed plugins' decoding "
+                              f"rules read {sorted(plugins) or 'none'}).")
 
     def get(key: str, default: Any = None) -> Any:
         value = source.get(key)
@@ -149,7 +153,10 @@ def generation_settings(config: dict[str, Any], generation: dict[str, Any],
         "max_new_tokens": get("max_new_tokens"), "min_new_tokens": get("min_new_tokens"),
         "do_sample": get("do_sample", False), "temperature": get("temperature", 1.0),
         "top_k": top_k or None, "top_p": get("top_p", 1.0), "min_p": get("min_p"),
+        "typical_p": get("typical_p", 1.0), "epsilon_cutoff": get("epsilon_cutoff", 0.0),
+        "eta_cutoff": get("eta_cutoff", 0.0),
         "repetition_penalty": get("repetition_penalty", 1.0),
+        "rule_settings": {k: v for k, v in source.items() if k in plugins},
     }
 
 
@@ -170,6 +177,10 @@ def generation_json(settings: dict[str, Any]) -> dict[str, Any]:
     if get("do_sample"):
         out.update(do_sample=True, temperature=get("temperature", 1.0),
                    top_k=get("top_k") or 0, top_p=get("top_p", 1.0))
+        cutoffs = {"typical_p": get("typical_p", 1.0),
+                   "epsilon_cutoff": get("epsilon_cutoff", 0.0),
+                   "eta_cutoff": get("eta_cutoff", 0.0)}
+        out.update({k: v for k, v in cutoffs.items() if v not in (1.0, 0.0)})
     if get("repetition_penalty", 1.0) != 1.0:
         out["repetition_penalty"] = get("repetition_penalty")
     optional = {"min_length": get("min_length"), "no_repeat_ngram_size": get("no_repeat_ngram_size"),

@@ -70,6 +70,11 @@ def register_formats(register):
 
 
 @hookspec
+def register_rules(register):
+    """Register decoding rules: what a step's scores go through (family ``rule``)."""
+
+
+@hookspec
 def register_tasks(register):
     """Register training tasks (family ``task``)."""
 

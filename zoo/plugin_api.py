@@ -31,6 +31,7 @@ from .decoding import (
     sample,
     stream,
 )
+from .decoding.rules import Rule, Span
 from .decoding.text import complete, stream_text
 from .format_base import (
     BOOKKEEPING,
@@ -60,6 +61,7 @@ from .families import (
     LossCapabilities,
     NormCapabilities,
     PositionalCapabilities,
+    RuleCapabilities,
     Slot,
     TaskCapabilities,
 )
@@ -88,7 +90,7 @@ __all__ = [
     "Slot",
     # decoding
     "generate", "stream", "complete", "stream_text", "GenerationSettings", "filter_logits",
-    "length_penalty",
+    "length_penalty", "Rule", "Span",
     "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
     # sentence embeddings
     "embed", "pool", "pooling_of", "Pooling", "cosine",
@@ -99,7 +101,7 @@ __all__ = [
     # capabilities
     "AttentionCapabilities", "KernelCapabilities", "PositionalCapabilities",
     "NormCapabilities", "FFNCapabilities", "BlockCapabilities", "ArchitectureCapabilities",
-    "TaskCapabilities", "LossCapabilities", "FormatCapabilities",
+    "TaskCapabilities", "LossCapabilities", "FormatCapabilities", "RuleCapabilities",
     # errors
     "ZooError", "RecipeError", "CapabilityError", "PluginError", "MissingPluginError",
     "FormatError",

@@ -1,20 +1,89 @@
-"""What the settings do to the next token's scores, each step: the rules (forbidden
-tokens, lengths, forced tokens, repetition) and, when sampling, the filters
-(temperature, top-k, top-p, min-p).
+"""What the settings do to the next token's scores, each step: the decoding rules, a
+family of their own (``rule``) that plugins extend.
 
-They follow transformers' logits processors and warpers, in the same order and with the
-same arithmetic, so an imported model decodes and samples as it does there
-(``tests/test_decoding.py`` holds them equal to transformers' own on the same logits).
+A rule is a small class (:class:`Rule`) built from the generation settings it reads;
+the built-ins (``zoo.plugins.rules``) are transformers' logits processors and warpers,
+in the same order and with the same arithmetic, so an imported model decodes and
+samples as it does there (``tests/test_decoding.py`` holds each equal to transformers'
+own on the same logits). A rule with the ``sampling`` capability filters the
+distribution a sample is drawn from and acts only with ``do_sample``; the others act on
+every decoding. :class:`Rules` is what one decoding call applies.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
+from pydantic import BaseModel, ConfigDict
 
 from ..errors import RecipeError
+from ..registry import registry
 from .settings import GenerationSettings
 
 NEVER = float("-inf")
+
+
+@dataclass(frozen=True)
+class Span:
+    """The lengths of one decoding call, each counting the sequences' first tokens."""
+
+    start: int
+    """The tokens every sequence begins with (the start token, or a prompt)."""
+    max_length: int
+    """The longest a sequence may grow."""
+    min_length: int
+    """No end token in a sequence shorter than this."""
+
+
+class Rule:
+    """Base of the ``rule`` family: one rule of generation, applied to each step's
+    scores. A subclass declares the generation settings it reads as its ``Settings``
+    (zoo's own names, such as ``top_p``, or new ones: ``zoo.generate`` then takes those
+    by name too), is built as ``cls(settings, span=span)`` for a decoding call when
+    :meth:`wanted` holds, and is called at each step."""
+
+    class Settings(BaseModel):
+        """The generation settings the rule reads, with the defaults that switch it off."""
+
+        model_config = ConfigDict(extra="forbid")
+
+    def __init__(self, settings: BaseModel, span: Span) -> None:
+        self.settings, self.span = settings, span
+
+    @classmethod
+    def wanted(cls, settings: BaseModel, span: Span) -> bool:
+        """Whether this call needs the rule; by default when a setting it reads differs
+        from its default."""
+        return any(getattr(settings, key) != field.get_default(call_default_factory=True)
+                   for key, field in type(settings).model_fields.items())
+
+    def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """The scores (N, V) of the next token after the rule, for the sequences
+        ``tokens`` (N, T) so far; a forbidden token scores -inf. ``scores`` is the
+        call's own copy: a rule may change it in place and return it."""
+        raise NotImplementedError(f"{type(self).__name__} does not say what it does "
+                                  "(__call__)")
+
+
+def build_rules(values: dict[str, Any], span: Span, *, sampling: bool,
+                names: tuple[str, ...] | None = None) -> list[Rule]:
+    """The registered rules of one stage (``sampling``: the filters; ``names``: only
+    these) that ``values`` (the generation settings by name) switch on, in their
+    order."""
+    chosen = []
+    for component in registry.list("rule"):
+        if component.capabilities.sampling != sampling or (names and component.name
+                                                           not in names):
+            continue
+        model = component.settings_model
+        mine = {k: values[k] for k in (model.model_fields if model else ()) if k in values}
+        settings = component.validate_settings(mine)
+        if component.load().wanted(settings, span):
+            chosen.append((component.capabilities.order, component.name,
+                           component.build(settings, span=span)))
+    return [rule for _, _, rule in sorted(chosen, key=lambda c: c[:2])]
 
 
 class Rules:
@@ -26,44 +95,34 @@ class Rules:
         self.start = start
         self.max_length = settings.length_limit(start)
         self.min_length = settings.min_length_for(start)
+        span = Span(start, self.max_length, self.min_length)
+        values = {**settings.model_dump(exclude={"rule_settings"}), **settings.rule_settings}
+        self.rules = build_rules(values, span, sampling=False)
+        self.filters = build_rules(values, span, sampling=True) if settings.do_sample else []
         self._checked = False
 
     def process(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        """``scores`` (N, V) after the rules, for the sequences ``tokens`` (N, T) so far:
-        the repetition penalty, no repeated n-gram, forbidden tokens, no end before the
-        minimum length, a forced first and a forced last token; then, with
-        ``renormalize``, the log-probabilities normalised again."""
-        s = self.settings
+        """``scores`` (N, V) after the rules that act on every decoding, for the
+        sequences ``tokens`` (N, T) so far (transformers' processors: the repetition
+        penalty, no repeated n-gram, forbidden tokens, no end before the minimum length,
+        a forced first and a forced last token, ``renormalize``)."""
         if not self._checked:
-            check_vocabulary(s, scores.shape[-1])
+            check_vocabulary(self.settings, scores.shape[-1])
             self._checked = True
-        length = tokens.shape[1]
         scores = scores.clone()
-        if s.repetition_penalty != 1.0:
-            scores = repetition_penalty(tokens, scores, s.repetition_penalty)
-        if s.no_repeat_ngram_size:
-            ban_repeated_ngrams(tokens, scores, s.no_repeat_ngram_size)
-        if s.forbidden_ids:
-            scores[:, list(s.forbidden_ids)] = NEVER
-        if length < self.min_length:
-            scores[:, list(s.eos_ids)] = NEVER
-        if s.forced_bos_id is not None and length == self.start:
-            scores.fill_(NEVER)
-            scores[:, s.forced_bos_id] = 0.0
-        if s.forced_eos_id is not None and length == self.max_length - 1:
-            scores.fill_(NEVER)
-            scores[:, s.forced_eos_id] = 0.0
-        if s.renormalize:
-            scores = torch.log_softmax(scores, dim=-1)
+        for rule in self.rules:
+            scores = rule(tokens, scores)
         return scores
 
-    def warp(self, scores: torch.Tensor) -> torch.Tensor:
+    def warp(self, scores: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """The filters of sampling on ``scores`` (N, V), in transformers' order:
-        temperature, top-k, top-p, min-p; a filtered token's score is -inf."""
-        s = self.settings
-        if s.temperature != 1.0:
-            scores = scores / s.temperature
-        return filter_logits(scores, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
+        temperature, top-k, top-p, min-p, typical, epsilon, eta, and plugins' filters
+        where their order puts them; a filtered token's score is -inf."""
+        if self.filters:
+            scores = scores.clone()
+        for rule in self.filters:
+            scores = rule(tokens, scores)
+        return scores
 
 
 def check_vocabulary(settings: GenerationSettings, vocab: int) -> None:
@@ -76,45 +135,14 @@ def check_vocabulary(settings: GenerationSettings, vocab: int) -> None:
                           f"vocabulary of {vocab}: the settings belong to another model")
 
 
-def repetition_penalty(tokens: torch.Tensor, scores: torch.Tensor,
-                       penalty: float) -> torch.Tensor:
-    """Each token already in its row's sequence: its score divided by ``penalty`` when
-    positive, multiplied when negative (CTRL, Keskar et al. 2019)."""
-    seen = scores.gather(1, tokens)
-    seen = torch.where(seen < 0, seen * penalty, seen / penalty)
-    return scores.scatter(1, tokens, seen)
-
-
-def ban_repeated_ngrams(tokens: torch.Tensor, scores: torch.Tensor, n: int) -> None:
-    """In place: a token that would repeat an n-gram already in its row scores -inf."""
-    length = tokens.shape[1]
-    if length + 1 < n:
-        return
-    for row, seq in enumerate(tokens.tolist()):
-        prefix = tuple(seq[length - n + 1:]) if n > 1 else ()
-        banned = [seq[i + n - 1] for i in range(length - n + 1)
-                  if tuple(seq[i:i + n - 1]) == prefix]
-        if banned:
-            scores[row, banned] = NEVER
-
-
 def filter_logits(logits: torch.Tensor, *, top_k: int | None = None, top_p: float | None = None,
                   min_p: float | None = None) -> torch.Tensor:
     """Keep the ``top_k`` most likely tokens, then the smallest set whose probability
     reaches ``top_p``, then those at least ``min_p`` times as likely as the most likely
-    one; the rest score -inf. The most likely token is always kept."""
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, NEVER)
-    if top_p is not None and top_p < 1.0:
-        ascending, order = logits.sort(dim=-1)
-        # a token goes when the less likely ones, it included, hold at most 1 - top_p
-        drop = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
-        drop[..., -1] = False
-        logits = logits.masked_fill(drop.scatter(-1, order, drop), NEVER)
-    if min_p is not None and min_p > 0:
-        probs = logits.softmax(-1)
-        drop = probs < min_p * probs.amax(-1, keepdim=True)
-        drop.scatter_(-1, probs.argmax(-1, keepdim=True), False)
-        logits = logits.masked_fill(drop, NEVER)
+    one; the rest score -inf. The most likely token is always kept. (The registered
+    ``top-k``, ``top-p`` and ``min-p`` rules, on their own.)"""
+    values = {"top_k": top_k, "top_p": 1.0 if top_p is None else top_p, "min_p": min_p}
+    span = Span(0, 0, 0)
+    for rule in build_rules(values, span, sampling=True, names=("top-k", "top-p", "min-p")):
+        logits = rule(None, logits.clone())
     return logits

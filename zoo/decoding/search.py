@@ -38,7 +38,7 @@ def one_per_row(step: Callable, tokens: torch.Tensor, rules: Rules,
     while tokens.shape[1] < rules.max_length:
         scores = rules.process(tokens, step(tokens))
         if s.do_sample:
-            probs = rules.warp(scores).softmax(-1)
+            probs = rules.warp(scores, tokens).softmax(-1)
             nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
         else:
             nxt = scores.argmax(-1)

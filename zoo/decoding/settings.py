@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .._text import describe_validation_error, did_you_mean
 from ..errors import RecipeError
+from ..registry import Component, registry
 
 OLD_NAMES = {"strategy": "num_beams / do_sample", "beam_size": "num_beams",
              "bos_id": "start_id", "eos_id": "eos_ids", "alpha": "length_penalty"}
@@ -86,6 +87,16 @@ class GenerationSettings(BaseModel):
     ``top_p`` (nucleus sampling, Holtzman et al. 2020; 1: all)."""
     min_p: float | None = Field(None, ge=0, le=1)
     """Sample among the tokens at least ``min_p`` times as likely as the most likely."""
+    typical_p: float = Field(1.0, gt=0, le=1)
+    """Sample among the tokens whose surprise is closest to the distribution's entropy,
+    the smallest such set whose probability reaches ``typical_p`` (locally typical
+    sampling, Meister et al. 2023; 1: all)."""
+    epsilon_cutoff: float = Field(0.0, ge=0, lt=1)
+    """Sample among the tokens at least this probable (epsilon sampling, Hewitt et al.
+    2022; 0: all)."""
+    eta_cutoff: float = Field(0.0, ge=0, lt=1)
+    """Sample among the tokens at least ``min(eta, sqrt(eta) * exp(-entropy))`` probable
+    (eta sampling, Hewitt et al. 2022; 0: all)."""
     seed: int | None = None
     """Seeds the sampler's own generator, so that a sampled run repeats exactly (None:
     torch's global generator)."""
@@ -103,6 +114,10 @@ class GenerationSettings(BaseModel):
     """No n-gram of this size occurs twice in a sequence (0: off)."""
     renormalize: bool = False
     """Normalise the log-probabilities again after the rules (``renormalize_logits``)."""
+    rule_settings: dict[str, Any] = {}
+    """The settings of decoding rules that plugins add (family ``rule``), by the names
+    their ``Settings`` give; ``zoo.generate`` takes them by name like every other
+    setting, and a name no installed rule reads is refused."""
 
     @model_validator(mode="after")
     def _one_way(self) -> "GenerationSettings":
@@ -110,6 +125,15 @@ class GenerationSettings(BaseModel):
             raise ValueError("do_sample with num_beams > 1 (beam sampling) is not one of "
                              "zoo's decodings: sample with num_beams=1, or search with "
                              "do_sample=False")
+        if self.rule_settings:
+            readers = plugin_rule_settings()
+            unknown = sorted(set(self.rule_settings) - set(readers))
+            if unknown:
+                raise ValueError(f"rule_settings names {unknown}, which no installed "
+                                 f"decoding rule reads (plugins' rules read "
+                                 f"{sorted(readers) or 'none'})")
+            for key, value in self.rule_settings.items():
+                readers[key].validate_settings({key: value})
         return self
 
     def length_limit(self, start: int) -> int:
@@ -122,18 +146,38 @@ class GenerationSettings(BaseModel):
         return start + self.min_new_tokens if self.min_new_tokens is not None else self.min_length
 
 
+def plugin_rule_settings() -> dict[str, Component]:
+    """The settings that plugins' decoding rules read beyond zoo's own, each with the
+    rule that reads it (the first, where several do)."""
+    readers: dict[str, Component] = {}
+    for component in registry.list("rule"):
+        model = component.settings_model
+        for key in (model.model_fields if model is not None else ()):
+            if key not in GenerationSettings.model_fields:
+                readers.setdefault(key, component)
+    return readers
+
+
 def settings_with(settings: GenerationSettings, changes: dict[str, Any],
                   where: str = "generation settings") -> GenerationSettings:
     """``settings`` with ``changes`` applied, validated: one RecipeError naming an unknown
-    or wrong setting and the known ones."""
+    or wrong setting and the known ones. A setting that a plugin's decoding rule reads
+    goes into ``rule_settings``."""
     if not changes:
         return settings
+    changes = dict(changes)
     unknown = [k for k in changes if k not in GenerationSettings.model_fields]
     if unknown:
-        key = unknown[0]
-        known = list(GenerationSettings.model_fields)
-        raise RecipeError(f"{key!r} is not a generation setting.{did_you_mean(key, known)} "
-                          f"The settings are: {', '.join(known)}.")
+        readers = plugin_rule_settings()
+        strange = [k for k in unknown if k not in readers]
+        if strange:
+            key = strange[0]
+            known = [*GenerationSettings.model_fields, *readers]
+            raise RecipeError(f"{key!r} is not a generation setting.{did_you_mean(key, known)} "
+                              f"The settings are: {', '.join(known)}.")
+        rules = dict(changes.get("rule_settings", settings.rule_settings))
+        rules.update({k: changes.pop(k) for k in unknown})
+        changes["rule_settings"] = rules
     try:
         return GenerationSettings.model_validate({**settings.model_dump(), **changes})
     except ValidationError as exc:

@@ -1,0 +1,29 @@
+"""A minimum length: no end token before it (transformers' ``MinLengthLogitsProcessor``
+and ``MinNewTokensLengthLogitsProcessor``; the span counts the sequences' first tokens,
+so both settings are one rule)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from zoo.plugin_api import Rule, Span
+
+
+class MinLength(Rule):
+    """The end tokens score -inf while a sequence is shorter than its minimum length."""
+
+    class Settings(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        eos_ids: tuple[Annotated[int, Field(ge=0)], ...] = ()
+
+    @classmethod
+    def wanted(cls, settings: Settings, span: Span) -> bool:
+        return span.min_length > span.start and bool(settings.eos_ids)
+
+    def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if tokens.shape[1] < self.span.min_length:
+            scores[:, list(self.settings.eos_ids)] = float("-inf")
+        return scores
