@@ -81,6 +81,12 @@ def old_plugin_site(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def firsts_site(tmp_path_factory) -> Path:
+    """A plugin written against zoo's first plugin API, in a folder of its own."""
+    return pip_install(tmp_path_factory.mktemp("firsts-site"), "zoo-plugin-firsts")
+
+
+@pytest.fixture(scope="session")
 def nonconforming_site(tmp_path_factory) -> Path:
     """The plugin that claims a KV cache it does not honour, in a folder of its own."""
     return pip_install(tmp_path_factory.mktemp("bad-site"), "zoo-plugin-nonconforming")

@@ -310,7 +310,8 @@ def test_a_built_in_that_takes_a_plugins_name_leaves_both_reachable(old_plugin_s
         text = str(warning.message)
         assert "'cosine'" in text and "'ffn'" in text and "'cosine:geglu'" in text
         assert infos["cosine"].ok and infos["ffn"].ok
-        assert infos["cosine"].registered == [("attention", "cosine"), ("ffn", "geglu")]
+        assert infos["cosine"].registered == [("attention", "cosine"), ("ffn", "geglu"),
+                                              ("recipe", "cosine-tiny")]
         # the plain name keeps the built-in's meaning (zoo's own recipes and formats use it)
         assert zoo.get_component("ffn", "geglu").plugin == "ffn"
         assert zoo.get_component("ffn", "ffn:geglu").plugin == "ffn"
@@ -396,3 +397,123 @@ def test_a_renamed_component_keeps_its_old_name_with_a_warning(fresh_registry, t
     registry.unregister("attention", "cosine-sim", "renaming")
     with pytest.raises(zoo.UnknownNameError):
         zoo.get_component("attention", "cosy")
+
+
+# -- old plugins never break (docs/plugins.md, "What is deprecated") -----------------------------
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def test_every_deprecation_says_when_it_goes_and_has_not_outlived_it():
+    # fails once zoo's version reaches a removal: remove the old way then, on purpose
+    from zoo.deprecations import DEPRECATIONS
+
+    docs = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    code = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "zoo").rglob("*.py"))
+    for key, d in DEPRECATIONS.items():
+        assert _version(d.since) <= _version(zoo.__version__) < _version(d.removed_in), key
+        assert f"| `{d.old}` |" in docs or f"| {d.old} |" in docs, f"{key} not in the table"
+        used = code.replace(f'"{key}": Deprecation', "")
+        assert f'"{key}"' in used or f"'{key}'" in used, f"{key} warns nowhere"
+
+
+def test_a_plugin_of_the_first_api_loads_and_works(firsts_site, monkeypatch):
+    # one module per API change since: the register_attention hook, zoo.plugin,
+    # zoo.generation, the first decoding functions, generate's first keywords
+    removed = r"removed in zoo \d+\.\d+\.\d+"
+    with plugins_from(firsts_site, monkeypatch):
+        with pytest.warns(DeprecationWarning, match=f"register_attentions.*{removed}"):
+            infos = {i.name: i for i in zoo.list_plugins()}
+        assert infos["firsts"].ok
+        assert infos["firsts"].registered == [("attention", "mixed-queries")]
+        with pytest.warns(DeprecationWarning, match=f"zoo.plugin is now zoo.plugin_api.*{removed}"):
+            zoo.get_component("attention", "mixed-queries").load()
+        from zoo.testing import check_component
+
+        outcome = check_component("attention", "mixed-queries")
+        assert "passed" in outcome.values()
+        torch.manual_seed(0)
+        model = zoo.build("transformer-tiny", attention="mixed-queries", vocab_size=16,
+                          dropout=0.0).eval()
+        src = torch.randint(3, 16, (2, 5), generator=torch.Generator().manual_seed(0))
+        with pytest.warns(DeprecationWarning, match=f"zoo.generation.*{removed}"):
+            from zoo_plugin_firsts import decode
+        with pytest.warns(DeprecationWarning, match=f"generate_with.*{removed}"):
+            beams = decode.with_settings(model, src, 1, 2)
+        assert torch.equal(beams, zoo.generate(model, src, num_beams=2, max_new_tokens=6,
+                                               start_id=1, eos_ids=(2,), pad_id=0))
+        with pytest.warns(DeprecationWarning, match=f"greedy is deprecated.*{removed}"):
+            greedy = decode.first_functions(model, src, 1, 2)
+        assert torch.equal(greedy, zoo.generate(model, src, max_new_tokens=6, start_id=1,
+                                                eos_ids=(2,)))
+        with pytest.warns(DeprecationWarning, match=f"old names.*{removed}"):
+            old = decode.first_keywords(model, src, 1, 2)
+        assert torch.equal(old, zoo.generate(model, src, num_beams=2, max_new_tokens=6,
+                                             start_id=1, eos_ids=(2,)))
+    registry.reset()
+
+
+def _ffn_of(model) -> str:
+    return type(model.encoder.layers[0].ffn).__name__
+
+
+def test_a_shared_name_keeps_the_meaning_it_was_written_with(old_plugin_site, monkeypatch,
+                                                              tmp_path):
+    # zoo-plugin-old's geglu came before zoo's: its own recipe, and the models saved
+    # with it, still mean its geglu; the built-in's users keep the built-in
+    src = torch.randint(3, 100, (2, 5))
+    with plugins_from(old_plugin_site, monkeypatch):
+        with pytest.warns(PluginNameWarning):
+            zoo.list_plugins()
+        assert _ffn_of(zoo.build("cosine-tiny")) == "PlainGEGLU"
+        theirs = zoo.build("transformer-tiny", ffn="cosine:geglu", dropout=0.0).eval()
+        zoo.save_pretrained(theirs, tmp_path / "now")
+        saved = json.loads((tmp_path / "now" / "config.json").read_text())
+        assert saved["recipe"]["components"]["ffn"]["name"] == "cosine:geglu"
+        # as an older zoo saved it: the plain name, and the plugin it came from
+        import shutil
+        shutil.copytree(tmp_path / "now", tmp_path / "older")
+        saved["recipe"]["components"]["ffn"]["name"] = "geglu"
+        assert saved["components"]["ffn"]["plugin"] == "cosine"
+        (tmp_path / "older" / "config.json").write_text(json.dumps(saved))
+        for folder in ("now", "older"):
+            loaded = zoo.build(f"local-dir:{tmp_path / folder}").eval()
+            assert _ffn_of(loaded) == "PlainGEGLU"
+            with torch.no_grad():
+                torch.testing.assert_close(loaded(src, src), theirs(src, src))
+        ours = zoo.build("transformer-tiny", ffn="geglu")
+        zoo.save_pretrained(ours, tmp_path / "ours")
+        assert _ffn_of(zoo.build(f"local-dir:{tmp_path / 'ours'}")) == "GEGLUFFN"
+    registry.reset()
+    # without the plugin the plain name means only the built-in: refused by name, before
+    # a weight is read (it was a list of tensor names)
+    with pytest.raises(zoo.MissingPluginError, match="pip install zoo-plugin-old.*ffn 'geglu'"):
+        zoo.build(f"local-dir:{tmp_path / 'older'}")
+    assert _ffn_of(zoo.build(f"local-dir:{tmp_path / 'ours'}")) == "GEGLUFFN"
+
+
+def test_same_named_formats_are_chosen_by_one_documented_rule(fresh_registry, monkeypatch):
+    from zoo.foreign import format_for
+
+    builtin = zoo.get_component("format", "llama").load()
+
+    class TheirLlama(builtin):
+        """A plugin's own reader of Llama folders, under the built-in's name."""
+
+    def formats(register):
+        register("llama", TheirLlama, capabilities={"model_types": ("llama",)})
+
+    with pytest.warns(PluginNameWarning):
+        zoo.register_plugin(types.SimpleNamespace(register_formats=zoo.hookimpl(formats)),
+                            name="their")
+    config = {"model_type": "llama"}
+    # it was silently dropped: now both claim the type, and the user is told how to choose
+    with pytest.raises(zoo.FormatError, match='ZOO_FORMAT_FOR="llama=their:llama"'):
+        format_for(config, "a folder")
+    monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=their:llama")
+    assert format_for(config, "a folder").load() is TheirLlama
+    monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=formats:llama")
+    assert format_for(config, "a folder").load() is builtin
+    monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=nobody:llama")
+    with pytest.raises(zoo.FormatError, match="none of the formats that read it"):
+        format_for(config, "a folder")

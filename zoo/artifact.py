@@ -27,6 +27,7 @@ from torch import nn
 
 from ._text import DISTRIBUTION_RE, quoted, short_repr
 from .errors import ArtifactError, CorruptFileError, MissingPluginError
+from .families import FAMILIES
 from .files import describe_os_error, folder_beside, is_write_failure
 from .recipe import Recipe, missing_requirements
 from .registry import registry
@@ -119,7 +120,45 @@ def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:
         )
     recipe = Recipe.from_dict(data["recipe"], f"{source}: {CONFIG_NAME} recipe")
     check_plugins(recipe, data.get("components"), source)
-    return recipe, data
+    return as_saved(recipe, data.get("components"), source), data
+
+
+def as_saved(recipe: Recipe, components: Any, source: str) -> Recipe:
+    """``recipe`` with each plain component name as the plugin it was saved with meant it
+    (``components`` records each slot's plugin): ``plugin:name`` where a later built-in
+    or another plugin took the plain name. A model whose plugin is gone while another
+    plugin's component now has the name is refused, naming the package to install,
+    before a weight is read."""
+    if not isinstance(components, dict):
+        return recipe
+    refs = dict(recipe.components)
+    infos = registry.plugins.infos
+    for slot, ref in recipe.components.items():
+        entry = components.get(slot)
+        if not isinstance(entry, dict) or ":" in ref.name or entry.get("name") != ref.name:
+            continue
+        family, plugin = entry.get("family"), entry.get("plugin")
+        if family not in FAMILIES or not isinstance(plugin, str):
+            continue
+        now = registry.registrants(family, ref.name)
+        if any(c.plugin == plugin for c in now):
+            if len(now) > 1:
+                refs[slot] = ref.model_copy(update={"name": f"{plugin}:{ref.name}"})
+            continue
+        if not now:
+            continue  # a former name (the registry says so) or none (refused above)
+        owner = registry.get(family, ref.name)
+        dist = entry.get("distribution")
+        owner_info = infos.get(owner.plugin)
+        if dist is not None and owner_info is not None and dist == owner_info.distribution:
+            continue  # moved between two plugins of one package: the same component
+        needs = _needs(str(dist or plugin), [f"{family} {ref.name!r}"])
+        raise MissingPluginError(
+            f"{source}: this model was saved with the {family} {ref.name!r} of plugin "
+            f"{plugin!r}; that plugin is not installed, and {ref.name!r} now names plugin "
+            f"{owner.plugin!r}'s ({owner.qualified_name!r}), another component. It needs "
+            f"{needs}.")
+    return recipe.model_copy(update={"components": refs})
 
 
 def check_plugins(recipe: Recipe, components: Any, source: str) -> None:

@@ -13,6 +13,7 @@ it, and never opened) and keeps the model's tokenizer folder. It builds nothing
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
@@ -77,26 +78,54 @@ def foreign_config(folder: Path, source: str) -> dict[str, Any] | None:
     return data if data.get("format") != "zoo" and "model_type" in data else None
 
 
+FORMAT_CHOICE = "ZOO_FORMAT_FOR"
+"""The environment variable that chooses among formats claiming one ``model_type``:
+``ZOO_FORMAT_FOR="llama=myplugin:llama,qwen2=other:qwen"``."""
+
+
+def _chosen(model_type: str, claims: list[Component], source: str) -> Component | None:
+    """The claimant :data:`FORMAT_CHOICE` names for ``model_type``, if it names one."""
+    for pair in os.environ.get(FORMAT_CHOICE, "").split(","):
+        kind, _, name = pair.strip().partition("=")
+        if kind != model_type:
+            continue
+        for c in claims:
+            if name in (c.name, c.qualified_name):
+                return c
+        raise FormatError(
+            f"{source}: {FORMAT_CHOICE} chooses {name!r} for model_type {model_type!r}, "
+            f"which is none of the formats that read it: "
+            f"{quoted([c.qualified_name for c in claims])}.")
+    return None
+
+
 def _readers_of(model_type: str, source: str) -> Component | None:
-    """The one format that reads ``model_type``: the one that says it overrides when
-    several claim it; two that claim it and none (or both) overriding are refused."""
-    claims = [c for c in registry.list("format") if model_type in c.capabilities.model_types]
+    """The one format that reads ``model_type``, by one rule: the only one that claims it;
+    else the one :data:`FORMAT_CHOICE` names; else the one that says it overrides. Several
+    claims and none (or several) overriding are refused, naming how to choose. Formats
+    of one name from two plugins both claim (each by its qualified name)."""
+    claims = [c for c in registry.qualified("format")
+              if model_type in c.capabilities.model_types]
     if len(claims) <= 1:
         return claims[0] if claims else None
+    chosen = _chosen(model_type, claims, source)
+    if chosen is not None:
+        return chosen
     overriding = [c for c in claims if model_type in c.capabilities.overrides]
     if len(overriding) == 1:
         return overriding[0]
-    named = ", ".join(f"{c.name!r} (plugin {c.plugin!r})" for c in claims)
+    named = ", ".join(f"{c.qualified_name!r}" for c in claims)
     raise FormatError(
         f"{source}: model_type {model_type!r} is claimed by {len(claims)} formats, {named}, "
-        f"and {'both say' if overriding else 'none says'} it overrides the other. Uninstall "
-        "one, or have the one to use list the type in its capabilities' overrides.")
+        f"and {'several say' if overriding else 'none says'} it overrides the others. "
+        f"Choose one: {FORMAT_CHOICE}=\"{model_type}={claims[-1].qualified_name}\" "
+        "(docs/plugins.md), or uninstall one.")
 
 
 def format_for(config: dict[str, Any], source: str) -> Component:
     """The format component that reads ``config``'s ``model_type``."""
     model_type = config.get("model_type")
-    known = {t: c for c in registry.list("format") for t in c.capabilities.model_types}
+    known = {t: c for c in registry.qualified("format") for t in c.capabilities.model_types}
     if isinstance(model_type, str) and model_type in known:
         return _readers_of(model_type, source)
     if not isinstance(model_type, str) or model_type not in known:

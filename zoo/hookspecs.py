@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import pluggy
 
+from .deprecations import removal
+
 hookspec = pluggy.HookspecMarker("zoo")
 hookimpl = pluggy.HookimplMarker("zoo")
 
@@ -90,6 +92,6 @@ DEPRECATED: dict[str, str] = {"register_attention": "register_attentions"}
 
 @hookspec(warn_on_impl=DeprecationWarning(
     "the hook register_attention is now named register_attentions; rename the function "
-    "(the old name still works, and will be removed in a later release)"))
+    f"({removal('register_attention')})"))
 def register_attention(register):
     """Deprecated: the former name of :func:`register_attentions`."""

@@ -60,6 +60,8 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
+from .deprecations import warn_deprecated
+
 CSRC = Path(__file__).with_name("csrc")
 """zoo's C++ sources, and the headers a plugin's library includes to call them."""
 
@@ -87,9 +89,9 @@ def cache_root() -> Path:
     if os.environ.get("ZOO_NATIVE_CACHE"):
         return Path(os.environ["ZOO_NATIVE_CACHE"]).expanduser()
     if os.environ.get("ZOO_KERNEL_CACHE"):
-        warnings.warn("ZOO_KERNEL_CACHE is now named ZOO_NATIVE_CACHE (in zoo, 'kernel' "
-                      "names the attention kernel family only); the old name still works "
-                      "for now", DeprecationWarning, stacklevel=2)
+        warn_deprecated("ZOO_KERNEL_CACHE", "ZOO_KERNEL_CACHE is now named "
+                        "ZOO_NATIVE_CACHE (in zoo, 'kernel' names the attention kernel "
+                        "family only)")
         return Path(os.environ["ZOO_KERNEL_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "zoo" / "native"

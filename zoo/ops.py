@@ -11,13 +11,13 @@ than ``F.linear`` without gradients (the small row counts of decoding gain most)
 from __future__ import annotations
 
 import contextlib
-import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import derived, native
+from .deprecations import warn_deprecated
 
 _BITS = 15
 _LEVELS = 1 << _BITS
@@ -113,9 +113,9 @@ def layer_dropped(p: float, training: bool) -> bool:
 
 # -- linear layers ---------------------------------------------------------------------------------
 def _renamed(old: str, new: str) -> None:
-    warnings.warn(f"zoo.ops.Linear.{old}() is now {new}() (in zoo, 'kernel' names the "
-                  "attention kernel family only; compiled C++ is native code); the old name "
-                  "still works for now", DeprecationWarning, stacklevel=3)
+    warn_deprecated("linear-kernel-methods", f"zoo.ops.Linear.{old}() is now {new}() (in "
+                    "zoo, 'kernel' names the attention kernel family only; compiled C++ is "
+                    "native code)", stacklevel=3)
 
 
 def _onednn_linear_available() -> bool:

@@ -9,8 +9,9 @@ package of zoo's own plugins.)
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
+
+from .deprecations import warn_deprecated
 
 __all__ = list(importlib.import_module("zoo.plugin_api").__all__)
 
@@ -20,7 +21,6 @@ def __getattr__(name: str) -> Any:
     if name not in api.__all__:
         raise AttributeError(f"module 'zoo.plugin' (now 'zoo.plugin_api') has no attribute "
                              f"{name!r}")
-    warnings.warn(f"zoo.plugin is now zoo.plugin_api: write `from zoo.plugin_api import "
-                  f"{name}` (the old module still works, and will be removed in a later "
-                  "release)", DeprecationWarning, stacklevel=2)
+    warn_deprecated("zoo.plugin", f"zoo.plugin is now zoo.plugin_api: write `from "
+                    f"zoo.plugin_api import {name}`")
     return getattr(api, name)

@@ -412,7 +412,11 @@ def _read_source(entry: RecipeEntry) -> Recipe:
     if recipe.name != entry.name:
         raise RecipeError(f"{where}: the recipe inside is named {recipe.name!r}; a registered "
                           "recipe's name and its 'name:' agree.")
-    return recipe
+    # a name the plugin registered itself means its own component, even where a later
+    # built-in (or another plugin) took the plain name
+    own = {slot: ref.model_copy(update={"name": registry.own_name(entry.plugin, ref.name)})
+           for slot, ref in recipe.components.items()}
+    return recipe.model_copy(update={"components": own})
 
 
 def list_recipes(pattern: str = "*", *, pretrained: bool = False) -> list[str]:

@@ -34,6 +34,7 @@ from ._text import (
     quoted,
     short_repr,
 )
+from .deprecations import removal
 from .errors import DuplicateComponentError, PluginError, RecipeError, UnknownNameError
 from .families import FAMILIES, Capabilities, Family
 from .plugin_loader import PluginInfo, PluginManager
@@ -403,7 +404,7 @@ class Registry:
         new = component.qualified_name if plugin else component.name
         warnings.warn(RenamedComponentWarning(
             f"{family} {name!r} is now named {new!r} (plugin {component.plugin!r}); the old "
-            f"name still works and will be removed in a later release: write {new!r}."),
+            f"name still works: write {new!r} ({removal('former-component-names')})."),
             stacklevel=3)
         return component
 
@@ -434,6 +435,24 @@ class Registry:
         self._ensure_loaded()
         return [self._qualified[family][k] for k in sorted(self._qualified[family],
                                                             key=natural_key)]
+
+    def registrants(self, family: str, name: str) -> list[Component]:
+        """Every plugin's ``family`` member of the plain ``name``: more than one where a
+        name is shared (the plain name then reaches one of them, ``plugin:name`` each)."""
+        self._family(family)
+        self._ensure_loaded()
+        return [c for c in self._qualified[family].values() if c.name == name]
+
+    def own_name(self, plugin: str, name: str) -> str:
+        """``name`` as a recipe of ``plugin`` means it: ``plugin:name`` where the plugin
+        registered a component of that name whose plain name another plugin's now
+        reaches (in exactly one family), else ``name`` unchanged."""
+        if ":" in name:
+            return name
+        self._ensure_loaded()
+        mine = [f for f in FAMILIES if f"{plugin}:{name}" in self._qualified[f]
+                and self._components[f].get(name) is not self._qualified[f][f"{plugin}:{name}"]]
+        return f"{plugin}:{name}" if len(mine) == 1 else name
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         family, name = key

@@ -42,6 +42,19 @@ def provenance(recipe: Recipe) -> dict[str, dict[str, Any]]:
     return out
 
 
+def qualified_where_shared(recipe: Recipe, origins: dict[str, dict[str, Any]]) -> Recipe:
+    """``recipe`` with ``plugin:name`` for each component whose plain name several plugins
+    register (``origins``: :func:`provenance`), so that the saved model means the same
+    component whichever plugins are installed when it is read."""
+    refs = dict(recipe.components)
+    for slot, ref in recipe.components.items():
+        origin = origins.get(slot)
+        if origin and ":" not in ref.name and len(
+                registry.registrants(origin["family"], origin["name"])) > 1:
+            refs[slot] = ref.model_copy(update={"name": f"{origin['plugin']}:{origin['name']}"})
+    return recipe.model_copy(update={"components": refs})
+
+
 def save_pretrained(
     model: nn.Module,
     folder: str | os.PathLike[str],
@@ -82,8 +95,9 @@ def save_pretrained(
         train, results = folder_of_run.train_recipe(), folder_of_run.results()
         extra = folder_of_run.published_files()
     generation = getattr(model, "generation", None)
+    origins = provenance(recipe)
     config = artifact.artifact_config(
-        recipe, provenance(recipe),
+        qualified_where_shared(recipe, origins), origins,
         generation.model_dump(mode="json") if generation is not None else None)
     card = model_card(config, model, train=train, results=results, repo_id=repo_id)
     return artifact.write_artifact(model, folder, config=config, card=str(card),

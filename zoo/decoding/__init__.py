@@ -19,12 +19,12 @@ logits processors (:mod:`zoo.decoding.rules`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from ..deprecations import warn_deprecated
 from ..derived import fixed_weights
 from ..errors import RecipeError
 from .budget import check_decoding_memory
@@ -44,9 +44,10 @@ def _renamed(changes: dict[str, Any]) -> dict[str, Any]:
     old = {k: changes.pop(k) for k in list(changes) if k in OLD_NAMES}
     if not old:
         return changes
-    warnings.warn(f"generate({', '.join(f'{k}=' for k in old)}) are the old names; they are "
-                  f"now settings: {', '.join(f'{k} -> {OLD_NAMES[k]}' for k in old)} "
-                  "(zoo.decoding.GenerationSettings)", DeprecationWarning, stacklevel=4)
+    warn_deprecated("generate-keywords", f"generate({', '.join(f'{k}=' for k in old)}) are "
+                    f"the old names; they are now settings: "
+                    f"{', '.join(f'{k} -> {OLD_NAMES[k]}' for k in old)} "
+                    "(zoo.decoding.GenerationSettings)", stacklevel=4)
     strategy = old.pop("strategy", None)
     if strategy is not None and strategy not in ("greedy", "beam", "sample"):
         raise RecipeError(f"unknown decoding strategy {strategy!r}; one of 'beam', 'greedy', "
@@ -232,9 +233,10 @@ def stream(model, src: torch.Tensor, settings: GenerationSettings | dict | None 
 
 # -- the first decoding functions, kept for plugins that call them ----------------------------
 def _deprecated(name: str) -> None:
-    warnings.warn(f"zoo.decoding.{name} is deprecated: call zoo.generate(model, src, ...) "
-                  "with settings by name (num_beams, do_sample, start_id, eos_ids, "
-                  "max_new_tokens, length_penalty)", DeprecationWarning, stacklevel=3)
+    warn_deprecated("decoding-functions", f"zoo.decoding.{name} is deprecated: call "
+                    "zoo.generate(model, src, ...) with settings by name (num_beams, "
+                    "do_sample, start_id, eos_ids, max_new_tokens, length_penalty)",
+                    stacklevel=3)
 
 
 def greedy(model, src: torch.Tensor, *, max_new_tokens: int, bos_id: int, eos_id: int,
