@@ -200,6 +200,102 @@ def test_transformers_bookkeeping_keys_are_inert(tmp_path):
     assert zoo.build(f"local-dir:{tmp_path / 'm'}").imported.format == "mbart"
 
 
+# a value other than transformers' default for each key zoo holds inert
+INERT_VALUES = {
+    "architectures": ["Other"], "transformers_version": "4.0.0", "torch_dtype": "float16",
+    "dtype": "float16", "_name_or_path": "x/y", "_commit_hash": "abc", "use_cache": False,
+    "return_dict": False, "use_return_dict": False, "output_attentions": True,
+    "output_hidden_states": True, "torchscript": True, "pruned_heads": {"0": [1]},
+    "chunk_size_feed_forward": 7, "tie_encoder_decoder": True, "finetuning_task": "x",
+    "problem_type": "regression", "tokenizer_class": "X", "prefix": "p ",
+    "task_specific_params": {"a": {}}, "id2label": {"0": "a", "1": "b", "2": "c"},
+    "label2id": {"a": 0, "b": 1, "c": 2}, "num_labels": 3, "gradient_checkpointing": True,
+    "init_std": 0.5, "initializer_range": 0.5, "initializer_factor": 3.0,
+    "cross_attention_hidden_size": 16, "bos_token_id": 5, "eos_token_id": 6,
+    "sep_token_id": 7, "cls_token_id": 8, "unk_token_id": 9, "mask_token_id": 10,
+    "decoder_start_token_id": 11, "_attn_implementation_autoset": True,
+    "output_scores": True, "return_dict_in_generate": True, "classifier_dropout": 0.5,
+    "classif_dropout": 0.5, "is_encoder_decoder": True, "tf_legacy_loss": True,
+    "use_bfloat16": True, "_from_model_config": True, "_num_labels": 3, "model_type": "x",
+}
+
+
+def _outputs(model, ids):
+    import transformers
+
+    model.eval()
+    with torch.no_grad():
+        if isinstance(model, transformers.BartForConditionalGeneration):
+            out = model(input_ids=ids, decoder_input_ids=ids, return_dict=True)
+        else:
+            out = model(input_ids=ids, return_dict=True)
+    return out[0]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "bart"])
+def test_every_bookkeeping_key_changes_nothing_transformers_computes(family):
+    """Each key of BOOKKEEPING, set to another value, leaves transformers' own model of
+    the family computing the same outputs from the same weights; is_decoder does not
+    (a BERT turns causal), so zoo reads it where it matters (DECODER_FLAGS)."""
+    import transformers
+
+    from zoo.format_base import BOOKKEEPING
+
+    assert set(BOOKKEEPING) <= set(INERT_VALUES)
+    config_class, model_class, sizes = {
+        "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel,
+                 dict(n_embd=32, n_layer=2, n_head=4, vocab_size=64, n_positions=32)),
+        "bert": (transformers.BertConfig, transformers.BertModel,
+                 dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, vocab_size=64)),
+        "bart": (transformers.BartConfig, transformers.BartForConditionalGeneration,
+                 dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=64,
+                      decoder_ffn_dim=64, encoder_attention_heads=4,
+                      decoder_attention_heads=4, vocab_size=64)),
+    }[family]
+    ids = torch.randint(12, 64, (2, 7), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    reference = model_class(config_class(**sizes))
+    expected, state = _outputs(reference, ids), reference.state_dict()
+
+    def changed(key, value):
+        model = model_class(config_class.from_dict({**sizes, key: value}))
+        model.load_state_dict(state, strict=False)
+        return _outputs(model, ids)
+
+    # model_type names the class itself; return_dict and use_return_dict only shape what a
+    # call returns (transformers 5's own classes fail on them set false in a config)
+    for key in sorted(BOOKKEEPING - {"model_type", "return_dict", "use_return_dict"}):
+        torch.testing.assert_close(changed(key, INERT_VALUES[key]), expected, rtol=0,
+                                   atol=1e-5, msg=lambda m: f"{family} {key}: {m}")
+    if family == "bert":
+        assert not torch.allclose(changed("is_decoder", True), expected, atol=1e-3)
+
+
+def test_keys_that_change_a_model_are_read_or_refused(tmp_path):
+    # num_hidden_layers is transformers' alias of the first stack's layers, and wins
+    save_family("opus-mt", tmp_path / "m")
+    path = tmp_path / "m" / "config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "num_hidden_layers": config["encoder_layers"] + 1}))
+    with pytest.raises(zoo.ZooError, match="encoder"):
+        zoo.build(f"local-dir:{tmp_path / 'm'}")  # its weights hold one layer fewer
+    assert zoo.get_recipe(f"local-dir:{tmp_path / 'm'}").architecture.settings[
+        "encoder_layers"] == config["encoder_layers"] + 1
+    # mixed attention kinds are a Llama-family reader's to read; a BERT turned causal is
+    # refused by name
+    import transformers
+
+    folder = tmp_path / "bert"
+    transformers.BertModel(transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        vocab_size=64)).save_pretrained(folder)
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "is_decoder": True}))
+    with pytest.raises(zoo.FormatError, match="is_decoder=True"):
+        zoo.build(f"local-dir:{folder}")
+
+
 def test_a_folder_without_tokenizer_files_says_which_files_it_needs(tmp_path):
     save_family("opus-mt", tmp_path / "m")
     model = zoo.build(f"local-dir:{tmp_path / 'm'}")
@@ -507,9 +603,9 @@ def test_two_formats_claiming_one_model_type_are_refused_unless_one_overrides(
         tmp_path, fresh_registry):
     save_family("opus-mt", tmp_path / "m")
     zoo.register_plugin(_format_plugin("my-marian", {"model_types": ["marian"]}), name="mine")
-    with pytest.raises(zoo.FormatError, match="'marian' is claimed by 2 formats, 'marian' "
-                                              r"\(plugin 'formats'\), 'my-marian' \(plugin "
-                                              "'mine'\\), and none says it overrides"):
+    with pytest.raises(zoo.FormatError, match="'marian' is claimed by 2 formats, "
+                                              "'formats:marian', 'mine:my-marian', and none "
+                                              "says it overrides.*ZOO_FORMAT_FOR="):
         zoo.build(f"local-dir:{tmp_path / 'm'}")
 
 

@@ -25,18 +25,28 @@ BOOKKEEPING = {
     "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
     "_name_or_path", "_commit_hash", "use_cache", "return_dict", "output_attentions",
     "output_hidden_states", "torchscript", "use_return_dict", "pruned_heads",
-    "chunk_size_feed_forward", "tie_encoder_decoder", "is_decoder", "add_cross_attention",
+    "chunk_size_feed_forward", "tie_encoder_decoder",
     "finetuning_task", "problem_type", "tokenizer_class", "prefix", "task_specific_params",
     "id2label", "label2id", "num_labels", "gradient_checkpointing", "init_std",
     "initializer_range", "initializer_factor", "cross_attention_hidden_size",
     "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "unk_token_id",
     "mask_token_id", "decoder_start_token_id", "_attn_implementation_autoset",
-    "layer_types", "output_scores", "return_dict_in_generate", "classifier_dropout",
-    "classif_dropout", "num_hidden_layers", "is_encoder_decoder", "tf_legacy_loss",
+    "use_return_dict",
+    "output_scores", "return_dict_in_generate", "classifier_dropout",
+    "classif_dropout", "is_encoder_decoder", "tf_legacy_loss",
     "use_bfloat16", "_from_model_config", "_num_labels",
 }
-"""Keys that change nothing zoo computes: names, bookkeeping, initialisation, the token
-ids (read with the generation settings), heads zoo's model has no use for."""
+"""Keys that change nothing a model computes from its weights, in any family: names,
+bookkeeping, what a call returns, initialisation, the token ids (read with the
+generation settings), heads zoo's model has no use for. ``tests/test_formats.py`` holds
+each to transformers' meaning: GPT-2, BERT and BART with the key changed give the same
+outputs from the same weights. A key that changes a model (``num_hidden_layers``,
+``layer_types``) is read by the formats it concerns, and refused by the others."""
+
+DECODER_FLAGS = frozenset({"is_decoder", "add_cross_attention"})
+"""Keys that change nothing in a decoder or an encoder-decoder (transformers builds the
+same model), but make an encoder (BERT's) a causal decoder: inert among a decoder
+format's ``legacy`` keys, read (and refused when true) by the encoders'."""
 
 GENERATION_KEYS = {
     "max_length", "min_length", "num_beams", "length_penalty", "early_stopping",
@@ -256,5 +266,5 @@ class Format:
         raise FormatError(f"format {self.family!r} reads folders; it does not write them")
 
 
-__all__ = ["Format", "Options", "BOOKKEEPING", "GENERATION_KEYS", "generation_settings",
+__all__ = ["Format", "Options", "BOOKKEEPING", "DECODER_FLAGS", "GENERATION_KEYS", "generation_settings",
            "generation_json"]

@@ -35,6 +35,7 @@ from .decoding.rules import Rule, Span
 from .decoding.text import complete, stream_text
 from .format_base import (
     BOOKKEEPING,
+    DECODER_FLAGS,
     Format,
     Options,
     generation_json,
@@ -95,7 +96,7 @@ __all__ = [
     # sentence embeddings
     "embed", "pool", "pooling_of", "Pooling", "cosine",
     # formats
-    "Format", "Options", "BOOKKEEPING", "generation_settings", "generation_json",
+    "Format", "Options", "BOOKKEEPING", "DECODER_FLAGS", "generation_settings", "generation_json",
     # tasks
     "Task", "TaskDataError", "missing_debian_package",
     # capabilities

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Format, Options
+from zoo.plugin_api import DECODER_FLAGS, Format, Options
 
 from ._kv import KeysValues, finish
 
@@ -127,7 +127,8 @@ def stack_sizes(options: Options) -> dict[str, Any]:
     return {
         "d_model": options.get("d_model", 1024), "n_heads": heads,
         "d_ff": options.get("encoder_ffn_dim", 4096),
-        "encoder_layers": options.get("encoder_layers", 12),
+        # transformers maps num_hidden_layers onto encoder_layers, and it wins
+        "encoder_layers": options.get("num_hidden_layers", options.get("encoder_layers", 12)),
         "decoder_layers": options.get("decoder_layers", 12),
         "dropout": options.get("dropout", 0.1),
         "attention_dropout": options.get("attention_dropout", 0.0),
@@ -163,7 +164,7 @@ class BartLayoutFormat(Format):
         settings = {**stack_sizes(options), **self.architecture(options)}
         positional = self.positional(options)
         ffn = ffn_of(options)
-        options.done(self.legacy)
+        options.done(self.legacy | DECODER_FLAGS)
         return {
             "name": self.family,
             "description": f"A {self.family} model imported from its transformers folder.",

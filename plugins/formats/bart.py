@@ -20,7 +20,7 @@ TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_conf
                    "special_tokens_map.json", "sentencepiece.bpe.model")
 LEGACY = {"normalize_before", "add_final_layer_norm", "normalize_embedding",
           "static_position_embeddings", "add_bias_logits", "extra_pos_embeddings",
-          "force_bos_token_to_be_generated", "num_hidden_layers", "output_past",
+          "force_bos_token_to_be_generated", "output_past",
           "classifier_dropout", "forced_bos_token_id", "forced_eos_token_id"}
 """Keys of older BART configs that transformers' BART classes do not read."""
 

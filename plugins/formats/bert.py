@@ -100,6 +100,8 @@ class BertFormat(Format):
             "pad_id": options.get("pad_token_id", 0),
         }
         eps = options.get("layer_norm_eps", 1e-12)
+        options.need("is_decoder", False, False, "an encoder: every token sees every other")
+        options.need("add_cross_attention", False, False, "an encoder reads no other sequence")
         options.done({"gradient_checkpointing", "pooler_fc_size", "pooler_num_attention_heads",
                       "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
                       "directionality"})

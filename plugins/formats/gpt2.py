@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Format, FormatError, generation_json
+from zoo.plugin_api import DECODER_FLAGS, Format, FormatError, generation_json
 
 from ._decoder import ACTIVATIONS, common_problems, decoder_generation, part, refuse, to_family
 
@@ -59,13 +59,15 @@ class GPT2Format(Format):
                      "the same scale in every layer")
         options.need("add_cross_attention", False, False, "a decoder-only model")
         ffn, ffn_settings = ACTIVATIONS[act]
+        layers = options.get("n_layer", 12)
+        layers = options.get("num_hidden_layers", layers)  # transformers' alias, which wins
         eos = options.get("eos_token_id", 50256)
         bos = options.get("bos_token_id", eos)
         settings = {
             "vocab_size": options.get("vocab_size", 50257), "d_model": d_model,
             "n_heads": options.get("n_head", 12),
             "d_ff": options.get("n_inner") or 4 * d_model,
-            "layers": options.get("n_layer", 12),
+            "layers": layers,
             "dropout": options.get("resid_pdrop", 0.1),
             "attention_dropout": options.get("attn_pdrop", 0.1),
             "max_len": options.get("n_positions", 1024), "norm_placement": "pre",
@@ -78,7 +80,7 @@ class GPT2Format(Format):
                                  "one dropout on the embeddings and the residuals "
                                  f"(resid_pdrop={settings['dropout']})")
         eps = options.get("layer_norm_epsilon", 1e-5)
-        options.done(self.legacy)
+        options.done(self.legacy | DECODER_FLAGS)
         return {
             "name": "gpt2",
             "description": "A GPT-2 model imported from its transformers folder.",

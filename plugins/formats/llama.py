@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Format, FormatError, Options, generation_json
+from zoo.plugin_api import DECODER_FLAGS, Format, FormatError, Options, generation_json
 
 from ._decoder import common_problems, decoder_generation, part, refuse, to_family
 from ._kv import KeysValues
@@ -123,7 +123,7 @@ class LlamaFormat(Format):
         ffn_settings = {**ffn_settings, "bias": options.get("mlp_bias", False)}
         rope = _rope(options)
         eps = options.get("rms_norm_eps", 1e-6)
-        options.done(self.legacy)
+        options.done(self.legacy | DECODER_FLAGS)
         return {
             "name": kind,
             "description": f"A {kind} model imported from its transformers folder.",

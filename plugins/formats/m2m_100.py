@@ -22,7 +22,7 @@ from . import _bart
 
 TOKENIZER_FILES = ("sentencepiece.bpe.model", "vocab.json", "tokenizer.json",
                    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-LEGACY = {"num_hidden_layers", "classifier_dropout", "forced_bos_token_id",
+LEGACY = {"classifier_dropout", "forced_bos_token_id",
           "forced_eos_token_id", "init_std"}
 """Keys that transformers' M2M100 class does not read, or reads only to initialise."""
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Format, FormatError, Options
+from zoo.plugin_api import DECODER_FLAGS, Format, FormatError, Options
 
 from ._kv import KeysValues, finish
 
@@ -25,7 +25,7 @@ FFN = {"relu": ("relu", {"bias": False}), "gelu": ("gelu", {"bias": False}),
        "gated-gelu": ("geglu", {"approximate": "tanh"}), "gated-silu": ("swiglu", {})}
 TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json")
-LEGACY = {"n_positions", "dense_act_fn", "is_gated_act", "num_hidden_layers"}
+LEGACY = {"n_positions", "dense_act_fn", "is_gated_act"}
 ATTENTION = {"q": "q_proj", "o": "out_proj"}
 LAYER = re.compile(r"^(encoder|decoder)\.block\.(\d+)\.layer\.(\d)\.(\w+)\.(\w+)\.weight$")
 NORM = re.compile(r"^(encoder|decoder)\.block\.(\d+)\.layer\.(\d)\.layer_norm\.weight$")
@@ -55,7 +55,9 @@ class T5Format(Format):
         settings = {
             "vocab_size": options.get("vocab_size", 32128), "d_model": d_model,
             "n_heads": heads, "head_dim": None if d_kv * heads == d_model else d_kv,
-            "d_ff": options.get("d_ff", 2048), "encoder_layers": options.get("num_layers", 6),
+            "d_ff": options.get("d_ff", 2048), "encoder_layers": options.get("num_hidden_layers", options.get("num_layers", 6)),
+            # transformers maps num_hidden_layers onto num_layers after the decoder's
+            # default was taken from num_layers as written
             "decoder_layers": options.get("num_decoder_layers", options.get("num_layers", 6)),
             "dropout": options.get("dropout_rate", 0.1), "norm_placement": "pre",
             "final_norm": True, "share_embeddings": True, "tie_output": not untied,
@@ -67,7 +69,7 @@ class T5Format(Format):
         attention = {"name": "vanilla", "settings": {"bias": False, "scale": 1.0}}
         name, ffn = FFN[proj]
         eps = options.get("layer_norm_epsilon", 1e-6)
-        options.done(LEGACY)
+        options.done(LEGACY | DECODER_FLAGS)
         return {
             "name": "t5",
             "description": "A T5 model imported from its transformers folder.",

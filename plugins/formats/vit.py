@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Format, Options
+from zoo.plugin_api import DECODER_FLAGS, Format, Options
 
 from ._kv import KeysValues, finish
 
@@ -53,7 +53,7 @@ class ViTFormat(Format):
             "class_token": True, "pool": "token",
         }
         eps = options.get("layer_norm_eps", 1e-12)
-        options.done({"encoder_stride", "pooler_output_size", "pooler_act"})
+        options.done({"encoder_stride", "pooler_output_size", "pooler_act"} | DECODER_FLAGS)
         return {
             "name": "vit",
             "description": "A ViT image classifier imported from its transformers folder.",
