@@ -21,7 +21,7 @@ import time
 import torch
 
 import zoo
-from zoo import native
+from zoo import derived, native
 from zoo.ops import Linear
 from zoo.plugins.architectures.static_decoder import StaticDecoder
 
@@ -54,11 +54,10 @@ def main() -> None:
     rows = Linear.native_rows  # None: zoo.native.default_rows()
 
     def unpack() -> None:
-        """oneDNN packs each weight for the rows of its first call: each case packs anew."""
-        from zoo.plugins.architectures.static_decoder import _FUSED
-
-        for layer in [*model.modules(), *(fused for _, fused in _FUSED.values())]:
-            layer.__dict__.pop("_packed_cache", None)
+        """oneDNN packs each weight for the rows of its first call: each case packs anew
+        (every packed weight, and the joined q|k|v and gate layers, made again)."""
+        for module in model.modules():
+            derived.forget(module, *derived.kept(module))
 
     def timed(case, way: int) -> tuple[float, torch.Tensor]:
         Linear.native_rows = rows if way else 0

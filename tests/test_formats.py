@@ -599,6 +599,37 @@ def _format_plugin(name: str, capabilities: dict):
     return types.SimpleNamespace(register_formats=zoo.hookimpl(hook))
 
 
+class _AsItIs(zoo.plugin_api.Format):
+    """A third party's exporter that writes zoo's own names as they are."""
+
+    family = "as-it-is"
+
+    def export(self, recipe, state, generation):
+        return {"model_type": "as-it-is"}, {}, dict(state)
+
+
+def test_an_export_hands_a_format_each_tied_matrix_once(tmp_path, fresh_registry):
+    # transformer-tiny shares one matrix among its embeddings and output layer: handed
+    # three times, safetensors refused the writer's file with a traceback
+    import types
+
+    from safetensors.torch import load_file
+
+    def hook(register):
+        register("as-it-is", _AsItIs, capabilities={"exports": True})
+
+    zoo.register_plugin(types.SimpleNamespace(register_formats=zoo.hookimpl(hook)),
+                        name="third")
+    model = zoo.build("transformer-tiny", vocab_size=32)
+    tied = [n for n, p in model.named_parameters(remove_duplicate=False)
+            if p is model.tgt_embed.weight]
+    assert len(tied) > 1
+    export(model, tmp_path / "out", "transformers")
+    saved = load_file(tmp_path / "out" / "model.safetensors")
+    assert len([n for n in tied if n in saved]) == 1
+    assert set(saved) == set(zoo.artifact.weights_to_save(model))
+
+
 def test_two_formats_claiming_one_model_type_are_refused_unless_one_overrides(
         tmp_path, fresh_registry):
     save_family("opus-mt", tmp_path / "m")

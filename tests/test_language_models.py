@@ -116,6 +116,44 @@ def test_typical_and_truncation_sampling_draw_transformers_tokens(cutoffs, folde
     assert plain.tolist() != runs[0]  # the cutoff changed the draws
 
 
+def test_with_no_length_named_both_make_twenty_new_tokens(folders, tmp_path):
+    # transformers 5 makes 20 new tokens when the files name no length (zoo made 20 -
+    # the prompt's); a max_length the files name, or a call gives, counts the prompt
+    import shutil
+
+    hf, folder = folders["gpt2"]
+    mine = tmp_path / "m"
+    shutil.copytree(folder, mine)
+    (mine / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": END["gpt2"], "eos_token_id": END["gpt2"]}))
+    model = zoo.build(f"local-dir:{mine}").eval()
+    prompt = left_padded()[0][:1]
+    with torch.no_grad():
+        ref = hf.generate(prompt, pad_token_id=END["gpt2"], min_new_tokens=20,
+                          do_sample=False)[:, prompt.shape[1]:]
+    out = zoo.generate(model, prompt, min_new_tokens=20)
+    assert ref.shape[1] == 20 and out.tolist() == ref.tolist()
+    assert zoo.generate(model, prompt, max_length=12, min_length=12).shape[1] == 4
+    with pytest.raises(zoo.RecipeError, match="the prompts hold 8 tokens, and max_length=8"):
+        zoo.generate(model, prompt, max_length=8)
+
+
+def test_smollm2s_nanotron_keys_are_read_as_transformers_reads_them(folders, tmp_path):
+    # SmolLM2-135M's published config.json carries two keys no transformers class reads
+    import shutil
+
+    _, folder = folders["llama-3.2"]
+    mine = tmp_path / "smol"
+    shutil.copytree(folder, mine)
+    config = json.loads((mine / "config.json").read_text())
+    (mine / "config.json").write_text(json.dumps({**config, "is_llama_config": True,
+                                                  "rope_interleaved": False}))
+    prompt = left_padded()[0][:1]
+    assert torch.equal(zoo.generate(zoo.build(f"local-dir:{mine}"), prompt, max_new_tokens=4),
+                       zoo.generate(zoo.build(f"local-dir:{folder}"), prompt,
+                                    max_new_tokens=4))
+
+
 def test_the_window_and_the_rope_scaling_are_what_gives_transformers_logits(folders):
     # without Mistral's window, or Llama 3's frequency scaling, the logits differ: the
     # equality above holds because zoo reproduces them, not because they change nothing

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from .artifact import tensor_bytes
+from .artifact import tensor_bytes, weights_to_save
 from .errors import ZooError
 from .files import describe_os_error, folder_beside, is_write_failure
 from .ops import plain_linears
@@ -541,7 +541,8 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
     writers = sorted((c for c in registry.list("format") if c.capabilities.exports),
                      key=lambda c: c.name != getattr(imported, "format", None))
     recipe = model.recipe.to_dict()
-    state = {k: v.detach().float() for k, v in model.state_dict().items()}
+    # each tied matrix once, as the format contract says (save_file refuses shared ones)
+    state = {k: v.float() for k, v in weights_to_save(model).items()}
     refusals = []
     for component in writers:
         try:

@@ -17,15 +17,16 @@ ACTIVATIONS = {"gelu_new": ("gelu", {"approximate": "tanh"}),
                "swish": ("silu", {})}
 """transformers' ``activation_function`` / ``hidden_act`` names, as zoo's networks."""
 
-DEFAULT_MAX_LENGTH = 20
-"""transformers' ``max_length`` when the files name none: 20 tokens, the prompt counted."""
+DEFAULT_NEW_TOKENS = 20
+"""What transformers 5 makes when the files name no length: 20 new tokens after the
+prompt (where a ``max_length`` of 20 that the files name counts the prompt)."""
 
 
 def decoder_generation(config: dict[str, Any], generation: dict[str, Any],
                        family: str) -> dict[str, Any]:
     """transformers' generation settings of a decoder-only model: as the seq2seq formats
     read them, but a model with no start token of its own starts (and pads) with its
-    end token, and the default length counts the prompt."""
+    end token, and with no length named it makes 20 new tokens."""
     source = generation or config
     if source.get("decoder_start_token_id") is None and source.get("bos_token_id") is None:
         source = {**source, "bos_token_id": _first(source.get("eos_token_id"))}
@@ -34,8 +35,8 @@ def decoder_generation(config: dict[str, Any], generation: dict[str, Any],
         else:
             config = source
     data = generation_settings(config, generation, family)
-    if source.get("max_length") is None:
-        data["max_length"] = DEFAULT_MAX_LENGTH
+    if source.get("max_length") is None and source.get("max_new_tokens") is None:
+        data["max_new_tokens"] = DEFAULT_NEW_TOKENS
     return data
 
 

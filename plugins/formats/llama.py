@@ -36,9 +36,11 @@ GATED = {"silu": ("swiglu", {}), "swish": ("swiglu", {}),
          "gelu": ("geglu", {}), "gelu_pytorch_tanh": ("geglu", {"approximate": "tanh"}),
          "gelu_new": ("geglu", {"approximate": "tanh"})}
 """``hidden_act`` of the gated network down(act(gate(x)) * up(x)), as zoo's networks."""
-INERT = {"pretraining_tp", "max_window_layers"}
+INERT = {"pretraining_tp", "max_window_layers", "is_llama_config", "rope_interleaved"}
 """``pretraining_tp`` splits the products into slices whose sum is the same product;
-Qwen2's ``max_window_layers`` matters only with ``use_sliding_window`` (refused)."""
+Qwen2's ``max_window_layers`` matters only with ``use_sliding_window`` (refused);
+``is_llama_config`` and ``rope_interleaved`` (SmolLM2's config, written by nanotron)
+are read by no transformers class."""
 LAYER = re.compile(r"^model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)_proj\.(weight|bias)$")
 NORMS = re.compile(r"^model\.layers\.(\d+)\.(input_layernorm|post_attention_layernorm)\.weight$")
 PROJ = {"q": "attn.q_proj", "o": "attn.out_proj", "gate": "ffn.fc1_g", "up": "ffn.fc1_x",

@@ -71,6 +71,8 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
     """The settings a call decodes ``model`` by: ``settings`` (else ``model.generation``)
     with ``changes``; one RecipeError naming a setting that is unknown or wrong."""
     changes = _renamed(changes)
+    if "max_length" in changes and "max_new_tokens" not in changes:
+        changes["max_new_tokens"] = None  # a call's own max_length means it
     base = settings if settings is not None else getattr(model, "generation", None)
     if base is None:
         name = type(model).__name__
@@ -152,8 +154,13 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
             raise RecipeError("a prompt ends in padding: pad prompts on the left "
                               "(tokenizer.padding_side = 'left'), so that every row's "
                               "next token follows its last real one")
-        check_decoding_memory(model, src.shape[0], src.shape[1], settings,
-                              settings.length_limit(src.shape[1]), src.device)
+        limit = settings.length_limit(src.shape[1])
+        if limit <= src.shape[1]:
+            raise RecipeError(
+                f"the prompts hold {src.shape[1]} tokens, and max_length={limit} counts the "
+                "prompt: no room is left for a new token. Ask for new tokens by "
+                "max_new_tokens (zoo generate --max-new-tokens), or a larger max_length.")
+        check_decoding_memory(model, src.shape[0], src.shape[1], settings, limit, src.device)
         rules = Rules(settings, start=src.shape[1])
         step = PromptSteps(model, src, padding_mask, use_cache=use_cache, beams=beams,
                            steps=rules.max_length - src.shape[1])
