@@ -64,7 +64,7 @@ def same_model(a: torch.nn.Module, b: torch.nn.Module, recipe: str) -> None:
             chans = a.recipe.architecture.settings.get("in_chans", 3)
             x = torch.randn(2, chans, size, size)
             assert torch.equal(a(x), b(x))
-        elif getattr(a, "decoder_only", False) or getattr(a, "encoder_only", False):
+        elif a.kind in ("language-model", "encoder"):
             x = torch.randint(4, a.recipe.architecture.settings["vocab_size"], (2, 9))
             assert torch.equal(a(x), b(x))
         else:

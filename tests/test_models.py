@@ -19,7 +19,7 @@ def batch_for(model, batch=2):
     s = model.settings
     if model.recipe.architecture.name == "vit":
         return (torch.randn(batch, s.in_chans, s.image_size, s.image_size),)
-    if getattr(model, "decoder_only", False) or getattr(model, "encoder_only", False):
+    if model.kind in ("language-model", "encoder"):
         return (torch.randint(1, s.vocab_size, (batch, 7)),)
     return (torch.randint(1, s.vocab_size, (batch, 9)), torch.randint(1, s.vocab_size, (batch, 7)))
 
@@ -32,7 +32,7 @@ def test_recipe_builds_runs_and_learns(name):
     out = model(*inputs)
     if model.recipe.architecture.name == "vit":
         assert out.shape == (2, model.settings.num_classes)
-    elif getattr(model, "encoder_only", False):  # hidden states, and the pooler's output
+    elif model.kind == "encoder":  # hidden states, and the pooler's output
         assert out.shape == (2, 7, model.settings.d_model)
         out = torch.cat([out.flatten(), model.pooled(out).flatten()])
     else:
@@ -350,3 +350,57 @@ def test_layerdrop_skips_whole_layers_in_training_only():
 def test_timm_converter_refuses_what_it_cannot_place():
     with pytest.raises(zoo.ZooError, match="reg_token"):
         zoo.convert_timm_vit({"reg_token": torch.zeros(1, 4, 8)})
+
+
+# -- the kinds of model (zoo.kinds): declared, checked, dispatched on ---------------------------
+@pytest.mark.parametrize("name", zoo.list_components("architecture"), ids=lambda c: c.name)
+def test_every_architecture_declares_a_kind_its_class_keeps(name):
+    from zoo.kinds import PROTOCOLS, missing_methods
+
+    assert name.capabilities.kind in PROTOCOLS
+    assert missing_methods(name.load(), name.capabilities.kind) == []
+    # the protocol names what the core calls: a class without it is refused
+    assert missing_methods(object, name.capabilities.kind)
+
+
+def test_a_built_model_carries_its_kind_and_the_engine_dispatches_on_it():
+    from zoo.kinds import kind_of
+
+    kinds = {n: kind_of(zoo.build(n)) for n in ("transformer-tiny", "llama-tiny",
+                                                 "vit-tiny-patch4-28")}
+    assert kinds == {"transformer-tiny": "seq2seq", "llama-tiny": "language-model",
+                     "vit-tiny-patch4-28": "image-classifier"}
+    assert isinstance(zoo.build("transformer-tiny"), zoo.plugin_api.Seq2SeqModel)
+    with pytest.raises(zoo.RecipeError, match="an image-classifier model"):
+        zoo.generate(zoo.build("vit-tiny-patch4-28"), torch.ones(1, 3, dtype=torch.long),
+                     start_id=1, eos_ids=(2,))
+    plain = nn.Linear(2, 2)  # not built by zoo: no kind, and said so
+    assert kind_of(plain) is None
+    with pytest.raises(zoo.RecipeError, match="of no kind zoo decodes"):
+        zoo.generate(plain, torch.ones(1, 3, dtype=torch.long), start_id=1, eos_ids=(2,))
+
+
+def test_an_architecture_of_an_older_plugin_gets_its_kind_inferred_or_refused(fresh_registry):
+    import warnings
+
+    seq2seq = zoo.get_component("architecture", "seq2seq").load()
+
+    class Partial(nn.Module):  # says language model, lacks what one has
+        def forward(self, tokens, padding_mask=None, cache=None):
+            return tokens
+
+    zoo.register_component("architecture", "older", seq2seq,
+                           capabilities={"inputs": "tokens", "outputs": "tokens"})
+    zoo.register_component("architecture", "partial", Partial,
+                           capabilities={"inputs": "tokens", "outputs": "tokens",
+                                         "kind": "language-model"})
+    recipe = zoo.get_recipe("transformer-tiny").model_dump()
+    recipe["architecture"]["name"] = "older"
+    with pytest.warns(DeprecationWarning, match="declares no kind; zoo takes it for 'seq2seq'"):
+        model = zoo.build(zoo.Recipe.model_validate(recipe))
+    assert model.kind == "seq2seq"
+    recipe["architecture"]["name"] = "partial"
+    with warnings.catch_warnings(), pytest.raises(
+            zoo.PluginError, match="declares kind 'language-model'.*defines no padding_mask, "
+                                   "init_cache"):
+        zoo.build(zoo.Recipe.model_validate(recipe))

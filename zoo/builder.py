@@ -128,6 +128,7 @@ def imported_model(name: str | os.PathLike[str], **kwargs: Any) -> nn.Module | N
 def _instantiate(resolved: Resolved) -> nn.Module:
     model = resolved.architecture.load()(resolved.settings, resolved)
     model.recipe = resolved.recipe
+    model.kind = resolved.kind  # what zoo dispatches on (zoo.kinds.kind_of)
     return model
 
 

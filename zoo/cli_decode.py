@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .kinds import kind_of
+
 
 # -- zoo translate -------------------------------------------------------------------------------
 def add_translate(sub) -> None:
@@ -154,12 +156,12 @@ def _language_model(name: str, device):
 
     model = imported_model(name, device=device)
     if model is not None:
-        if not getattr(model, "decoder_only", False):
+        if kind_of(model) != "language-model":
             raise SystemExit(f"zoo generate: {name} is not a language model (a "
                              f"{model.imported.format} model); zoo translate decodes it")
         return model, None
     run = load_run(name, device=device)
-    if not getattr(run.model, "decoder_only", False) or not hasattr(run.task, "text_tokenizer"):
+    if kind_of(run.model) != "language-model" or not hasattr(run.task, "text_tokenizer"):
         raise SystemExit(f"zoo generate: the run {name} ({run.recipe.task.name}) is not a "
                          "language model trained on text; zoo translate decodes "
                          "sequence-to-sequence runs")

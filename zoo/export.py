@@ -44,6 +44,7 @@ from torch import nn
 from .artifact import tensor_bytes, weights_to_save
 from .errors import ZooError
 from .files import describe_os_error, folder_beside, is_write_failure
+from .kinds import kind_of
 from .ops import plain_linears
 from .quantization import is_quantized
 
@@ -236,7 +237,7 @@ def to_ctranslate2(model: nn.Module, folder: str | os.PathLike[str], *,
     except ImportError as exc:
         raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
                           "pip install 'zoo-transformers[export]'") from None
-    if getattr(model, "decoder_only", False) or getattr(model, "encoder_only", False):
+    if kind_of(model) in ("language-model", "encoder"):
         return _through_transformers_to_ctranslate2(
             model, folder, quantization=quantization, vocabulary=vocabulary, bos_id=bos_id,
             eos_id=eos_id, unk_id=unk_id, force=force)
@@ -325,7 +326,7 @@ def _through_transformers_to_ctranslate2(
         _tokenizer_vocabulary(model, size) or default_vocabulary(size))
     _checked_vocabulary(tokens, size)
     start, end = _start_and_end(model, bos_id, eos_id)
-    encoder = getattr(model, "encoder_only", False)
+    encoder = kind_of(model) == "encoder"
     imported = getattr(model, "imported", None)
     if encoder and imported is not None and vocabulary is None:
         unk_id = getattr(imported.tokenizer(), "unk_token_id", unk_id)  # BERT's [UNK]: 100
@@ -526,7 +527,7 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
         raise ExportError("export the fp32 model: a transformers folder holds full weights")
     imported = getattr(model, "imported", None)
     own = getattr(model, "generation", None)
-    encoder = getattr(model, "encoder_only", False)
+    encoder = kind_of(model) == "encoder"
     if own is None and not encoder:
         raise ExportError(f"--format transformers writes models that generate text (zoo's "
                           f"seq2seq as Marian) and encoders (BERT); this "
@@ -566,7 +567,7 @@ def to_transformers(model: nn.Module, folder: str | os.PathLike[str], *,
             for path in Path(source).iterdir():
                 if path.is_file() and _tokenizer_file(path.name):
                     (tmp / path.name).write_bytes(path.read_bytes())
-        auto = ("AutoModelForCausalLM" if getattr(model, "decoder_only", False)
+        auto = ("AutoModelForCausalLM" if kind_of(model) == "language-model"
                 else "AutoModel" if encoder else "AutoModelForSeq2SeqLM")
         _describe(tmp, model, "transformers", {"family": component.name,
                                                "load": f"{auto}.from_pretrained"})

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from .kinds import Kind
+
 
 class Capabilities(BaseModel):
     """Base of every family's capability record: frozen, no unknown fields. A claim (a
@@ -113,12 +115,17 @@ class BlockCapabilities(Capabilities):
 
 
 class ArchitectureCapabilities(Capabilities):
-    """What a whole model takes and gives."""
+    """What a whole model takes and gives, and what kind of model it is."""
 
     inputs: Literal["tokens", "images"]
     """What the model reads."""
     outputs: Literal["tokens", "classes", "vectors"]
     """What its logits are over (``vectors``: hidden states, which a use pools)."""
+    kind: Kind | None = None
+    """What the engine, the CLI and export may call on it: ``seq2seq``,
+    ``language-model``, ``encoder`` or ``image-classifier``, each a protocol of the plugin
+    API (``zoo.plugin_api.Seq2SeqModel``, ...) its class is checked against. Left out (an
+    architecture of an older plugin), zoo infers it with a DeprecationWarning."""
 
 
 class LossCapabilities(Capabilities):

@@ -67,6 +67,7 @@ from .families import (
     TaskCapabilities,
 )
 from .hookspecs import hookimpl
+from .kinds import Encoder, ImageClassifier, LanguageModel, Seq2SeqModel, kind_of
 from .native import PRODUCTS as NATIVE_PRODUCTS
 from .native import NativeLibrary
 from .native import available as native_available
@@ -87,8 +88,8 @@ __all__ = [
     "derived_copy", "private_copy", "fixed_weights",
     # native code of a plugin's own
     "NativeLibrary", "NATIVE_PRODUCTS",
-    # architectures
-    "Slot",
+    # architectures, and the kinds of model they build
+    "Slot", "Seq2SeqModel", "LanguageModel", "Encoder", "ImageClassifier", "kind_of",
     # decoding
     "generate", "stream", "complete", "stream_text", "GenerationSettings", "filter_logits",
     "length_penalty", "Rule", "Span",

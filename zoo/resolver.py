@@ -16,8 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ._text import did_you_mean, quoted
-from .errors import CapabilityError, MissingPluginError, RecipeError
+from .errors import CapabilityError, MissingPluginError, PluginError, RecipeError
 from .families import Slot
+from .kinds import inferred_kind, missing_methods
 from .recipe import ComponentRef, Recipe, check_data, missing_requirements
 from .registry import Component, describe_validation_error, registry
 
@@ -39,6 +40,9 @@ class Resolved:
     architecture: Component
     settings: BaseModel
     parts: dict[str, Part]
+    kind: str | None = None
+    """What kind of model it builds (:mod:`zoo.kinds`), declared by the architecture;
+    None for none of zoo's kinds."""
 
     def make(self, slot: str, **context: Any) -> Any:
         """Build the component in ``slot`` with ``context`` (what the architecture knows)."""
@@ -192,6 +196,7 @@ def resolve(
             + ", which is not installed; its components come from there.")
     recipe = apply_overrides(recipe, overrides or {})
     arch = registry.get("architecture", recipe.architecture.name)
+    kind = kind_of_architecture(arch)
     settings = arch.validate_settings(recipe.architecture.settings)
     slots = _slots_of(arch)
     unknown = [s for s in recipe.components if s not in slots]
@@ -217,12 +222,28 @@ def resolve(
         except RecipeError as exc:
             raise RecipeError(f"Recipe {recipe.name!r}, slot {slot_name!r}: {exc}") from None
         parts[slot_name] = Part(slot_name, component, part_settings)
-    resolved = Resolved(recipe, arch, settings, parts)
+    resolved = Resolved(recipe, arch, settings, parts, kind)
     _check_together(resolved, device)
     check = getattr(arch.load(), "check", None)
     if check is not None:
         check(resolved)
     return resolved
+
+
+def kind_of_architecture(arch: Component) -> str | None:
+    """The kind ``arch`` declares (inferred, with a warning, where an older plugin
+    declares none; None where none fits), its class checked against the kind's
+    protocol."""
+    caps, cls = arch.capabilities, arch.load()
+    kind = caps.kind or inferred_kind(cls, caps.inputs, caps.outputs, arch.name)
+    missing = missing_methods(cls, kind) if kind else []
+    if missing:
+        raise PluginError(f"architecture {arch.name!r} (plugin {arch.plugin!r}) declares kind "
+                          f"{kind!r}, but its class {cls.__name__} defines no "
+                          f"{', '.join(missing)}: a {kind} model has "
+                          f"{', '.join(missing_methods(object, kind))} "
+                          "(docs/contract/architecture.md).")
+    return kind
 
 
 def _check_requirements(recipe: Recipe, slot_name: str, slot: Slot, component: Component) -> None:

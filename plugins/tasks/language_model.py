@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
+from zoo.plugin_api import kind_of
+
 from ._pretrained import FOLDER, PretrainedTokenizer
 from ._seq2seq import batches_of, pad_batch
 from .translate import DATA, sentence_pairs
@@ -116,7 +118,7 @@ class EnglishLanguageModel:
         """Fine-tune ``model`` (a language model imported from a transformers folder): its
         own tokenizer and start, end and pad ids replace the task's BPE, and are saved in
         the run folder with its generation settings."""
-        if not getattr(model, "decoder_only", False):
+        if kind_of(model) != "language-model":
             raise ValueError("lm-english fine-tunes a language model (a decoder: GPT-2, "
                              f"Llama, ...); {getattr(model.recipe, 'name', 'this model')} "
                              "is not one")

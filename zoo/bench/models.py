@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kinds import kind_of
 from . import peers
 from .harness import Case, count_flops
 
@@ -117,7 +118,7 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     else:
         built = zoo.build(recipe, vocab_size=vocab, device=device, **overrides).eval()
     model = built
-    if getattr(model, "decoder_only", False):  # a language model: its own peers and modes
+    if kind_of(model) == "language-model":  # its own peers and modes
         from .language_models import MODES, generate_cases
 
         lm_impls = ["zoo", *(["transformers"] if {"transformers", "marian"} & set(impls)

@@ -27,6 +27,7 @@ import torch
 from ..deprecations import warn_deprecated
 from ..derived import fixed_weights
 from ..errors import RecipeError
+from ..kinds import kind_of
 from .budget import check_decoding_memory
 from .rules import Rules, check_vocabulary, filter_logits
 from .search import beam_search as search_beams
@@ -76,10 +77,10 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
     base = settings if settings is not None else getattr(model, "generation", None)
     if base is None:
         name = type(model).__name__
-        if not callable(getattr(model, "decode", None)) and not getattr(
-                model, "decoder_only", False):
-            raise RecipeError(f"a {name} does not generate text: zoo decodes models with "
-                              "encode and decode (architecture seq2seq).")
+        if kind_of(model) not in GENERATES:
+            raise RecipeError(f"a {name} does not generate text: zoo decodes "
+                              f"{' and '.join(GENERATES)} models, and this one is "
+                              f"{_kind_said(model)}.")
         missing = [k for k in ("start_id", "eos_ids") if k not in changes]
         if missing:
             raise RecipeError(f"this {name} carries no generation settings "
@@ -91,6 +92,16 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
                                                      "generation settings"))
     return fits_vocabulary(model, settings_with(parse_settings(base, "generation settings"),
                                                 changes))
+
+
+GENERATES = ("seq2seq", "language-model")
+"""The kinds of model (:mod:`zoo.kinds`) that generate text."""
+
+
+def _kind_said(model) -> str:
+    kind = kind_of(model)
+    return f"a{'n' if kind and kind[0] in 'aeiou' else ''} {kind} model" if kind else (
+        "of no kind zoo decodes (model.kind: zoo.build sets it from the architecture)")
 
 
 def fits_vocabulary(model, settings: GenerationSettings) -> GenerationSettings:
@@ -140,7 +151,8 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
     goes on from the prompts ``src``, an encoder-decoder one from its start token."""
     _check_source_ids(model, src)
     beams = settings.num_beams
-    if getattr(model, "decoder_only", False):
+    kind = kind_of(model)
+    if kind == "language-model":
         if src.dim() != 2 or src.shape[1] == 0:
             raise RecipeError(f"a prompt is (batch, length) token ids, at least one token "
                               f"each; got a tensor of shape {tuple(src.shape)}")
@@ -168,10 +180,10 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
     if padding_mask is not None:
         raise RecipeError("padding_mask is for a decoder-only model's prompts; an "
                           "encoder-decoder model reads its sources' padding from pad_id")
-    if not all(callable(getattr(model, f, None)) for f in ("encode", "decode", "padding_mask")):
+    if kind != "seq2seq":
         raise RecipeError(f"a {type(model).__name__} cannot be decoded: zoo's decoding "
-                          "serves models with encode, decode and padding_mask (architecture "
-                          "seq2seq).")
+                          f"serves {' and '.join(GENERATES)} models, and this one is "
+                          f"{_kind_said(model)}.")
     rules = Rules(settings, start=1)
     check_decoding_memory(model, src.shape[0], src.shape[1], settings, rules.max_length,
                           src.device)

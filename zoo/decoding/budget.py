@@ -13,6 +13,7 @@ from __future__ import annotations
 from .._text import format_bytes
 from ..errors import MemoryBudgetError
 from ..hardware import memory_available
+from ..kinds import kind_of
 from .settings import GenerationSettings
 
 LOGIT_COPIES = 8
@@ -41,7 +42,7 @@ def decoding_bytes(model, sources: int, source_len: int, beams: int, length: int
     item = weight.element_size() if weight is not None else 4
     rows = sources * beams
     cache = CACHE_COPIES * rows * length * layers * 2 * d * item
-    if not getattr(model, "decoder_only", False):  # cross-attention: once per source
+    if kind_of(model) == "seq2seq":  # cross-attention: once per source
         cache += sources * source_len * layers * 2 * d * item
     kept = rows * length * (8 + 4)  # each row's tokens and scores, step by step
     return int(MARGIN * (cache + kept + rows * vocab * 4 * LOGIT_COPIES))

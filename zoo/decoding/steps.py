@@ -9,8 +9,8 @@ one decoder step; ``use_cache=False`` re-runs the decoder over the whole prefix 
 where zoo's kernels are built, in C++).
 
 The searches (:mod:`zoo.decoding.search`) ask a step only for ``step(tokens)`` and
-``step.reorder(index)``: :class:`PromptSteps` serves a decoder-only model (``decoder_only``,
-the ``decoder`` architecture) going on from prompts.
+``step.reorder(index)``: :class:`PromptSteps` serves a decoder-only model (kind
+``language-model``, the ``decoder`` architecture) going on from prompts.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Seq2SeqSteps:
 
 
 class PromptSteps:
-    """Next-token logits of a decoder-only model (``decoder_only``: ``model(tokens,
+    """Next-token logits of a decoder-only model (kind ``language-model``: ``model(tokens,
     padding_mask=, cache=)``, ``init_cache()``) going on from prompts.
 
     The rows are ``beams`` copies of each prompt; its first step reads each prompt
