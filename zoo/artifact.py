@@ -30,6 +30,7 @@ from .errors import ArtifactError, CorruptFileError, MissingPluginError
 from .families import FAMILIES
 from .files import describe_os_error, folder_beside, is_write_failure
 from .recipe import Recipe, missing_requirements
+from .tied import tied_groups, weights_to_save
 from .registry import registry
 from .version import __version__
 
@@ -187,26 +188,6 @@ def _needs(dist: str, what: list[str]) -> str:
 
 
 # -- weights -----------------------------------------------------------------------------------
-def _tied_groups(model: nn.Module) -> list[list[str]]:
-    """State-dict names that share one storage (tied embeddings), each group in order."""
-    groups: dict[tuple[Any, int, tuple[int, ...]], list[str]] = {}
-    for name, tensor in model.state_dict(keep_vars=False).items():
-        if tensor.device.type == "meta" or tensor.numel() == 0:
-            continue
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        groups.setdefault(key, []).append(name)
-    return [names for names in groups.values() if len(names) > 1]
-
-
-def weights_to_save(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict with each tied tensor stored once (under its first name), contiguous."""
-    state = model.state_dict()
-    for group in _tied_groups(model):
-        for name in group[1:]:
-            del state[name]
-    return {name: t.detach().contiguous() for name, t in state.items()}
-
-
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """The bytes ``tensors`` hold: about what saving them takes on disk."""
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -308,7 +289,7 @@ def load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], source: st
     A tensor tied to another (shared embeddings) may be stored under any one of its names."""
     expected = model.state_dict()
     state = dict(state)
-    for group in _tied_groups(model):
+    for group in tied_groups(model):
         present = [n for n in group if n in state]
         first = state[present[0]] if present else None
         if len(present) > 1 and not all(

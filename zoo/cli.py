@@ -379,14 +379,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 # -- zoo export ----------------------------------------------------------------------------------
 def add_export(sub) -> None:
-    """``zoo export SOURCE --format ctranslate2|onnx|transformers --out DIR``."""
+    """``zoo export SOURCE --format TARGET --out DIR``."""
     p = sub.add_parser("export", help="export a model or run to CTranslate2, ONNX "
-                       "(ONNX Runtime) or a transformers folder")
+                       "(ONNX Runtime), a transformers folder, or a plugin's target")
     p.add_argument("source", help="a run folder (runs/translate-de-en), a recipe, "
                    "local-dir:PATH or hf-hub:OWNER/NAME")
-    p.add_argument("--format", required=True, choices=["ctranslate2", "onnx", "transformers"],
-                   help="transformers: a folder from_pretrained loads (Marian, GPT-2, "
-                   "Llama, Qwen2, Mistral; docs/from-the-hub.md, docs/language-models.md)")
+    p.add_argument("--format", required=True, metavar="TARGET",
+                   help="an export target of the installed formats (zoo's: ctranslate2, "
+                   "onnx, transformers: a folder from_pretrained loads; zoo components "
+                   "format lists them with their plugins)")
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--quantization", help="ctranslate2: CTranslate2's weight type (int8, "
                    "int8_float32, float16, ...); default float32")
@@ -399,30 +400,24 @@ def add_export(sub) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export a run or a model; a run's tokenizer names the CTranslate2 vocabulary."""
-    from .export import export
+    from .export import export, formats
     from .training.runs import is_run, load_run
 
-    vocabulary = tokenizer = None
+    if args.format not in formats():
+        raise SystemExit(f"zoo export: unknown --format {args.format!r}; the installed "
+                         f"formats write {', '.join(formats())}")
+    options: dict = {"quantization": args.quantization}
     if is_run(args.source.removeprefix("local-dir:")):
         run = load_run(args.source)
         model = run.model
-        if args.format == "ctranslate2" and hasattr(run.task, "token_strings"):
-            vocabulary = run.task.token_strings(range(model.settings.vocab_size))
-        tokenizer = getattr(run.task, "tokenizer_files", lambda: None)()
+        if hasattr(run.task, "token_strings"):  # the ids' names, for a writer that reads them
+            options["vocabulary"] = run.task.token_strings(range(model.settings.vocab_size))
+        options["tokenizer"] = getattr(run.task, "tokenizer_files", lambda: None)()
     else:
         from .builder import build
 
         model = build(args.source, pretrained=args.pretrained or None, **parse_sets(args.set))
-    kwargs = {"vocabulary": vocabulary, "quantization": args.quantization} \
-        if args.format == "ctranslate2" else {"tokenizer": tokenizer} \
-        if args.format == "transformers" else {}
-    if args.format == "transformers" and args.quantization:
-        raise SystemExit("zoo export: --quantization is CTranslate2's; a transformers folder "
-                         "holds fp32 weights")
-    if args.format == "onnx" and args.quantization:
-        raise SystemExit("zoo export: --quantization is CTranslate2's; quantize an ONNX "
-                         "graph with onnxruntime.quantization")
-    out = export(model, args.out, args.format, force=args.force, **kwargs)
+    out = export(model, args.out, args.format, force=args.force, **options)
     print(f"Exported {args.source} to {out} ({args.format}): "
           f"{', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0

@@ -56,6 +56,10 @@ class MissingPluginError(ArtifactError):
     """A saved model naming a component whose plugin is not installed."""
 
 
+class ExportError(ZooError, ValueError):
+    """A model an engine cannot express, or an export that cannot be written."""
+
+
 class FormatError(ArtifactError):
     """A foreign model (a transformers folder) with an option zoo cannot express, or
     weights that do not fit its config."""

@@ -137,15 +137,27 @@ class LossCapabilities(Capabilities):
 
 
 class FormatCapabilities(Capabilities):
-    """Which foreign folders a format reads, and whether it writes them too."""
+    """Which foreign folders a format reads, and what it writes: an export target of
+    ``zoo export`` is a format too."""
 
     model_types: tuple[str, ...] = ()
     """The ``model_type`` values of a transformers ``config.json`` it reads (``marian``)."""
+    writes: str | None = None
+    """The export target it writes, by the name ``zoo export --format`` takes
+    (``transformers``, ``ctranslate2``, ``onnx``, or a plugin's own); several formats may
+    write one target (each transformers family), tried in turn until one expresses the
+    model. None: it only reads."""
     exports: bool = False
-    """Writes a zoo model back out in this format (``zoo export --format transformers``)."""
+    """The former way to say ``writes="transformers"`` (still taken)."""
     overrides: tuple[str, ...] = ()
     """The ``model_type`` values it reads in place of another format that lists them too
     (two formats claiming one type are refused unless one says it overrides)."""
+
+    @property
+    def target(self) -> str | None:
+        """The export target it writes: ``writes``, or ``transformers`` where an older
+        format says ``exports``."""
+        return self.writes or ("transformers" if self.exports else None)
 
 
 class RuleCapabilities(Capabilities):

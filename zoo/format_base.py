@@ -14,12 +14,19 @@ naming the format and its plugin.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from .decoding.settings import plugin_rule_settings
-from .errors import FormatError
+from .errors import ExportError, FormatError
+from .kinds import kind_of
+from .quantization import is_quantized
+from .tied import weights_to_save
 
 BOOKKEEPING = {
     "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
@@ -205,8 +212,9 @@ def generation_json(settings: dict[str, Any]) -> dict[str, Any]:
 
 # -- the base class --------------------------------------------------------------------------------
 class Format:
-    """A reader (and, with the ``exports`` capability, a writer) of one kind of foreign
-    folder. Register a subclass in the ``format`` family with the ``model_types`` it
+    """A reader of one kind of foreign folder and, with the ``writes`` capability, a
+    writer of an export target (a transformers family writes its own folders; an
+    engine's target, such as CTranslate2, only writes). Register a subclass in the ``format`` family with the ``model_types`` it
     reads among its capabilities; zoo makes it with ``cls(None)``."""
 
     family: str = ""
@@ -259,12 +267,113 @@ class Format:
         return generation_settings(config, generation, self.family)
 
     def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
-               generation: dict[str, Any]) -> tuple[dict, dict, dict[str, torch.Tensor]]:
-        """With the ``exports`` capability: a zoo recipe, its state dict and generation
-        settings (as data) as the family's ``config.json``, ``generation_config.json``
-        and state dict; what the family cannot express raises FormatError naming it."""
+               generation: dict[str, Any] | None) -> tuple[dict, dict | None,
+                                                        dict[str, torch.Tensor]]:
+        """With ``writes="transformers"``: a zoo recipe, its state dict (each tied matrix
+        once) and generation settings (as data; None for an encoder) as the family's
+        ``config.json``, ``generation_config.json`` (None: none) and state dict; what the
+        family cannot express raises FormatError naming it. The default :meth:`write`
+        calls it."""
         raise FormatError(f"format {self.family!r} reads folders; it does not write them")
 
+    def write(self, model: nn.Module, folder: Path, *, export: Callable[..., Path],
+              vocabulary: Sequence[str] | None = None, tokenizer: Any = None,
+              bos_id: int | None = None, eos_id: int | None = None,
+              **options: Any) -> dict[str, Any]:
+        """Write ``model`` into ``folder`` (new and empty: zoo moves it into place once
+        this returns, and removes it when this raises), for the export target the
+        ``writes`` capability names; returns what ``zoo-export.json`` says of loading
+        it (``{"load": "...", ...}``). ``export(model, folder, format, **options)`` writes
+        another target (a converter's input, say). ``vocabulary`` (the token of each id)
+        and ``tokenizer`` (a folder of tokenizer files) come from a run that has them,
+        ``bos_id`` and ``eos_id`` replace the model's own start and end tokens; a writer
+        refuses an option it does not take (:func:`refuse_options`), by name.
 
-__all__ = ["Format", "Options", "BOOKKEEPING", "DECODER_FLAGS", "GENERATION_KEYS", "generation_settings",
-           "generation_json"]
+        The default writes the transformers folder of this format's family:
+        :meth:`export`'s three files, and the tokenizer's files (an imported model's own,
+        else ``tokenizer``'s)."""
+        refuse_options(options, "--format transformers")
+        if is_quantized(model):
+            raise ExportError("export the fp32 model: a transformers folder holds full "
+                              "weights")
+        kind = kind_of(model)
+        generation = None
+        if kind in ("seq2seq", "language-model"):
+            start, end = start_and_end(model, bos_id, eos_id)
+            generation = model.generation.model_dump(mode="json")
+            generation.update(start_id=start, eos_ids=[end] + [
+                i for i in generation.get("eos_ids", ()) if i != end])
+        elif kind != "encoder":
+            raise ExportError(f"--format transformers writes models that generate text and "
+                              f"encoders; this {type(model).__name__} ({kind or 'no'} kind) "
+                              "has no generation settings and is no encoder. Export it with "
+                              "--format onnx.")
+        from safetensors.torch import save_file
+
+        state = {k: v.float() for k, v in weights_to_save(model).items()}
+        config, settings, weights = self.export(model.recipe.to_dict(), state, generation)
+        (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if settings is not None:
+            (folder / "generation_config.json").write_text(json.dumps(settings, indent=2)
+                                                           + "\n")
+        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        imported = getattr(model, "imported", None)
+        copy_tokenizer_files(imported.folder if imported is not None else tokenizer, folder)
+        auto = {"language-model": "AutoModelForCausalLM", "encoder": "AutoModel"}.get(
+            kind, "AutoModelForSeq2SeqLM")
+        return {"family": self.family, "load": f"{auto}.from_pretrained"}
+
+
+# -- what every writer shares ---------------------------------------------------------------------
+SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
+"""The names of ids 0-3 (zoo's tasks: padding, start, end, unknown) in a default
+vocabulary."""
+
+
+def default_vocabulary(size: int) -> list[str]:
+    """Token names for a model without a tokenizer: ``<pad> <s> </s> <unk>`` for ids 0-3,
+    then the id itself (``"4"``, ``"5"``, ...)."""
+    return [SPECIALS[i] if i < len(SPECIALS) else str(i) for i in range(size)]
+
+
+def start_and_end(model: nn.Module, bos_id: int | None, eos_id: int | None) -> tuple[int, int]:
+    """The decoder's start and end tokens: as given, else the model's own
+    (``model.generation``), else zoo's tasks' (1 and 2)."""
+    g = getattr(model, "generation", None)
+    if bos_id is None:
+        bos_id = g.start_id if g is not None else 1
+    if eos_id is None:
+        eos_id = g.eos_ids[0] if g is not None else 2
+    return bos_id, eos_id
+
+
+def refuse_options(options: dict[str, Any], writer: str) -> None:
+    """One ExportError naming the options (set, not None) that ``writer`` does not take."""
+    given = sorted(k for k, v in options.items() if v is not None)
+    if given:
+        hint = (" (--quantization is CTranslate2's: --format ctranslate2)"
+                if "quantization" in given else "")
+        raise ExportError(f"{writer} takes no option {', '.join(given)}{hint}")
+
+
+def is_tokenizer_file(name: str) -> bool:
+    """A transformers tokenizer's file: SentencePiece models (``source.spm``,
+    ``spiece.model``), BPE merges, and the JSON files of the tokenizer and its vocabulary
+    (``tokenizer.json``, ``tokenizer_config.json``, ``vocab.json``, ...)."""
+    suffix = Path(name).suffix
+    return suffix in (".spm", ".model", ".txt") or (
+        suffix == ".json" and ("token" in name or "vocab" in name))
+
+
+def copy_tokenizer_files(source: Any, folder: Path) -> None:
+    """The tokenizer's files of the folder ``source`` (None: none) copied into ``folder``."""
+    if source is None:
+        return
+    for path in Path(source).iterdir():
+        if path.is_file() and is_tokenizer_file(path.name):
+            (folder / path.name).write_bytes(path.read_bytes())
+
+
+__all__ = ["Format", "Options", "BOOKKEEPING", "DECODER_FLAGS", "GENERATION_KEYS",
+           "generation_settings", "generation_json", "default_vocabulary", "start_and_end",
+           "refuse_options", "is_tokenizer_file", "copy_tokenizer_files"]

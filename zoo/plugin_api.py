@@ -38,14 +38,20 @@ from .format_base import (
     DECODER_FLAGS,
     Format,
     Options,
+    copy_tokenizer_files,
+    default_vocabulary,
     generation_json,
     generation_settings,
+    is_tokenizer_file,
+    refuse_options,
+    start_and_end,
 )
 from .derived import derived as derived_copy
 from .derived import fixed_weights, private_copy
 from .embedding import Pooling, cosine, embed, pool, pooling_of
 from .errors import (
     CapabilityError,
+    ExportError,
     FormatError,
     MissingPluginError,
     PluginError,
@@ -71,8 +77,8 @@ from .kinds import Encoder, ImageClassifier, LanguageModel, Seq2SeqModel, kind_o
 from .native import PRODUCTS as NATIVE_PRODUCTS
 from .native import NativeLibrary
 from .native import available as native_available
-from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped
-from .quantization import QuantizedLinear
+from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped, plain_linears
+from .quantization import QuantizedLinear, is_quantized
 from .task import Task, TaskDataError, missing_debian_package
 
 __all__ = [
@@ -83,7 +89,7 @@ __all__ = [
     "relative_positions", "KVCache", "DecoderCache", "LanguageModelCache",
     # layers
     "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
-    "QuantizedLinear",
+    "QuantizedLinear", "is_quantized", "plain_linears",
     # copies derived from weights (packed, joined), checked against them
     "derived_copy", "private_copy", "fixed_weights",
     # native code of a plugin's own
@@ -98,6 +104,9 @@ __all__ = [
     "embed", "pool", "pooling_of", "Pooling", "cosine",
     # formats
     "Format", "Options", "BOOKKEEPING", "DECODER_FLAGS", "generation_settings", "generation_json",
+    # export targets (formats that write)
+    "default_vocabulary", "start_and_end", "refuse_options", "is_tokenizer_file",
+    "copy_tokenizer_files",
     # tasks
     "Task", "TaskDataError", "missing_debian_package",
     # capabilities
@@ -106,5 +115,5 @@ __all__ = [
     "TaskCapabilities", "LossCapabilities", "FormatCapabilities", "RuleCapabilities",
     # errors
     "ZooError", "RecipeError", "CapabilityError", "PluginError", "MissingPluginError",
-    "FormatError",
+    "FormatError", "ExportError",
 ]

@@ -1,4 +1,5 @@
-"""Foreign model formats: transformers folders read into zoo's components."""
+"""Foreign model formats: transformers folders read into zoo's components (and written
+back from them), and the export targets CTranslate2 and ONNX."""
 
 from zoo import hookimpl
 
@@ -9,7 +10,7 @@ def register_formats(register):
         "marian",
         "zoo.plugins.formats.marian:MarianFormat",
         description="transformers' MarianMTModel (the opus-mt and opus-mt-tc-big models)",
-        capabilities={"model_types": ("marian",), "exports": True},
+        capabilities={"model_types": ("marian",), "writes": "transformers"},
     )
     register(
         "bart",
@@ -33,14 +34,14 @@ def register_formats(register):
         "gpt2",
         "zoo.plugins.formats.gpt2:GPT2Format",
         description="transformers' GPT2LMHeadModel (Radford et al. 2019)",
-        capabilities={"model_types": ("gpt2",), "exports": True},
+        capabilities={"model_types": ("gpt2",), "writes": "transformers"},
     )
     register(
         "llama",
         "zoo.plugins.formats.llama:LlamaFormat",
         description="transformers' LlamaForCausalLM, MistralForCausalLM and "
                     "Qwen2ForCausalLM (Llama 2 and 3, TinyLlama, Mistral, Qwen2.5)",
-        capabilities={"model_types": ("llama", "mistral", "qwen2"), "exports": True},
+        capabilities={"model_types": ("llama", "mistral", "qwen2"), "writes": "transformers"},
     )
     register(
         "bert",
@@ -48,7 +49,7 @@ def register_formats(register):
         description="transformers' BertModel, BertForMaskedLM and "
                     "BertForSequenceClassification (Devlin et al. 2019), and "
                     "sentence-transformers' folders of them (all-MiniLM-L6-v2)",
-        capabilities={"model_types": ("bert",), "exports": True},
+        capabilities={"model_types": ("bert",), "writes": "transformers"},
     )
     register(
         "roberta",
@@ -68,6 +69,19 @@ def register_formats(register):
         "timm-vit",
         "zoo.plugins.formats.timm_vit:TimmViTFormat",
         description="timm's VisionTransformer checkpoints (a recipe's weights.converter)",
+    )
+    register(
+        "ctranslate2",
+        "zoo.plugins.formats.ctranslate2:CTranslate2Writer",
+        description="CTranslate2's Translator, Generator and Encoder models (zoo export "
+                    "--format ctranslate2; Klein et al. 2020)",
+        capabilities={"writes": "ctranslate2"},
+    )
+    register(
+        "onnx",
+        "zoo.plugins.formats.onnx:OnnxWriter",
+        description="ONNX graphs ONNX Runtime runs (zoo export --format onnx)",
+        capabilities={"writes": "onnx"},
     )
     register(
         "vit",
