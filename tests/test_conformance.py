@@ -17,10 +17,19 @@ from zoo.plugin_api import MultiHeadAttention, boolean_mask
 
 from .conftest import FIXTURES, plugins_from
 
+SMALL = dict(vocab_size=32, d_model=16, n_heads=2, d_ff=32)
+KIT_SETTINGS = {  # the built-in architectures at the kit's sizes
+    ("architecture", "seq2seq"): dict(SMALL, encoder_layers=1, decoder_layers=1),
+    ("architecture", "decoder"): dict(SMALL, layers=2),
+    ("architecture", "encoder"): dict(SMALL, layers=2),
+    ("architecture", "vit"): dict(image_size=8, patch_size=4, num_classes=3, d_model=16,
+                                  n_heads=2, d_ff=32, depth=1),
+}
 EVERY_CASE = [pytest.param(case, id=str(case))
               for family in zoo.testing.CHECKS
               for component in zoo.list_components(family)
-              for case in zoo.testing.cases(family, component.name)]
+              for case in zoo.testing.cases(family, component.name,
+                                            settings=KIT_SETTINGS.get((family, component.name)))]
 
 
 @pytest.mark.parametrize("case", EVERY_CASE)
@@ -28,13 +37,19 @@ def test_every_built_in_component_passes_the_kit(case):
     outcome = case()
     if outcome.startswith("skipped"):
         assert ("does not claim" in outcome or "CUDA" in outcome or "package" in outcome
-                or "takes no n_kv_heads" in outcome)
+                or "takes no n_kv_heads" in outcome or "generates no text" in outcome
+                or "no encoder" in outcome or "not transformers" in outcome
+                or "no example config" in outcome or "name one, as in" in outcome), outcome
         pytest.skip(outcome)
 
 
 def test_every_family_with_members_has_checks():
     assert set(zoo.testing.CHECKS) == {"attention", "kernel", "positional", "norm", "ffn",
-                                        "block", "loss"}
+                                        "block", "loss", "architecture", "task", "format"}
+    # every format that writes transformers folders gives the kit an example
+    writers = [c for c in zoo.list_components("format") if c.capabilities.target ==
+               "transformers"]
+    assert writers and all(c.load().example for c in writers)
     for family, checks in zoo.testing.CHECKS.items():
         assert all(c.doc for c in checks), family
 
@@ -145,6 +160,74 @@ def test_a_broken_clause_is_named_with_the_difference(fresh_registry, family, ta
     case = next(c for c in zoo.testing.cases(family, "broken-on-purpose") if c.check.name == check)
     with pytest.raises(zoo.testing.ConformanceError, match=f"fails check {check!r}.*{says}"):
         case()
+
+
+class ForgetfulLM(nn.Module):
+    """A language model whose cached step forgets everything before the last token."""
+
+    def __init__(self, settings, parts):
+        super().__init__()
+        self.settings = settings
+        self.embed = nn.Embedding(settings.vocab_size, 8)
+        self.out = nn.Linear(8, settings.vocab_size)
+        self.generation = zoo.decoding.GenerationSettings(start_id=1, eos_ids=(2,), pad_id=0)
+
+    class Settings(zoo.plugin_api.AttentionSettings.__base__):
+        vocab_size: int = 32
+
+    def padding_mask(self, tokens):
+        return None
+
+    def init_cache(self):
+        return zoo.plugin_api.LanguageModelCache(1)
+
+    def forward(self, tokens, padding_mask=None, cache=None):
+        x = self.embed(tokens)
+        if cache is not None:  # keeps the keys, and never reads them
+            cache[0].append(x[:, None], x[:, None])
+            return self.out(x)
+        return self.out(x.cumsum(1) / torch.arange(1, tokens.shape[1] + 1)[:, None])
+
+
+class CorruptingGPT2:
+    """A GPT-2 writer that swaps two layers' names on the way out."""
+
+    @staticmethod
+    def make():
+        base = zoo.get_component("format", "gpt2").load()
+
+        class Corrupting(base):
+            def export(self, recipe, state, generation):
+                config, settings, weights = super().export(recipe, state, generation)
+                a, b = "transformer.h.0.mlp.c_fc.weight", "transformer.h.1.mlp.c_fc.weight"
+                weights[a], weights[b] = weights[b], weights[a]
+                return config, settings, weights
+
+        return Corrupting
+
+
+def test_the_kit_catches_a_broken_architecture_format_and_task(fresh_registry):
+    zoo.register_component("architecture", "forgetful-lm", ForgetfulLM,
+                           capabilities={"inputs": "tokens", "outputs": "tokens",
+                                         "kind": "language-model"})
+    with pytest.raises(zoo.testing.ConformanceError, match="fails check 'architecture_decodes'"
+                                                           ".*with a cache"):
+        zoo.testing.check_component("architecture", "forgetful-lm")
+    zoo.register_component("format", "corrupting", CorruptingGPT2.make(),
+                           capabilities={"writes": "transformers"})
+    with pytest.raises(zoo.testing.ConformanceError,
+                       match="fails check 'format_round_trip'.*read back by zoo"):
+        zoo.testing.check_component("format", "corrupting")
+
+    class NoLoss:  # a task of the first contract: no loss, no evaluate
+        unit, metric = "tokens", "accuracy"
+
+        def __init__(self, settings, *, seed, workdir):
+            pass
+
+    zoo.register_component("task", "no-loss", NoLoss)
+    with pytest.raises(zoo.testing.ConformanceError, match="fails check 'task_members'.*loss"):
+        zoo.testing.check_component("task", "no-loss")
 
 
 def test_a_misspelt_kit_setting_is_a_settings_error_before_any_check(fresh_registry):

@@ -224,6 +224,10 @@ class Format:
     and the safetensors (the tokenizer's files: ``source.spm``, ``vocab.json``, ...)."""
     generates: bool = True
     """False for a model that generates no text (ViT): :meth:`generation` gives None."""
+    example: dict[str, Any] | None = None
+    """A small ``config.json`` of the family, as data (a few layers, a vocabulary of 32):
+    the conformance kit maps it with :meth:`recipe`, writes the model and reads it back
+    (``zoo.testing.check_component("format", NAME)``)."""
     legacy: frozenset[str] = frozenset()
     """Keys of older configs that the family's transformers class does not read: inert,
     beside the shared :data:`BOOKKEEPING`."""

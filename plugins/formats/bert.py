@@ -61,6 +61,9 @@ class BertFormat(Format):
     """Reads transformers' BERT folders (and sentence-transformers' folders of them)."""
 
     family = "bert"
+    example = {"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 2,
+               "num_attention_heads": 2, "intermediate_size": 32, "vocab_size": 32,
+               "max_position_embeddings": 64, "architectures": ["BertModel"]}
     files = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
              "1_Pooling/config.json")

@@ -49,6 +49,8 @@ class GPT2Format(Format):
     family = "gpt2"
     files = TOKENIZER_FILES
     legacy = frozenset(INERT)
+    example = {"model_type": "gpt2", "n_embd": 16, "n_layer": 2, "n_head": 2,
+               "vocab_size": 32, "n_positions": 64, "bos_token_id": 1, "eos_token_id": 2}
 
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
         options = self.options(config)

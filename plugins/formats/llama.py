@@ -79,6 +79,10 @@ class LlamaFormat(Format):
     family = "llama"
     files = TOKENIZER_FILES
     legacy = frozenset(INERT)
+    example = {"model_type": "llama", "hidden_size": 16, "num_hidden_layers": 2,
+               "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 32,
+               "vocab_size": 32, "max_position_embeddings": 64, "bos_token_id": 1,
+               "eos_token_id": 2}
 
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
         kind = config.get("model_type", "llama")

@@ -33,6 +33,11 @@ class MarianFormat(_bart.BartLayoutFormat):
     family = "marian"
     files = TOKENIZER_FILES
     legacy = frozenset(LEGACY)
+    example = {"model_type": "marian", "d_model": 16, "encoder_layers": 1,
+               "decoder_layers": 1, "encoder_attention_heads": 2,
+               "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32,
+               "vocab_size": 32, "max_position_embeddings": 64, "pad_token_id": 31,
+               "decoder_start_token_id": 31, "eos_token_id": 0}
     learned_positions = False
 
     @staticmethod

@@ -37,18 +37,21 @@ from pydantic import BaseModel
 from ..errors import RecipeError
 from ..registry import Component, registry
 from . import (
+    architecture_checks,
     attention_checks,
     block_checks,
+    format_checks,
     kernel_checks,
     loss_checks,
     position_wise_checks,
     positional_checks,
+    task_checks,
 )
 from .contract import CHECKS, Check, ConformanceError, Failed, Skip
 from .references import reference_kernel
 
 CHECK_MODULES = (attention_checks, kernel_checks, positional_checks, position_wise_checks,
-                 loss_checks, block_checks)
+                 loss_checks, block_checks, architecture_checks, task_checks, format_checks)
 """The modules whose checks importing this one registers in :data:`CHECKS`."""
 
 
