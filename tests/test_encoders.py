@@ -209,7 +209,7 @@ def test_a_sentence_transformers_folder_pools_as_its_files_say(minilm, tmp_path)
                if not m["type"].endswith("Normalize")]
     (copy / "modules.json").write_text(json.dumps(modules))
     model = zoo.build(f"local-dir:{copy}")
-    assert zoo.embedding.pooling_of(model) == Pooling("cls", False, 256)
+    assert model.pooling == zoo.embedding.pooling_of(model) == Pooling("cls", False, 256)
     tokenizer = tf.AutoTokenizer.from_pretrained(str(copy))
     batch = tokenizer(SENTENCES[:2], padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -218,8 +218,13 @@ def test_a_sentence_transformers_folder_pools_as_its_files_say(minilm, tmp_path)
     modules.append({"idx": 9, "name": "9", "path": "9_Dense",
                     "type": "sentence_transformers.models.Dense"})
     (copy / "modules.json").write_text(json.dumps(modules))
+    # the model read its files once, when it was made; a new build reads them again
+    assert (zoo.embed(model, SENTENCES[:2]) - first).abs().max() < 1e-5
     with pytest.raises(FormatError, match="modules zoo does not run.*Dense"):
-        zoo.embed(zoo.build(f"local-dir:{copy}"), SENTENCES[:1])
+        zoo.build(f"local-dir:{copy}")
+    (copy / "modules.json").write_text(json.dumps({"not": "a list"}))
+    with pytest.raises(zoo.ArtifactError, match="modules.json holds dict, not a list"):
+        zoo.build(f"local-dir:{copy}")
 
 
 def test_the_real_minilm_in_int8_keeps_its_embeddings_and_their_order(minilm):

@@ -126,10 +126,18 @@ def test_zoo_translate_on_a_fifo_tokenizer_says_so_and_does_not_block(folders, t
     assert "Traceback" not in done.stderr
 
 
-def test_files_found_sound_are_checked_again_once_one_changes(folders, tmp_path):
+def test_a_tokenizer_is_read_once_and_files_changed_later_are_checked_when_read(folders,
+                                                                                 tmp_path):
+    # a model carries its text: its tokenizer is read and checked at first use and kept
+    # (it was read from disk at every call); a model built after a file changed reads the
+    # new bytes, and refuses them by name
     folder = _copy(folders, "marian", tmp_path)
     model = zoo.build(f"local-dir:{folder}")
-    assert model.imported.translate(model, ["Guten Morgen."])  # sound: the check is kept
+    first = model.imported.translate(model, ["Guten Morgen."])
+    tokenizer = model.imported.tokenizer()
     (folder / "source.spm").write_bytes(os.urandom(3000))  # the same name, other bytes
+    assert model.imported.tokenizer() is tokenizer
+    assert model.imported.translate(model, ["Guten Morgen."]) == first
+    again = zoo.build(f"local-dir:{folder}")
     with pytest.raises(FormatError, match="source.spm is not a SentencePiece model"):
-        model.imported.translate(model, ["Guten Morgen."])
+        again.imported.translate(again, ["Guten Morgen."])

@@ -28,7 +28,7 @@ from torch import nn
 from ._text import DISTRIBUTION_RE, quoted, short_repr
 from .errors import ArtifactError, CorruptFileError, MissingPluginError
 from .families import FAMILIES
-from .files import describe_os_error, folder_beside, is_write_failure
+from .files import describe_os_error, folder_beside, is_write_failure, read_json
 from .recipe import Recipe, missing_requirements
 from .tied import tied_groups, weights_to_save
 from .registry import registry
@@ -50,7 +50,6 @@ FILES = [CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME, "model-*.safetensors", CARD_NAME
 FORMAT = "zoo"
 FORMAT_VERSION = 1
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-MAX_CONFIG_BYTES = 1 << 20
 
 
 # -- config ------------------------------------------------------------------------------------
@@ -69,27 +68,6 @@ def artifact_config(recipe: Recipe, components: dict[str, dict[str, Any]],
     if generation is not None:
         config["generation"] = generation
     return config
-
-
-def read_json(path: Path, source: str) -> dict[str, Any]:
-    """A JSON object from a file of at most 1 MiB, or one ArtifactError naming the file:
-    zoo's one reader of ``config.json`` (its own and foreign ones) and the JSON files
-    beside it."""
-    if not path.is_file():
-        raise ArtifactError(f"{source} has no {path.name}.")
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ArtifactError(f"{source}: {path.name} is {size:,} bytes; a config is under "
-                            "1 MiB. Refusing to read it.")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise CorruptFileError(f"{source}: {path.name} is not valid JSON "
-                               f"({short_repr(exc, 120)}).", [path]) from None
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{source}: {path.name} holds {type(data).__name__}, not an "
-                            "object.")
-    return data
 
 
 def read_config(folder: Path, source: str) -> tuple[Recipe, dict[str, Any]]:

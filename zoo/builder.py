@@ -33,6 +33,7 @@ from .foreign import (
 from ._text import format_bytes, quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .decoding import fits_vocabulary, parse_settings
+from .embedding import pooling_of
 from .errors import ArtifactError, CorruptFileError, FormatError, MemoryBudgetError, RecipeError
 from .files import recover
 from .hardware import memory_available, memory_limits
@@ -129,6 +130,8 @@ def _instantiate(resolved: Resolved) -> nn.Module:
     model = resolved.architecture.load()(resolved.settings, resolved)
     model.recipe = resolved.recipe
     model.kind = resolved.kind  # what zoo dispatches on (zoo.kinds.kind_of)
+    if model.kind == "encoder":
+        model.pooling = pooling_of(model)  # an imported folder's own files: read again below
     return model
 
 
@@ -265,6 +268,8 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
                           source=saved.name)
         model.imported = imported
         model.generation = imported.generation
+        if model.kind == "encoder":  # its sentence-transformers files, read once
+            model.pooling = pooling_of(model)
         if model.generation is not None:
             try:
                 fits_vocabulary(model, model.generation)

@@ -13,7 +13,6 @@ order of the texts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -22,6 +21,7 @@ import torch
 
 from .derived import fixed_weights
 from .errors import FormatError, RecipeError
+from .files import read_json
 
 MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
          "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len"}
@@ -38,16 +38,10 @@ class Pooling:
     max_tokens: int | None = None
 
 
-def _read(path: Path, source: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise FormatError(f"{source}: {path.name} cannot be read as JSON ({exc})") from None
-
-
 def pooling_of(model) -> Pooling:
     """The model's pooling: its sentence-transformers files' (an imported folder), else the
-    mean, normalised, cut at the model's longest input."""
+    mean, normalised, cut at the model's longest input. ``zoo.build`` reads it once, as
+    ``model.pooling``; the files go through zoo's one bounded JSON reader."""
     settings = getattr(model, "settings", None)
     longest = getattr(settings, "max_len", None)
     imported = getattr(model, "imported", None)
@@ -55,14 +49,14 @@ def pooling_of(model) -> Pooling:
     if folder is None or not (Path(folder) / "modules.json").is_file():
         return Pooling(max_tokens=longest)
     folder, source = Path(folder), imported.source
-    modules = _read(folder / "modules.json", source)
-    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+    modules = read_json(folder / "modules.json", source, list)
+    if not all(isinstance(m, dict) for m in modules):
         raise FormatError(f"{source}: modules.json is a list of modules (objects)")
     types = [str(m.get("type", "")) for m in modules]
     mode = "mean"
     pooling = next((m for m in modules if str(m.get("type", "")).endswith(".Pooling")), None)
     if pooling is not None:
-        config = _read(folder / str(pooling.get("path", "")) / "config.json", source)
+        config = read_json(folder / str(pooling.get("path", "")) / "config.json", source)
         chosen = [MODES[k] for k in MODES if isinstance(config, dict) and config.get(k)]
         others = [k for k, v in (config.items() if isinstance(config, dict) else ())
                   if k.startswith("pooling_mode_") and k not in MODES and v]
@@ -77,7 +71,7 @@ def pooling_of(model) -> Pooling:
                           "(zoo embeds with a Transformer, a Pooling and a Normalize)")
     st_config = folder / "sentence_bert_config.json"
     if st_config.is_file():
-        data = _read(st_config, source)
+        data = read_json(st_config, source)
         limit = data.get("max_seq_length") if isinstance(data, dict) else None
         if isinstance(limit, int) and limit > 0:
             longest = min(limit, longest or limit)
@@ -118,7 +112,8 @@ def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int
     if tokenizer is None:
         raise RecipeError(f"this {type(model).__name__} has no tokenizer of its own (it was "
                           "built from a recipe): give tokenizer=")
-    pooling = pooling_of(model) if pooling is None else pooling
+    if pooling is None:  # the one zoo.build read (a model made otherwise: read now)
+        pooling = getattr(model, "pooling", None) or pooling_of(model)
     if not texts:
         return torch.empty(0, model.settings.d_model)
     device = next(model.parameters()).device

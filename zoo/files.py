@@ -22,8 +22,13 @@ import os
 import shutil
 import sys
 import tempfile
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+from ._text import short_repr
+from .errors import ArtifactError, CorruptFileError
 
 LOCK_TIMEOUT = 600.0
 """Seconds a save waits for another save of the same folder before giving up."""
@@ -280,3 +285,32 @@ def folder_beside(
             _swap_in(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- JSON files of a folder ----------------------------------------------------------------------
+MAX_JSON_BYTES = 1 << 20
+"""The largest JSON file of a model folder zoo reads (a config is a few KiB)."""
+
+
+def read_json(path: Path, source: str, holds: type = dict) -> Any:
+    """A JSON object (``holds``: a list, say) from a regular file of at most 1 MiB, or one
+    ArtifactError naming the file: zoo's one reader of ``config.json`` (its own and
+    foreign ones) and every JSON file beside it (generation settings,
+    sentence-transformers' modules and pooling). A FIFO or a folder is no file: it is
+    refused, never waited on."""
+    if not path.is_file():
+        raise ArtifactError(f"{source} has no {path.name}.")
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise ArtifactError(f"{source}: {path.name} is {size:,} bytes; a config is under "
+                            "1 MiB. Refusing to read it.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CorruptFileError(f"{source}: {path.name} is not valid JSON "
+                               f"({short_repr(exc, 120)}).", [path]) from None
+    if not isinstance(data, holds):
+        wanted = "an object" if holds is dict else f"a {holds.__name__}"
+        raise ArtifactError(f"{source}: {path.name} holds {type(data).__name__}, not "
+                            f"{wanted}.")
+    return data

@@ -49,10 +49,14 @@ class Imported:
     """Its ``config.json``, as read."""
     generation: GenerationSettings | None = None
     """Its generation settings (None for models that do not generate)."""
+    _tokenizer: Any = field(default=None, repr=False, compare=False)
 
     def tokenizer(self):
-        """The model's own tokenizer (transformers' ``AutoTokenizer`` over its folder)."""
-        return load_tokenizer(self.folder, self.source)
+        """The model's own tokenizer (transformers' ``AutoTokenizer`` over its folder),
+        read and checked once, on first use, and kept: the model carries its text."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.folder, self.source)
+        return self._tokenizer
 
     def translate(self, model, texts: list[str], **changes: Any) -> list[str]:
         """``texts`` decoded by ``model`` (``zoo.generate``, by ``model.generation``) with its
