@@ -107,13 +107,13 @@ CHANGES = {
 
 def main() -> None:
     reference = valid_call()
-    torch.ops.zoo.decoder_layers(*reference)  # the valid call runs
+    torch.ops.zoo_decoder.decoder_layers(*reference)  # the valid call runs
     survived = 0
     for name, change in CHANGES.items():
         args = valid_call()
         change(args)
         try:
-            torch.ops.zoo.decoder_layers(*args)
+            torch.ops.zoo_decoder.decoder_layers(*args)
         except ValueError as e:
             assert "decoder_layers" in str(e), (name, str(e))
             survived += 1
@@ -121,6 +121,10 @@ def main() -> None:
         else:
             raise SystemExit(f"{name}: no error")
     print(f"survived {survived}")
+    namespaces = {"zoo": hasattr(torch.ops.zoo, "decoder_layers"),
+                  "zoo_decoder": hasattr(torch.ops.zoo_decoder, "decoder_layers")}
+    assert namespaces == {"zoo": False, "zoo_decoder": True}, namespaces
+    print("decoder_layers: namespace zoo_decoder")
 
 
 if __name__ == "__main__":

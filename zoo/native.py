@@ -22,8 +22,9 @@ disk, registered as ``torch.ops.zoo.*``, and built only when asked.
 
 These are :data:`PRODUCTS`, zoo's own library. A plugin's C++ is a
 :class:`NativeLibrary` of its own, declared beside its only caller and linked against
-the products when it calls them (the static decoder's whole decoding step,
-``plugins/architectures/csrc/decoder_layers.cpp``, is one).
+the products when it calls them, and registers its operators in an op namespace of
+its own (the static decoder's whole decoding step,
+``plugins/architectures/csrc/decoder_layers.cpp``, is one: ``torch.ops.zoo_decoder``).
 
 - **Built when asked, never inside a command:** ``zoo native build`` (or
   :func:`build`) compiles every library with ``torch.utils.cpp_extension`` and ninja:
@@ -136,8 +137,8 @@ def _off(quiet: bool, why: str) -> bool:
 
 
 class NativeLibrary:
-    """C++ sources compiled into one library that registers ``torch.ops.zoo.*``
-    operators: ``needs`` are libraries whose functions it calls (it is linked against
+    """C++ sources compiled into one library that registers operators (zoo's own in
+    ``torch.ops.zoo``, a plugin's in a namespace of its own): ``needs`` are libraries whose functions it calls (it is linked against
     them, their headers are on its include path, and it loads only where they do);
     ``on_load`` runs once it is loaded (fake implementations for ``torch.compile``, a check of
     the CPU; it returns False to refuse). Declared once, at import, by the module

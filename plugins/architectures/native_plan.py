@@ -1,4 +1,4 @@
-"""What zoo's native decoding step (``torch.ops.zoo.decoder_layers``, :mod:`.native_step`)
+"""What zoo's native decoding step (``torch.ops.zoo_decoder.decoder_layers``, :mod:`.native_step`)
 is given for a model's layers, and the checks that decide whether it may run them: the
 seq2seq decoder's layers (:mod:`.static_decoder`) and the decoder-only model's
 (:mod:`.static_lm`) share them.
@@ -200,7 +200,7 @@ def run(plan: dict, x: torch.Tensor, pos: int, *, keep: torch.Tensor | None = No
     (False at it) for cross-attention, ``self_keep`` (rows, buffer length) the keys' own."""
     heads, width, kv_heads = plan["shape"]
     rotation = None if plan["rotary"] is None else rotation_matrix(plan["rotary"], pos, width)
-    return torch.ops.zoo.decoder_layers(
+    return torch.ops.zoo_decoder.decoder_layers(
         x.contiguous(), pos, plan["params"], plan["packed"], plan["k"], plan["v"],
         plan["cross_k"], plan["cross_v"], keep, heads, width, plan["self_scale"],
         plan["cross_scale"], plan["eps"], plan["norm_first"], plan["activation"],

@@ -14,4 +14,4 @@ CSRC = Path(__file__).with_name("csrc")
 STEP = NativeLibrary(
     "zoo_decoder_step", [CSRC / "decoder_layers.cpp", CSRC / "step_ops.cpp"],
     [CSRC / "step_ops.h"], needs=[PRODUCTS])
-"""``torch.ops.zoo.decoder_layers``."""
+"""``torch.ops.zoo_decoder.decoder_layers``."""

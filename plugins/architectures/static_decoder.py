@@ -22,7 +22,7 @@ here instead, over the same parameters and modules:
 Where this plugin's C++ step is built (:mod:`.native_step`, by ``zoo native build``), a step
 whose layers are all of the kinds it computes (below, :func:`native_plan`: the paper's,
 Marian's, BART's and T5's layers) runs through them in one call,
-``torch.ops.zoo.decoder_layers``: the same operators in C++, without the Python of
+``torch.ops.zoo_decoder.decoder_layers``: the same operators in C++, without the Python of
 each layer, on the same buffers (``StaticDecoder.native_step = False`` keeps Python).
 
 Plain means: the decoder block's ``forward`` is the paper's layout (``static_layout``,
@@ -77,7 +77,7 @@ class _Layer:
 
 
 def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
-    """The arguments of ``torch.ops.zoo.decoder_layers`` for these layers, or None when
+    """The arguments of ``torch.ops.zoo_decoder.decoder_layers`` for these layers, or None when
     the native step may not run them (:mod:`.native_plan` says what it runs)."""
     plan = new_plan([layer.block.self_attn for layer in layers]) if rows else None
     if plan is None:

@@ -5,7 +5,7 @@ at one prompt a step, its operators and module calls cost about as much as the p
 Once the prompts are read (by the general path, once per prompt), :class:`StaticLM`
 takes their keys and values into buffers of fixed size (rows x key/value heads x length x
 head width), and every later step runs through all layers in one call of the native step
-(``torch.ops.zoo.decoder_layers`` without cross-attention, :mod:`.native_plan`): the
+(``torch.ops.zoo_decoder.decoder_layers`` without cross-attention, :mod:`.native_plan`): the
 rotation of queries and keys (RoPE) or a bias of the scores, grouped-query attention,
 RMSNorm or LayerNorm, SwiGLU or GELU networks, the prompts' left padding skipped as keys.
 Positions on the embeddings (GPT-2's learned ones) are the model's own module, each row

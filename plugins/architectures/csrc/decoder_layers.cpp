@@ -334,7 +334,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(zoo, m) {
+// This plugin's own op namespace (zoo's core registers torch.ops.zoo.*).
+TORCH_LIBRARY(zoo_decoder, m) {
   m.def("decoder_layers(Tensor x, int pos, Tensor?[] params, Tensor[] packed, "
         "Tensor(a!)[] k_buffers, "
         "Tensor(b!)[] v_buffers, Tensor[] cross_k, Tensor[] cross_v, Tensor? keep, int heads, "
@@ -344,4 +345,4 @@ TORCH_LIBRARY_FRAGMENT(zoo, m) {
         "Tensor? rotation, Tensor? self_keep) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("decoder_layers", decoder_layers); }
+TORCH_LIBRARY_IMPL(zoo_decoder, CPU, m) { m.impl("decoder_layers", decoder_layers); }
