@@ -9,7 +9,7 @@ compiled step is written here, calling the model's own modules, for transformer-
 layout (post-norm, sinusoidal positions, fp32); it is not a path of ``zoo.generate``.
 Before timing, it checks that the compiled step's logits equal the
 eager static step's, step by step, on the same tokens. Where zoo's native libraries are
-built, the eager static step is the C++ one (``torch.ops.zoo_decoder.decoder_layers``) and the
+built, the eager static step is the C++ one (``torch.classes.zoo_decoder.Plan``) and the
 compiled step calls the few-row native product; ``--no-native`` leaves both out.
 
     python benchmarks/compiled_decode_step.py [--source 20] [--tokens 20] [--rounds 3]

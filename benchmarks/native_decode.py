@@ -1,7 +1,7 @@
 """zoo's decoding three ways, in one process, taking turns: through oneDNN's packed
 product and the static decoder's Python step (ZOO_NATIVE=0's way); with zoo's native
 product on packed weights (``torch.ops.zoo.packed_linear``) in that Python step; and with the
-whole step in C++ as well (``torch.ops.zoo_decoder.decoder_layers``, the default).
+whole step in C++ as well (``torch.classes.zoo_decoder.Plan``, the default).
 
 transformer-base (vocabulary 8000) decodes exactly ``--tokens`` new tokens by
 ``model.generate``: one ``--source``-token sentence at a time (greedy and beam 4,

@@ -225,18 +225,22 @@ def _one_layer_rotated_otherwise(model):
 
 
 @needs_kernel
-@pytest.mark.parametrize("overrides,change", [
-    ({}, _tanh_network), ({"positional": "rope"}, _one_layer_rotated_otherwise)],
+@pytest.mark.parametrize("overrides,change,why", [
+    ({}, _tanh_network, "not a plain MLP or GLU of ReLU, GELU or SiLU"),
+    ({"positional": "rope"}, _one_layer_rotated_otherwise, "different rotations")],
     ids=["tanh", "two-rotations"])
-def test_parts_the_native_step_does_not_run_stay_in_python(overrides, change, monkeypatch):
+def test_parts_the_native_step_does_not_run_stay_in_python(overrides, change, why,
+                                                           monkeypatch, caplog):
     monkeypatch.setattr(Linear, "native_rows", 16)
     model = tiny(**overrides)
     (_, _), ran = _python_and_native_steps(model)
     assert ran == [True, False]  # as it is, the step runs it
     change(model)
     assert plain_decoder(model)
-    (_, _), ran = _python_and_native_steps(model)
+    with caplog.at_level("DEBUG", logger="zoo.native"):  # the gate says why it refused
+        (_, _), ran = _python_and_native_steps(model)
     assert ran == [False, False]
+    assert any(why in r.getMessage() for r in caplog.records), caplog.text
 
 
 @needs_kernel
@@ -264,7 +268,7 @@ def test_more_rows_than_the_kernel_takes_stay_in_python(monkeypatch):
 
 @needs_kernel
 def test_native_step_arguments_that_do_not_fit_are_refused_by_name_not_crashed_on():
-    """tests/native_fuzz.py calls torch.ops.zoo_decoder.decoder_layers with each argument made
+    """tests/native_fuzz.py steps the native plan (torch.classes.zoo_decoder) with each argument made
     inconsistent (the issue's SIGSEGVs, SIGFPE, malloc assertion and silent reads) in a
     process of its own: each call is a ValueError naming the argument."""
     import subprocess

@@ -1,4 +1,4 @@
-"""What zoo's native decoding step (``torch.ops.zoo_decoder.decoder_layers``, :mod:`.native_step`)
+"""What zoo's native decoding step (``torch.classes.zoo_decoder.Plan``, :mod:`.native_step`)
 is given for a model's layers, and the checks that decide whether it may run them: the
 seq2seq decoder's layers (:mod:`.static_decoder`) and the decoder-only model's
 (:mod:`.static_lm`) share them.
@@ -16,6 +16,8 @@ trusted.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 from torch import nn
@@ -129,13 +131,26 @@ def _network(ffn: nn.Module) -> tuple[nn.Module | None, nn.Module | None, int | 
     return None, None, None, 0
 
 
+LOG = logging.getLogger("zoo.native")
+"""Where the gate says why it refused a plan (``logging.DEBUG``: ``zoo -v``, or
+``logging.getLogger("zoo.native").setLevel("DEBUG")``)."""
+
+
+def refused(why: str) -> None:
+    """Say, at debug level, why a decoding call keeps its steps in Python."""
+    LOG.debug("the native step does not run this model: %s", why)
+
+
 def new_plan(attentions: list[nn.Module]) -> dict | None:
-    """An empty plan for layers of these self-attentions, or None when the native step is
-    not built here or cannot rotate them all by one rotation."""
+    """An empty plan for layers of these self-attentions, or None (the reason logged:
+    :func:`refused`) when the native step is not built here or cannot rotate them all by
+    one rotation."""
     if not STEP.available():
+        refused("its library is not built here (zoo native status)")
         return None
     rotary = _one_rotation(attentions)
     if rotary is False:
+        refused("its layers rotate queries and keys by different rotations, or some not")
         return None
     plan: dict = {key: [] for key in KEYS}
     plan["rotary"], plan["shape"], plan["bias_tables"] = rotary, None, {}
@@ -147,25 +162,53 @@ def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tu
     """Append one layer's products, norms and settings to ``plan``: self-attention
     ``attn``, cross-attention ``cross`` (None: a decoder-only layer), ``norms`` before or
     after each sublayer (the middle one None without cross-attention), the feed-forward
-    network ``ffn``, for ``rows`` rows a step. False (the plan is then unusable) when the
-    native step cannot run it."""
+    network ``ffn``, for ``rows`` rows a step. False (the plan is then unusable; the
+    reason logged: :func:`refused`) when the native step cannot run it."""
+    why = _refusal(plan, attn=attn, cross=cross, norms=norms, ffn=ffn, rows=rows)
+    if why:
+        refused(why)
+        return False
+    _append(plan, attn=attn, cross=cross, norms=norms, ffn=ffn, norm_first=norm_first)
+    return True
+
+
+def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
+             ffn: nn.Module, rows: int) -> str | None:
+    """Why the native step cannot run this layer (None: it can)."""
     fused = fused_qkv(attn)
-    fc1, fc2, act, gated = _network(ffn)
+    fc1, fc2, act, _ = _network(ffn)
     products = (fused, attn.out_proj, *(() if cross is None else (cross.q_proj, cross.out_proj)),
                 fc1, fc2)
-    present = [n for n in norms if n is not None]
-    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in present}
+    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms if n is not None}
     shape = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
-    if (fused is None or attn.position_kind not in (None, "bias", "rotary") or act is None
-            or not all(_plain_linear(x, rows) for x in products)
-            or len(kinds) != 1 or None in kinds
-            or isinstance(attn.scale, torch.Tensor)
-            or (cross is not None and (isinstance(cross.scale, torch.Tensor)
-                                       or (cross.n_heads, cross.head_dim) != shape[:2]
-                                       or cross.n_kv_heads != cross.n_heads))
-            or plan["shape"] not in (None, shape)):
-        return False
-    plan["shape"] = shape
+    checks = (
+        (fused is None, "its self-attention's q and k|v are not two plain products of one kind"),
+        (attn.position_kind not in (None, "bias", "rotary"),
+         f"positions of kind {attn.position_kind!r} inside attention"),
+        (fc1 is None or act is None, f"its network ({type(ffn).__name__}) is not a plain MLP "
+                                     "or GLU of ReLU, GELU or SiLU"),
+        (not all(_plain_linear(x, rows) for x in products if x is not None),
+         f"a product that does not give {rows} rows to zoo's native product"),
+        (len(kinds) != 1 or None in kinds, "its norms are not all plain LayerNorms or all "
+                                           "plain RMSNorms of the model's width"),
+        (isinstance(attn.scale, torch.Tensor) or (
+            cross is not None and isinstance(cross.scale, torch.Tensor)),
+         "a learned attention scale"),
+        (cross is not None and ((cross.n_heads, cross.head_dim) != shape[:2]
+                                or cross.n_kv_heads != cross.n_heads),
+         "its cross-attention's heads differ from its self-attention's"),
+        (plan["shape"] not in (None, shape), "its layers' heads differ"),
+    )
+    return next((why for failed, why in checks if failed), None)
+
+
+def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
+            ffn: nn.Module, norm_first: bool) -> None:
+    """One layer (that :func:`_refusal` passed) appended to ``plan``."""
+    fused = fused_qkv(attn)
+    fc1, fc2, act, gated = _network(ffn)
+    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms if n is not None}
+    plan["shape"] = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
     empty = torch.empty(0)  # where a decoder-only layer has no cross-attention
     cross_products = (None, None) if cross is None else (cross.q_proj, cross.out_proj)
     for part in (fused, attn.out_proj, *cross_products, fc1, fc2):
@@ -183,7 +226,6 @@ def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tu
     plan["gated"].append(gated)
     plan["rms_norm"].append(kinds.pop())
     plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
-    return True
 
 
 def may_run(x: torch.Tensor) -> bool:
@@ -193,19 +235,66 @@ def may_run(x: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu") and Linear.fast_inference)
 
 
-def run(plan: dict, x: torch.Tensor, pos: int, *, keep: torch.Tensor | None = None,
-        self_keep: torch.Tensor | None = None) -> torch.Tensor:
-    """``x`` (rows, 1, d) through every layer of ``plan`` at step ``pos``: the keys and
-    values of that position go into the plan's buffers; ``keep`` is the sources' padding
-    (False at it) for cross-attention, ``self_keep`` (rows, buffer length) the keys' own."""
+PARAMS, PRODUCTS, NORMS = 18, 6, 3
+"""A layer's tensors in ``plan["params"]`` (each product's weight and bias, then each
+norm's), its packed products, and its norms."""
+
+
+def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
+    """``plan`` with its C++ object (``torch.classes.zoo_decoder.Plan``) made once for the
+    decoding call: each layer given part by part, by name (a ``Layer``'s ``product``,
+    ``norm``, ``self_attention``, ``cross_attention``, ``network`` and ``layout``), then
+    ``keep``, the sources' padding (False at it) for cross-attention. Counts that do not
+    fit together are one ValueError naming them."""
     heads, width, kv_heads = plan["shape"]
-    rotation = None if plan["rotary"] is None else rotation_matrix(plan["rotary"], pos, width)
-    return torch.ops.zoo_decoder.decoder_layers(
-        x.contiguous(), pos, plan["params"], plan["packed"], plan["k"], plan["v"],
-        plan["cross_k"], plan["cross_v"], keep, heads, width, plan["self_scale"],
-        plan["cross_scale"], plan["eps"], plan["norm_first"], plan["activation"],
-        _position_biases(plan, pos), plan["gated"], plan["rms_norm"], kv_heads,
-        rotation, self_keep)
+    layers = len(plan["k"])
+    counts = {"params": PARAMS * layers, "packed": PRODUCTS * layers, "eps": NORMS * layers,
+              **{key: layers for key in ("v", "self_scale", "cross_scale", "norm_first",
+                                         "activation", "gated", "rms_norm")}}
+    wrong = [f"{key} has {len(plan[key])}, not {n}" for key, n in counts.items()
+             if len(plan[key]) != n]
+    if not layers or wrong or len(plan["cross_k"]) not in (0, layers) or len(
+            plan["cross_v"]) != len(plan["cross_k"]):
+        raise ValueError(f"decoder_layers: one of each a layer for {layers} layers (cross "
+                         f"keys and values for all or none): {wrong or 'no layers'}")
+    op = torch.classes.zoo_decoder.Plan(heads, width, kv_heads)
+    params, packed, eps = plan["params"], plan["packed"], plan["eps"]
+    for i in range(layers):
+        layer = torch.classes.zoo_decoder.Layer()
+        first = PARAMS * i
+        for j in range(PRODUCTS):
+            weight = params[first + 2 * j]
+            if weight is not None:
+                layer.product(j, weight, params[first + 2 * j + 1], packed[PRODUCTS * i + j])
+        for j in range(NORMS):
+            weight = params[first + 2 * PRODUCTS + 2 * j]
+            if weight is not None:
+                layer.norm(j, weight, params[first + 2 * PRODUCTS + 2 * j + 1],
+                           eps[NORMS * i + j])
+        layer.self_attention(plan["k"][i], plan["v"][i], plan["self_scale"][i])
+        if plan["cross_k"]:
+            layer.cross_attention(plan["cross_k"][i], plan["cross_v"][i],
+                                  plan["cross_scale"][i])
+        layer.network(plan["activation"][i], bool(plan["gated"][i]))
+        layer.layout(bool(plan["norm_first"][i]), bool(plan["rms_norm"][i]))
+        op.add(layer)
+    op.sources_padding(keep)
+    plan["op"] = op
+    return plan
+
+
+def run(plan: dict, x: torch.Tensor, pos: int, *,
+        self_keep: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` (rows, 1, d) through every layer of ``plan`` (sealed: :func:`seal`) at step
+    ``pos``: the keys and values of that position go into the plan's buffers;
+    ``self_keep`` (rows, buffer length) is the keys' own padding (False at it)."""
+    op = plan["op"]
+    if plan["rotary"] is not None:
+        op.rotate(rotation_matrix(plan["rotary"], pos, plan["shape"][1]))
+    if any(module is not None for module in plan["bias_of"]):
+        op.position_biases(_position_biases(plan, pos))
+    op.keys_padding(self_keep)
+    return op.step(x.contiguous(), pos)
 
 
 def _one_rotation(attentions: list[nn.Module]) -> nn.Module | None | bool:

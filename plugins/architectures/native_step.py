@@ -14,4 +14,5 @@ CSRC = Path(__file__).with_name("csrc")
 STEP = NativeLibrary(
     "zoo_decoder_step", [CSRC / "decoder_layers.cpp", CSRC / "step_ops.cpp"],
     [CSRC / "step_ops.h"], needs=[PRODUCTS])
-"""``torch.ops.zoo_decoder.decoder_layers``."""
+"""``torch.classes.zoo_decoder.Plan`` and ``Layer``: the step, in the plugin's own
+namespace."""

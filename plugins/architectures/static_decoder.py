@@ -21,9 +21,10 @@ here instead, over the same parameters and modules:
 
 Where this plugin's C++ step is built (:mod:`.native_step`, by ``zoo native build``), a step
 whose layers are all of the kinds it computes (below, :func:`native_plan`: the paper's,
-Marian's, BART's and T5's layers) runs through them in one call,
-``torch.ops.zoo_decoder.decoder_layers``: the same operators in C++, without the Python of
-each layer, on the same buffers (``StaticDecoder.native_step = False`` keeps Python).
+Marian's, BART's and T5's layers) runs through them in one call of the plan's C++ object
+(``torch.classes.zoo_decoder.Plan``, made once per decoding call): the same operators
+in C++, without the Python of each layer, on the same buffers
+(``StaticDecoder.native_step = False`` keeps Python).
 
 Plain means: the decoder block's ``forward`` is the paper's layout (``static_layout``,
 see :class:`zoo.plugins.blocks.decoder.DecoderBlock`), each attention's ``_attend``
@@ -40,7 +41,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, declares, fused_qkv, may_run, new_plan, run
+from .native_plan import add_layer, declares, fused_qkv, may_run, new_plan, run, seal
 
 
 def plain_decoder(model: nn.Module) -> bool:
@@ -76,9 +77,9 @@ class _Layer:
         self.v = self.cross_v.new_empty(shape)
 
 
-def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
-    """The arguments of ``torch.ops.zoo_decoder.decoder_layers`` for these layers, or None when
-    the native step may not run them (:mod:`.native_plan` says what it runs)."""
+def native_plan(layers: list["_Layer"], rows: int, keep: torch.Tensor | None) -> dict | None:
+    """The native step's plan of these layers, sealed (``keep``: the sources' padding), or
+    None when it may not run them (:mod:`.native_plan` says what it runs)."""
     plan = new_plan([layer.block.self_attn for layer in layers]) if rows else None
     if plan is None:
         return None
@@ -92,7 +93,7 @@ def native_plan(layers: list["_Layer"], rows: int) -> dict | None:
         plan["v"].append(layer.v)
         plan["cross_k"].append(layer.cross_k)
         plan["cross_v"].append(layer.cross_v)
-    return plan
+    return seal(plan, keep)
 
 
 class StaticDecoder:
@@ -113,7 +114,7 @@ class StaticDecoder:
         self.keep = None if memory_mask is None else ~memory_mask[:, None, None, :]
         self.layers = [_Layer(block, memory, self.rows, length)
                        for block in model.decoder.layers]
-        self.native = native_plan(self.layers, self.rows) \
+        self.native = native_plan(self.layers, self.rows, self.keep) \
             if self.native_step and memory.dtype == torch.float32 else None
 
     native_step = True
@@ -127,7 +128,7 @@ class StaticDecoder:
                              "make a StaticDecoder with a larger length")
         x = m._embed(m.tgt_embed, m.decoder, m.positional, tokens, pos)
         if self.native is not None and may_run(x):
-            x = run(self.native, x, pos, keep=self.keep)
+            x = run(self.native, x, pos)
         else:
             for layer in self.layers:
                 x = self._layer(layer, x, pos)

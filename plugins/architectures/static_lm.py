@@ -5,7 +5,7 @@ at one prompt a step, its operators and module calls cost about as much as the p
 Once the prompts are read (by the general path, once per prompt), :class:`StaticLM`
 takes their keys and values into buffers of fixed size (rows x key/value heads x length x
 head width), and every later step runs through all layers in one call of the native step
-(``torch.ops.zoo_decoder.decoder_layers`` without cross-attention, :mod:`.native_plan`): the
+(``torch.classes.zoo_decoder.Plan`` without cross-attention, :mod:`.native_plan`): the
 rotation of queries and keys (RoPE) or a bias of the scores, grouped-query attention,
 RMSNorm or LayerNorm, SwiGLU or GELU networks, the prompts' left padding skipped as keys.
 Positions on the embeddings (GPT-2's learned ones) are the model's own module, each row
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, declares, may_run, new_plan, run
+from .native_plan import add_layer, declares, may_run, new_plan, run, seal
 
 
 def plain_lm(model: nn.Module) -> bool:
@@ -67,6 +67,7 @@ class StaticLM:
                 buffer = filled.new_empty((*filled.shape[:2], total, filled.shape[-1]))
                 buffer[:, :, :self.start] = filled
                 self.native[name].append(buffer)
+        seal(self.native)
         # False at the prompts' padding: no later query attends to it
         self.keep = torch.ones(rows, total, dtype=torch.bool, device=first.k.device)
         if cache.padding is not None:

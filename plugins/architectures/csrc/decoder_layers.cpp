@@ -21,6 +21,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+#include <torch/custom_class.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -332,17 +333,135 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
   return x;
 }
 
+// -- the plan: what one decoding call's steps share, built once, typed ---------------------------
+// A layer of the plan, given by name, part by part: a new kind of layer adds a setter here and
+// a field to the step, never a positional argument to an op.
+struct Layer : torch::CustomClassHolder {
+  std::vector<std::optional<at::Tensor>> params = std::vector<std::optional<at::Tensor>>(
+      PARAMS_PER_LAYER);
+  std::vector<at::Tensor> packed = std::vector<at::Tensor>(PRODUCTS_PER_LAYER, at::empty({0}));
+  at::Tensor k, v;
+  std::optional<at::Tensor> cross_k, cross_v;
+  double self_scale = 1.0, cross_scale = 1.0;
+  double eps[3] = {0.0, 0.0, 0.0};
+  int64_t norm_first = 0, activation = 0, gated = 0, rms_norm = 0;
+
+  // Product ``which`` (0 q|k|v, 1 self out, 2 cross q, 3 cross out, 4 fc1, 5 fc2): its
+  // weight (fp32, or int8), bias and packed weight (Linear.native_weight).
+  void product(int64_t which, at::Tensor weight, std::optional<at::Tensor> bias,
+               at::Tensor packed_weight) {
+    TORCH_CHECK_VALUE(which >= 0 && which < PRODUCTS_PER_LAYER, "decoder_layers: product ",
+                      which, " is none of the ", PRODUCTS_PER_LAYER, " of a layer");
+    params[2 * which] = weight;
+    params[2 * which + 1] = bias;
+    packed[which] = packed_weight;
+  }
+  // Norm ``which`` (before or after each sublayer: 0 self-attention, 1 cross-attention,
+  // 2 the network): weight, bias (none for an RMSNorm) and eps.
+  void norm(int64_t which, at::Tensor weight, std::optional<at::Tensor> bias, double e) {
+    TORCH_CHECK_VALUE(which >= 0 && which < 3, "decoder_layers: norm ", which,
+                      " is none of a layer's three");
+    params[NORM1_W + 2 * which] = weight;
+    params[NORM1_W + 2 * which + 1] = bias;
+    eps[which] = e;
+  }
+  // Self-attention: the buffers its keys and values go into, and its scale.
+  void self_attention(at::Tensor keys, at::Tensor values, double scale) {
+    k = keys;
+    v = values;
+    self_scale = scale;
+  }
+  // Cross-attention: the sources' keys and values, projected once, and its scale.
+  void cross_attention(at::Tensor keys, at::Tensor values, double scale) {
+    cross_k = keys;
+    cross_v = values;
+    cross_scale = scale;
+  }
+  // The network's activation (0 ReLU, 1 GELU, 2 tanh GELU, 3 SiLU), gated or not.
+  void network(int64_t code, bool is_gated) {
+    activation = code;
+    gated = is_gated;
+  }
+  // Pre-norm or post-norm, LayerNorms or RMSNorms.
+  void layout(bool pre, bool rms) {
+    norm_first = pre;
+    rms_norm = rms;
+  }
+};
+
+// One decoding call's layers and buffers, gathered once; ``step`` runs one position through
+// them. The per-step inputs (a position bias of the scores, a rotation of queries and keys, the
+// keys' own padding) are set by name before the steps they change.
+struct Plan : torch::CustomClassHolder {
+  int64_t heads, width, kv_heads;
+  Params params;
+  std::vector<at::Tensor> packed, k, v, cross_k, cross_v;
+  std::vector<double> self_scale, cross_scale, eps;
+  std::vector<int64_t> norm_first, activation, gated, rms_norm;
+  int64_t layers = 0, crossed = 0;
+  std::optional<at::Tensor> keep, rotation, self_keep;
+  c10::List<std::optional<at::Tensor>> self_bias;
+
+  Plan(int64_t heads_, int64_t width_, int64_t kv_heads_)
+      : heads(heads_), width(width_), kv_heads(kv_heads_) {}
+
+  void add(const c10::intrusive_ptr<Layer>& layer) {
+    for (const auto& t : layer->params) params.push_back(t);
+    packed.insert(packed.end(), layer->packed.begin(), layer->packed.end());
+    k.push_back(layer->k);
+    v.push_back(layer->v);
+    if (layer->cross_k.has_value() && layer->cross_v.has_value()) {
+      cross_k.push_back(*layer->cross_k);
+      cross_v.push_back(*layer->cross_v);
+      ++crossed;
+    }
+    self_scale.push_back(layer->self_scale);
+    cross_scale.push_back(layer->cross_scale);
+    eps.insert(eps.end(), layer->eps, layer->eps + 3);
+    norm_first.push_back(layer->norm_first);
+    activation.push_back(layer->activation);
+    gated.push_back(layer->gated);
+    rms_norm.push_back(layer->rms_norm);
+    self_bias.push_back(std::nullopt);
+    ++layers;
+  }
+  // The sources' padding (sources, 1, 1, source length; false at it), for cross-attention.
+  void sources_padding(std::optional<at::Tensor> mask) { keep = mask; }
+  // Each layer's bias of this step's self-attention scores (heads, pos + 1), or none.
+  void position_biases(c10::List<std::optional<at::Tensor>> biases) { self_bias = biases; }
+  // The (width, width) rotation of this step's queries and keys, or none.
+  void rotate(std::optional<at::Tensor> matrix) { rotation = matrix; }
+  // (rows, buffer length): false where a row's own earlier key is padding, or none.
+  void keys_padding(std::optional<at::Tensor> mask) { self_keep = mask; }
+
+  at::Tensor step(const at::Tensor& x, int64_t pos) {
+    TORCH_CHECK_VALUE(crossed == 0 || crossed == layers, "decoder_layers: ", crossed, " of ",
+                      layers, " layers have cross-attention: all or none");
+    return decoder_layers(x, pos, params, packed, k, v, cross_k, cross_v, keep, heads, width,
+                          self_scale, cross_scale, eps, norm_first, activation, self_bias, gated,
+                          rms_norm, kv_heads, rotation, self_keep);
+  }
+};
+
 }  // namespace
 
-// This plugin's own op namespace (zoo's core registers torch.ops.zoo.*).
+// This plugin's own namespace (zoo's core registers torch.ops.zoo.*): the plan's classes,
+// torch.classes.zoo_decoder.Layer and .Plan.
 TORCH_LIBRARY(zoo_decoder, m) {
-  m.def("decoder_layers(Tensor x, int pos, Tensor?[] params, Tensor[] packed, "
-        "Tensor(a!)[] k_buffers, "
-        "Tensor(b!)[] v_buffers, Tensor[] cross_k, Tensor[] cross_v, Tensor? keep, int heads, "
-        "int width, "
-        "float[] self_scale, float[] cross_scale, float[] eps, int[] norm_first, "
-        "int[] activation, Tensor?[] self_bias, int[] gated, int[] rms_norm, int kv_heads, "
-        "Tensor? rotation, Tensor? self_keep) -> Tensor");
+  m.class_<Layer>("Layer")
+      .def(torch::init<>())
+      .def("product", &Layer::product)
+      .def("norm", &Layer::norm)
+      .def("self_attention", &Layer::self_attention)
+      .def("cross_attention", &Layer::cross_attention)
+      .def("network", &Layer::network)
+      .def("layout", &Layer::layout);
+  m.class_<Plan>("Plan")
+      .def(torch::init<int64_t, int64_t, int64_t>())
+      .def("add", &Plan::add)
+      .def("sources_padding", &Plan::sources_padding)
+      .def("position_biases", &Plan::position_biases)
+      .def("rotate", &Plan::rotate)
+      .def("keys_padding", &Plan::keys_padding)
+      .def("step", &Plan::step);
 }
-
-TORCH_LIBRARY_IMPL(zoo_decoder, CPU, m) { m.impl("decoder_layers", decoder_layers); }
