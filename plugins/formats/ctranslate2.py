@@ -265,33 +265,6 @@ class _TokenNames:
         return {t: i for i, t in enumerate(self.tokens)}
 
 
-def _tokenizer_vocabulary(model: nn.Module, size: int) -> list[str] | None:
-    """An imported model's token names in id order (ids its tokenizer lacks named as
-    CTranslate2's own converter names them, ``<extra_id_N>``), or None when the model was
-    not imported or its folder has no tokenizer."""
-    imported = getattr(model, "imported", None)
-    if imported is None:
-        return None
-    try:
-        tokenizer = imported.tokenizer()
-    except ZooError:
-        return None
-    named = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    tokens = [t for t, i in named if i < size]
-    return tokens + [f"<extra_id_{i}>" for i in range(size - len(tokens))]
-
-
-class _TokenNames:
-    """What CTranslate2's converter reads of a tokenizer: the names of the ids in order
-    and of the start, end and unknown tokens."""
-
-    def __init__(self, tokens: list[str], bos: str, eos: str, unk: str) -> None:
-        self.tokens, self.bos_token, self.eos_token, self.unk_token = tokens, bos, eos, unk
-
-    def get_vocab(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.tokens)}
-
-
 def _converted(model: nn.Module, folder: Path, export: Callable[..., Path], *,
                quantization: str | None, vocabulary: Sequence[str] | None,
                bos_id: int | None, eos_id: int | None, unk_id: int | None) -> dict[str, Any]:
