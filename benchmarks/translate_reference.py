@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(same budget, same machine) to compare with, instead of training zoo "
                         "again; its results.json gives zoo's row")
     args = parser.parse_args(argv)
-    from zoo.cli import _parse_sets
+    from zoo.cli_decode import parse_sets
 
     out = Path(args.out)
     if args.zoo_run:
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                  "bleu": results["test"]["bleu"], "chrf": results["test"]["chrf"]}]
     else:
         zoo_dir = out / "zoo"
-        rows = [zoo_side(args.minutes, zoo_dir, args.test_limit, _parse_sets(args.set))]
+        rows = [zoo_side(args.minutes, zoo_dir, args.test_limit, parse_sets(args.set))]
     print(table(rows, args.minutes), flush=True)
     rows.append(reference_side(zoo_dir, args.minutes, out / "reference", args.test_limit,
                                zoo_steps=rows[0]["steps"]))
