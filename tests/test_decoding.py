@@ -138,6 +138,7 @@ RULES = [
     dict(no_repeat_ngram_size=3),
     dict(forbidden_ids=(5, 9)),
     dict(min_length=8),
+    dict(min_new_tokens=6),
     dict(forced_bos_id=4),
     dict(forced_eos_id=EOS, max_length=6),
     dict(repetition_penalty=1.2, forbidden_ids=(3,), min_length=9, renormalize=True),
@@ -151,6 +152,8 @@ PROCESSORS = {  # each setting's transformers processor
     "forbidden_ids": lambda p, s: p.NoBadWordsLogitsProcessor(
         [[i] for i in s["forbidden_ids"]], eos_token_id=EOS),
     "min_length": lambda p, s: p.MinLengthLogitsProcessor(s["min_length"], EOS),
+    "min_new_tokens": lambda p, s: p.MinNewTokensLengthLogitsProcessor(1, s["min_new_tokens"],
+                                                                        EOS),
     "forced_bos_id": lambda p, s: p.ForcedBOSTokenLogitsProcessor(s["forced_bos_id"]),
     "forced_eos_id": lambda p, s: p.ForcedEOSTokenLogitsProcessor(s["max_length"], EOS),
     "temperature": lambda p, s: p.TemperatureLogitsWarper(s["temperature"]),
@@ -284,6 +287,21 @@ def test_a_plugin_adds_a_decoding_rule_that_zoo_generate_runs(ban_rule, tmp_path
     loaded = zoo.build(f"local-dir:{tmp_path / 'm'}")
     assert loaded.generation.rule_settings == {"ban_token": common}
     assert torch.equal(zoo.generate(loaded, src, max_new_tokens=8), banned)
+
+
+def test_a_rule_that_did_not_load_is_never_left_out_silently(fresh_registry):
+    # a wheel without zoo's rules plugin (or a plugin that failed) must not decode
+    # without repetition penalty or top-p as if they had been followed
+    from zoo.registry import registry
+
+    model = tiny(16)
+    src = torch.randint(3, 16, (1, 6))
+    zoo.generate(model, src, do_sample=True, top_p=0.5, max_new_tokens=3)
+    registry.unregister("rule", "top-p")
+    with pytest.raises(zoo.RecipeError, match=r"no installed decoding rule follows the "
+                                              r"generation settings \['top_p'\]"):
+        zoo.generate(model, src, do_sample=True, top_p=0.5, max_new_tokens=3)
+    zoo.generate(model, src, max_new_tokens=3)  # greedy asks nothing of it
 
 
 def test_a_setting_no_rule_reads_is_refused_by_name():

@@ -18,6 +18,8 @@ class MinLength(Rule):
     class Settings(BaseModel):
         model_config = ConfigDict(extra="forbid")
         eos_ids: tuple[Annotated[int, Field(ge=0)], ...] = ()
+        min_length: int = Field(0, ge=0)  # (both read through the span, which counts them)
+        min_new_tokens: int | None = Field(None, ge=0)
 
     @classmethod
     def wanted(cls, settings: Settings, span: Span) -> bool:

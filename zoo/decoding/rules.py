@@ -86,6 +86,26 @@ def build_rules(values: dict[str, Any], span: Span, *, sampling: bool,
     return [rule for _, _, rule in sorted(chosen, key=lambda c: c[:2])]
 
 
+ENGINE = frozenset({"start_id", "eos_ids", "pad_id", "max_length", "max_new_tokens",
+                    "num_beams", "length_penalty", "length_penalty_form", "early_stopping",
+                    "do_sample", "seed", "rule_settings"})
+"""The settings the searches read themselves; every other one is a rule's."""
+
+
+def check_followed(settings: GenerationSettings) -> None:
+    """Refuse settings that ask for a rule no installed rule follows (zoo's own rules
+    plugin failed to load, say): a decoding would otherwise leave it out silently."""
+    read = {key for c in registry.list("rule") if c.settings_model is not None
+            for key in c.settings_model.model_fields}
+    fields = GenerationSettings.model_fields
+    unread = [k for k, f in fields.items() if k not in ENGINE | read
+              and getattr(settings, k) != f.get_default(call_default_factory=True)]
+    if unread:
+        raise RecipeError(f"no installed decoding rule follows the generation settings "
+                          f"{unread}: zoo's rules (family 'rule') did not load; `zoo plugins` "
+                          "says why")
+
+
 class Rules:
     """The rules of ``settings`` for sequences that begin with ``start`` tokens (the
     start token, or a prompt), applied to the scores (N, V) of their next token."""
@@ -96,6 +116,7 @@ class Rules:
         self.max_length = settings.length_limit(start)
         self.min_length = settings.min_length_for(start)
         span = Span(start, self.max_length, self.min_length)
+        check_followed(settings)
         values = {**settings.model_dump(exclude={"rule_settings"}), **settings.rule_settings}
         self.rules = build_rules(values, span, sampling=False)
         self.filters = build_rules(values, span, sampling=True) if settings.do_sample else []
