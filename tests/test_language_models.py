@@ -305,6 +305,10 @@ def test_zoo_generate_streams_continuations_of_prompts_and_standard_input(with_t
     wrong = run_zoo("generate", f"local-dir:{folder}", "x", "--set", "typical=0.5")
     assert wrong.returncode != 0 and "Did you mean 'typical_p'" in wrong.stderr
     assert "Traceback" not in wrong.stderr
+    # one loader for every folder: the kind of model decides, said in zoo's words
+    wrong = run_zoo("embed", f"local-dir:{folder}", "x")
+    assert wrong.returncode != 0 and "is not an encoder" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
 
 
 needs_trans = pytest.mark.skipif(not Path("/usr/share/trans/de-en").exists(),

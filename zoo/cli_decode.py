@@ -149,23 +149,15 @@ def _generation_changes(args: argparse.Namespace) -> dict:
 
 
 def _language_model(name: str, device):
-    """The model ``name`` names and its tokenizer: an imported one's own, or a run's
-    task's."""
-    from .builder import imported_model
-    from .training.runs import load_run
+    """The language model ``name`` names (:func:`zoo.loading.load`), carrying its text."""
+    from .loading import load
 
-    model = imported_model(name, device=device)
-    if model is not None:
-        if kind_of(model) != "language-model":
-            raise SystemExit(f"zoo generate: {name} is not a language model (a "
-                             f"{model.imported.format} model); zoo translate decodes it")
-        return model, None
-    run = load_run(name, device=device)
-    if kind_of(run.model) != "language-model" or not hasattr(run.task, "text_tokenizer"):
-        raise SystemExit(f"zoo generate: the run {name} ({run.recipe.task.name}) is not a "
-                         "language model trained on text; zoo translate decodes "
-                         "sequence-to-sequence runs")
-    return run.model, run.task.text_tokenizer()
+    model = load(name, device=device)
+    if kind_of(model) != "language-model":
+        raise SystemExit(f"zoo generate: {name} is not a language model (a "
+                         f"{kind_of(model) or 'model of no kind'} model); zoo translate "
+                         "decodes sequence-to-sequence models")
+    return model
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -176,7 +168,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .derived import fixed_weights
 
     prompts = _prompts(args.prompt)
-    model, tokenizer = _language_model(args.model, args.device)
+    model = _language_model(args.model, args.device)
     changes = _generation_changes(args)
     settings_for(model, None, **changes)  # a setting out of range: one zoo error, first
     with fixed_weights(model):  # the weights checked once for all the prompts
@@ -184,11 +176,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
             if not args.only_new:
                 print(prompt, end="", flush=True)
             if args.beam is not None and args.beam > 1:
-                print(complete(model, [prompt], tokenizer=tokenizer, stop=args.stop,
-                               **changes)[0], end="")
+                print(complete(model, [prompt], stop=args.stop, **changes)[0], end="")
             else:
-                for piece in stream_text(model, prompt, tokenizer=tokenizer, stop=args.stop,
-                                         **changes):
+                for piece in stream_text(model, prompt, stop=args.stop, **changes):
                     print(piece, end="", flush=True)
             print(flush=True)
     return 0
@@ -213,13 +203,13 @@ def cmd_embed(args: argparse.Namespace) -> int:
     """One JSON line per text: ``{"text": ..., "embedding": [...]}``, in the order given."""
     import json
 
-    from .builder import imported_model
     from .embedding import embed
+    from .loading import load
 
     texts = _prompts(args.text, "embed")
-    model = imported_model(args.model, device=args.device)
-    if model is None or not hasattr(model, "hidden_states"):
-        raise SystemExit(f"zoo embed: {args.model} is not an encoder's folder (BERT, "
+    model = load(args.model, device=args.device)
+    if kind_of(model) != "encoder":
+        raise SystemExit(f"zoo embed: {args.model} is not an encoder (BERT, "
                          "sentence-transformers); zoo embed pools an encoder's hidden states")
     vectors = embed(model, texts, batch_size=args.batch_size)
     for text, vector in zip(texts, vectors.tolist()):
