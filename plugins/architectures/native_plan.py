@@ -164,22 +164,25 @@ def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tu
     after each sublayer (the middle one None without cross-attention), the feed-forward
     network ``ffn``, for ``rows`` rows a step. False (the plan is then unusable; the
     reason logged: :func:`refused`) when the native step cannot run it."""
-    why = _refusal(plan, attn=attn, cross=cross, norms=norms, ffn=ffn, rows=rows)
+    fused, network = fused_qkv(attn), _network(ffn)
+    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms if n is not None}
+    why = _refusal(plan, attn=attn, cross=cross, fused=fused, network=network, kinds=kinds,
+                   ffn=ffn, rows=rows)
     if why:
         refused(why)
         return False
-    _append(plan, attn=attn, cross=cross, norms=norms, ffn=ffn, norm_first=norm_first)
+    _append(plan, attn=attn, cross=cross, norms=norms, fused=fused, network=network,
+            rms_norm=kinds.pop(), norm_first=norm_first)
     return True
 
 
-def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
-             ffn: nn.Module, rows: int) -> str | None:
-    """Why the native step cannot run this layer (None: it can)."""
-    fused = fused_qkv(attn)
-    fc1, fc2, act, _ = _network(ffn)
+def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, fused, network: tuple,
+             kinds: set, ffn: nn.Module, rows: int) -> str | None:
+    """Why the native step cannot run this layer (None: it can), from its joined q|k|v
+    (``fused``), its network's parts (:func:`_network`) and its norms' ``kinds``."""
+    fc1, fc2, act, _ = network
     products = (fused, attn.out_proj, *(() if cross is None else (cross.q_proj, cross.out_proj)),
                 fc1, fc2)
-    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms if n is not None}
     shape = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
     checks = (
         (fused is None, "its self-attention's q and k|v are not two plain products of one kind"),
@@ -202,12 +205,10 @@ def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tup
     return next((why for failed, why in checks if failed), None)
 
 
-def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
-            ffn: nn.Module, norm_first: bool) -> None:
+def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple, fused,
+            network: tuple, rms_norm: int, norm_first: bool) -> None:
     """One layer (that :func:`_refusal` passed) appended to ``plan``."""
-    fused = fused_qkv(attn)
-    fc1, fc2, act, gated = _network(ffn)
-    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms if n is not None}
+    fc1, fc2, act, gated = network
     plan["shape"] = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
     empty = torch.empty(0)  # where a decoder-only layer has no cross-attention
     cross_products = (None, None) if cross is None else (cross.q_proj, cross.out_proj)
@@ -224,7 +225,7 @@ def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tupl
     plan["norm_first"].append(int(norm_first))
     plan["activation"].append(act)
     plan["gated"].append(gated)
-    plan["rms_norm"].append(kinds.pop())
+    plan["rms_norm"].append(rms_norm)
     plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import RecipeError
 from ..registry import registry
-from .settings import GenerationSettings
+from .settings import GenerationSettings, rule_readers
 
 NEVER = float("-inf")
 
@@ -95,8 +95,7 @@ ENGINE = frozenset({"start_id", "eos_ids", "pad_id", "max_length", "max_new_toke
 def check_followed(settings: GenerationSettings) -> None:
     """Refuse settings that ask for a rule no installed rule follows (zoo's own rules
     plugin failed to load, say): a decoding would otherwise leave it out silently."""
-    read = {key for c in registry.list("rule") if c.settings_model is not None
-            for key in c.settings_model.model_fields}
+    read = set(rule_readers())
     fields = GenerationSettings.model_fields
     unread = [k for k, f in fields.items() if k not in ENGINE | read
               and getattr(settings, k) != f.get_default(call_default_factory=True)]
@@ -163,7 +162,10 @@ def filter_logits(logits: torch.Tensor, *, top_k: int | None = None, top_p: floa
     one; the rest score -inf. The most likely token is always kept. (The registered
     ``top-k``, ``top-p`` and ``min-p`` rules, on their own.)"""
     values = {"top_k": top_k, "top_p": 1.0 if top_p is None else top_p, "min_p": min_p}
-    span = Span(0, 0, 0)
-    for rule in build_rules(values, span, sampling=True, names=("top-k", "top-p", "min-p")):
-        logits = rule(None, logits.clone())
+    rules = build_rules(values, Span(0, 0, 0), sampling=True,
+                        names=("top-k", "top-p", "min-p"))
+    if rules:
+        logits = logits.clone()  # the rules write in place: the caller's logits stay
+    for rule in rules:
+        logits = rule(None, logits)
     return logits

@@ -146,16 +146,21 @@ class GenerationSettings(BaseModel):
         return start + self.min_new_tokens if self.min_new_tokens is not None else self.min_length
 
 
-def plugin_rule_settings() -> dict[str, Component]:
-    """The settings that plugins' decoding rules read beyond zoo's own, each with the
-    rule that reads it (the first, where several do)."""
+def rule_readers() -> dict[str, Component]:
+    """Every generation setting a registered decoding rule reads, with the rule that
+    reads it (the first, where several do)."""
     readers: dict[str, Component] = {}
     for component in registry.list("rule"):
         model = component.settings_model
         for key in (model.model_fields if model is not None else ()):
-            if key not in GenerationSettings.model_fields:
-                readers.setdefault(key, component)
+            readers.setdefault(key, component)
     return readers
+
+
+def plugin_rule_settings() -> dict[str, Component]:
+    """The settings that plugins' decoding rules read beyond zoo's own, each with the
+    rule that reads it (the first, where several do)."""
+    return {k: c for k, c in rule_readers().items() if k not in GenerationSettings.model_fields}
 
 
 def settings_with(settings: GenerationSettings, changes: dict[str, Any],
