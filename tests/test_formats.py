@@ -618,8 +618,11 @@ def test_an_export_hands_a_format_each_tied_matrix_once(tmp_path, fresh_registry
     def hook(register):
         register("as-it-is", _AsItIs, capabilities={"exports": True})
 
-    zoo.register_plugin(types.SimpleNamespace(register_formats=zoo.hookimpl(hook)),
-                        name="third")
+    # written against the former capability, which still works and says so
+    with pytest.warns(DeprecationWarning, match="exports=True is now writes='transformers'.*"
+                                                "removed in zoo 0.3.0"):
+        zoo.register_plugin(types.SimpleNamespace(register_formats=zoo.hookimpl(hook)),
+                            name="third")
     model = zoo.build("transformer-tiny", vocab_size=32)
     tied = [n for n, p in model.named_parameters(remove_duplicate=False)
             if p is model.tgt_embed.weight]

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from .deprecations import warn_deprecated
 
 from .kinds import Kind
 
@@ -148,10 +150,18 @@ class FormatCapabilities(Capabilities):
     write one target (each transformers family), tried in turn until one expresses the
     model. None: it only reads."""
     exports: bool = False
-    """The former way to say ``writes="transformers"`` (still taken)."""
+    """The former way to say ``writes="transformers"`` (still taken, with a
+    DeprecationWarning)."""
     overrides: tuple[str, ...] = ()
     """The ``model_type`` values it reads in place of another format that lists them too
     (two formats claiming one type are refused unless one says it overrides)."""
+
+    @model_validator(mode="after")
+    def _former_exports(self) -> "FormatCapabilities":
+        if self.exports:
+            warn_deprecated("format-exports", "the format capability exports=True is now "
+                            "writes='transformers'", stacklevel=4)
+        return self
 
     @property
     def target(self) -> str | None:
