@@ -34,8 +34,7 @@ def _greedy_ids(task, model, batch_size: int = 64) -> list[list[int]]:
     for start in range(0, len(pairs), batch_size):
         src = task.collate([(task.parse_input(de), []) for de, _ in
                             pairs[start:start + batch_size]])["src"]
-        ids = zoo.generate(model, src, **{**task.generation(), "num_beams": 1,
-                                          "max_new_tokens": task.decode_limit(src)})
+        ids = zoo.generate(model, src, **{**task.generation(), "num_beams": 1})
         out += [row[: row.index(task.eos_id)] if task.eos_id in row else row
                 for row in ids.tolist()]
     return out

@@ -78,6 +78,12 @@ def _scheduler(spec) -> dict:
     return {"lr_scheduler_type": _schedule(spec.name)}
 
 
+def _new_tokens(task, src: torch.Tensor) -> int:
+    """The new tokens zoo's side allows these sources (the task's length limit)."""
+    settings = zoo.GenerationSettings(**task.generation())
+    return settings.length_limit(1, src.shape[1]) - 1
+
+
 def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | None,
                    zoo_steps: int) -> dict:
     """MarianMTModel with Seq2SeqTrainer for ``minutes``, on zoo's run's data and
@@ -146,7 +152,7 @@ def reference_side(run_dir: Path, minutes: float, out: Path, test_limit: int | N
             chunk = pairs[i:i + 64]
             src = task.collate([(task.parse_input(de), []) for de, _ in chunk])["src"]
             ids = peer.generate(input_ids=src, attention_mask=src.ne(pad), num_beams=4,
-                                max_new_tokens=task.decode_limit(src), decoder_start_token_id=bos,
+                                max_new_tokens=_new_tokens(task, src), decoder_start_token_id=bos,
                                 eos_token_id=eos, pad_token_id=pad, early_stopping=True)
             hyps += [task.render_output(row) for row in ids]
     refs = [en for _, en in pairs]

@@ -136,10 +136,28 @@ def test_translate_and_attention_map_take_a_saved_run(tmp_path):
     from_saved = run_zoo("translate", f"local-dir:{tmp_path / 'saved'}", "3 1 2", "--beam", "1")
     assert from_saved.returncode == 0, from_saved.stderr
     assert from_saved.stdout == from_run.stdout
+    # one loader, one text entrance: the run, the saved run and the trained model itself
+    # carry the task's tokenizer and settings, and decode as the task does
+    texts = ["3 1 2", "5 4"]
+    expected = result.task.translate(result.model, texts, beam_size=1)
+    for name in (result.run_dir, str(result.run_dir), f"local-dir:{tmp_path / 'saved'}"):
+        loaded = zoo.load(name)
+        assert zoo.translate(loaded, texts, num_beams=1) == expected, name
+    assert zoo.translate(result.model, texts, num_beams=1) == expected
+    assert from_run.stdout.splitlines() == expected[:1]
+    assert type(zoo.load(f"local-dir:{tmp_path / 'saved'}")).__name__ == "Seq2Seq"
+    assert zoo.load("transformer-tiny").tokenizer is None  # a recipe has no text of its own
     drawn = run_zoo("attention-map", f"local-dir:{tmp_path / 'saved'}", "3 1 2", "--out",
                     str(tmp_path / "map.png"))
     assert drawn.returncode == 0, drawn.stderr
     assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
     plain = zoo.save_pretrained(zoo.build("transformer-tiny"), tmp_path / "plain")
     refused = run_zoo("translate", f"local-dir:{plain}", "3 1 2")
-    assert refused.returncode == 2 and "holds no train.yaml" in refused.stderr
+    assert refused.returncode == 2 and "carries no tokenizer" in refused.stderr
+    assert "without its run's files (zoo save runs/NAME OUT" in refused.stderr
+    assert zoo.load(plain).kind == "seq2seq"  # a saved model named by its path
+    (tmp_path / "empty").mkdir()
+    for name, says in ((tmp_path / "empty", "holds neither a run"),
+                       (tmp_path / "none" / "run", "no such folder")):
+        with pytest.raises(zoo.RecipeError, match=says):
+            zoo.load(name)

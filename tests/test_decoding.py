@@ -40,6 +40,23 @@ def test_a_built_model_carries_how_it_decodes():
                            **{**g.model_dump(), "num_beams": 3, "max_new_tokens": 5})))
 
 
+def test_a_limit_by_the_sources_length_is_fairseqs_a_times_length_plus_b():
+    # fairseq's --max-len-a/--max-len-b: a x the source's length + b new tokens, never
+    # past max_length, and max_new_tokens in its place when given
+    model = tiny(16)
+    for width, max_length, new in ((3, 100, 2 * 3 + 5), (6, 100, 2 * 6 + 5), (20, 30, 29)):
+        src = torch.randint(3, 16, (2, width))
+        out = zoo.generate(model, src, source_length_limit=(2, 5), max_length=max_length,
+                           forbidden_ids=(EOS,))  # no end: the limit alone stops it
+        assert out.shape == (2, new)
+        assert zoo.generate(model, src, source_length_limit=(2, 5), max_new_tokens=4,
+                            forbidden_ids=(EOS,)).shape == (2, 4)
+    assert GenerationSettings(start_id=1, eos_ids=(2,), pad_id=0, max_length=999,
+                              source_length_limit=(1.5, 1)).length_limit(1, 7) == 1 + 10 + 1
+    with pytest.raises(zoo.RecipeError, match="source_length_limit"):
+        zoo.generate(model, torch.tensor([[3, 4]]), source_length_limit=(-1, 5))
+
+
 @pytest.mark.parametrize("attention,static", [("vanilla", True), ("vanilla", False),
                                               ("linear", True), ("sliding-window", True)])
 def test_cache_changes_nothing(attention, static):

@@ -7,6 +7,7 @@ sentence-transformers' own embeddings through zoo.embed and zoo embed."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -135,7 +136,7 @@ def test_pooling_follows_its_formula():
 def test_embed_refuses_what_it_cannot_embed():
     with pytest.raises(RecipeError, match="pools the hidden states of an encoder"):
         zoo.embed(zoo.build("transformer-tiny"), ["a text"])
-    with pytest.raises(RecipeError, match="has no tokenizer of its own"):
+    with pytest.raises(RecipeError, match="carries no tokenizer"):
         zoo.embed(zoo.build("minilm-l6-h384"), ["a text"])
 
 
@@ -224,6 +225,21 @@ def test_a_sentence_transformers_folder_pools_as_its_files_say(minilm, tmp_path)
         zoo.build(f"local-dir:{copy}")
     (copy / "modules.json").write_text(json.dumps({"not": "a list"}))
     with pytest.raises(zoo.ArtifactError, match="modules.json holds dict, not a list"):
+        zoo.build(f"local-dir:{copy}")
+    # a module's files are the folder's own, and a folder lists its Transformer
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text(json.dumps(pooling))
+    outside = [{**m, "path": "../other"} if m["type"].endswith("Pooling") else m
+               for m in modules if not m["type"].endswith("Dense")]
+    (copy / "modules.json").write_text(json.dumps(outside))
+    with pytest.raises(FormatError, match="'../other' leads out of the folder"):
+        zoo.build(f"local-dir:{copy}")
+    (copy / "modules.json").write_text("[]")
+    with pytest.raises(FormatError, match="names no Transformer module"):
+        zoo.build(f"local-dir:{copy}")
+    (copy / "modules.json").unlink()
+    os.mkfifo(copy / "modules.json")  # never waited on
+    with pytest.raises(zoo.ArtifactError, match="modules.json"):
         zoo.build(f"local-dir:{copy}")
 
 

@@ -301,7 +301,7 @@ def test_a_folder_without_tokenizer_files_says_which_files_it_needs(tmp_path):
     model = zoo.build(f"local-dir:{tmp_path / 'm'}")
     with pytest.raises(zoo.FormatError, match="no tokenizer files .*tokenizer.json.*"
                                               "AutoTokenizer"):
-        model.imported.tokenizer()
+        model.tokenizer("Guten Morgen")
     result = run_zoo("translate", f"local-dir:{tmp_path / 'm'}", "Guten Morgen")
     assert result.returncode != 0 and "no tokenizer files" in result.stderr
     assert "Traceback" not in result.stderr
@@ -368,7 +368,7 @@ def test_the_converting_command_gives_a_folder_zoo_loads_with_its_head(tmp_path)
     with torch.no_grad():
         ref = hf(**src, decoder_input_ids=tgt).logits  # the head's logits, not hidden states
         torch.testing.assert_close(model(src["input_ids"], tgt), ref, rtol=0, atol=1e-5)
-    assert model.imported.tokenizer()("Guten Morgen")["input_ids"] == \
+    assert model.tokenizer("Guten Morgen")["input_ids"] == \
         tokenizer("Guten Morgen")["input_ids"]
 
 

@@ -260,6 +260,8 @@ def test_streamed_text_is_the_completed_text_and_stops_after_a_stop_string(with_
     cut = zoo.complete(model, PROMPTS, max_new_tokens=10, stop=[stop])
     assert cut[0] == whole[0][:whole[0].index(stop) + len(stop)]
     assert "".join(zoo.stream_text(model, PROMPTS[0], max_new_tokens=10, stop=[stop])) == cut[0]
+    # one prompt as a str is one prompt (it was decoded character by character)
+    assert zoo.complete(model, PROMPTS[0], max_new_tokens=10) == whole[0]
 
 
 def test_zoo_generate_refuses_numbers_it_cannot_decode_in_its_own_words(with_tokenizer):

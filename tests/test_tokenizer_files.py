@@ -79,7 +79,7 @@ def test_a_broken_marian_tokenizer_file_is_one_error_naming_it(folders, tmp_path
     _replace(folder / name, content)
     model = zoo.build(f"local-dir:{folder}")
     with pytest.raises(FormatError, match=words):
-        model.imported.translate(model, ["Guten Morgen."])
+        zoo.translate(model, ["Guten Morgen."])
 
 
 def test_a_tokenizer_that_gives_ids_past_the_model_is_refused_by_name(folders, tmp_path):
@@ -90,7 +90,7 @@ def test_a_tokenizer_that_gives_ids_past_the_model_is_refused_by_name(folders, t
     model = zoo.build(f"local-dir:{folder}")
     with pytest.raises(FormatError, match=r"gives the id 1000000, outside the model's "
                                           r"vocabulary of \d+; the tokenizer's files do not"):
-        model.imported.translate(model, ["Guten Morgen, wie geht es?"])
+        zoo.translate(model, ["Guten Morgen, wie geht es?"])
     with pytest.raises(RecipeError, match="the input holds the token id -2, outside"):
         zoo.generate(model, torch.tensor([[5, -2, 3]]))
 
@@ -133,11 +133,14 @@ def test_a_tokenizer_is_read_once_and_files_changed_later_are_checked_when_read(
     # new bytes, and refuses them by name
     folder = _copy(folders, "marian", tmp_path)
     model = zoo.build(f"local-dir:{folder}")
-    first = model.imported.translate(model, ["Guten Morgen."])
+    first = zoo.translate(model, ["Guten Morgen."])
     tokenizer = model.imported.tokenizer()
     (folder / "source.spm").write_bytes(os.urandom(3000))  # the same name, other bytes
     assert model.imported.tokenizer() is tokenizer
-    assert model.imported.translate(model, ["Guten Morgen."]) == first
+    assert model.tokenizer.get_vocab() == tokenizer.get_vocab()  # model.tokenizer stands for it
+    assert zoo.translate(model, ["Guten Morgen."]) == first
+    with pytest.warns(DeprecationWarning, match=r"zoo.translate.*removed in zoo \d"):
+        assert model.imported.translate(model, ["Guten Morgen."]) == first  # the old way
     again = zoo.build(f"local-dir:{folder}")
     with pytest.raises(FormatError, match="source.spm is not a SentencePiece model"):
-        again.imported.translate(again, ["Guten Morgen."])
+        zoo.translate(again, ["Guten Morgen."])

@@ -46,6 +46,8 @@ _LAZY = {
     "generate": "zoo.decoding",
     "stream": "zoo.decoding",
     "complete": "zoo.decoding.text",
+    "translate": "zoo.decoding.text",
+    "load": "zoo.loading",
     "embed": "zoo.embedding",
     "cosine": "zoo.embedding",
     "stream_text": "zoo.decoding.text",

@@ -24,6 +24,7 @@ from torch import nn
 from . import hub
 from .foreign import (
     GENERATION_NAME,
+    FolderTokenizer,
     convert_weights,
     file_patterns,
     foreign_config,
@@ -33,7 +34,7 @@ from .foreign import (
 from ._text import format_bytes, quoted
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .decoding import fits_vocabulary, parse_settings
-from .embedding import pooling_of
+from .embedding import pooling_of, read_pooling
 from .errors import ArtifactError, CorruptFileError, FormatError, MemoryBudgetError, RecipeError
 from .files import recover
 from .hardware import memory_available, memory_limits
@@ -130,8 +131,10 @@ def _instantiate(resolved: Resolved) -> nn.Module:
     model = resolved.architecture.load()(resolved.settings, resolved)
     model.recipe = resolved.recipe
     model.kind = resolved.kind  # what zoo dispatches on (zoo.kinds.kind_of)
+    model.imported = None  # what a foreign folder's model keeps of it (set below)
+    model.tokenizer = None  # its text: an imported folder's or a run's task's (zoo.load)
     if model.kind == "encoder":
-        model.pooling = pooling_of(model)  # an imported folder's own files: read again below
+        model.pooling = pooling_of(model)  # an imported folder's own files: read below
     return model
 
 
@@ -267,9 +270,10 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
         model = _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
                           source=saved.name)
         model.imported = imported
+        model.tokenizer = FolderTokenizer(imported)  # read at its first use, and kept
         model.generation = imported.generation
         if model.kind == "encoder":  # its sentence-transformers files, read once
-            model.pooling = pooling_of(model)
+            model.pooling = read_pooling(imported.folder, saved.name, model.pooling.max_tokens)
         if model.generation is not None:
             try:
                 fits_vocabulary(model, model.generation)

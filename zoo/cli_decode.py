@@ -30,35 +30,28 @@ def add_translate(sub) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    """Decode each input with a trained run's model, or an imported model with its own
-    tokenizer and generation settings."""
-    from .builder import imported_model
+    """Decode each input with the model the name names (:func:`zoo.loading.load`: a run's,
+    a saved run's, an imported folder's), by its own tokenizer and generation settings."""
+    from .decoding.text import translate
     from .derived import fixed_weights
-    from .training.runs import load_run
+    from .loading import load
 
     if args.int8 and args.device not in (None, "cpu"):
         raise SystemExit("zoo translate: --int8 runs on the CPU; leave out --device")
-    model = imported_model(args.run, device=args.device, quantize="int8" if args.int8 else None)
-    if model is not None:
-        changes = {} if args.beam is None else {"num_beams": args.beam}
-        if args.max_new_tokens is not None:
-            changes["max_new_tokens"] = args.max_new_tokens
-        with fixed_weights(model):  # the weights checked once for all the inputs
-            for line in model.imported.translate(model, args.text, **changes):
-                print(line)
-        return 0
-    run = load_run(args.run, device=args.device)
-    if not hasattr(run.task, "translate"):
-        raise SystemExit(f"zoo: the task of {args.run} ({run.recipe.task.name}) does not "
-                         "decode text")
-    model = run.model
+    model = load(args.run, device=args.device)
+    if kind_of(model) != "seq2seq":
+        raise SystemExit(f"zoo translate: {args.run} is not a sequence-to-sequence model (a "
+                         f"{kind_of(model) or 'model of no kind'} model); zoo generate "
+                         "continues a language model's prompts")
     if args.int8:
         from .quantization import quantize
 
         model = quantize(model)  # on the CPU: --device was checked above
-    with fixed_weights(model):
-        for line in run.task.translate(model, args.text, beam_size=args.beam,
-                                       max_new_tokens=args.max_new_tokens):
+    changes = {} if args.beam is None else {"num_beams": args.beam}
+    if args.max_new_tokens is not None:
+        changes["max_new_tokens"] = args.max_new_tokens
+    with fixed_weights(model):  # the weights checked once for all the inputs
+        for line in translate(model, args.text, **changes):
             print(line)
     return 0
 

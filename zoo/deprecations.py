@@ -49,6 +49,9 @@ DEPRECATIONS: dict[str, Deprecation] = {
         "zoo.ops.Linear's kernel_* methods", "their native_* names", "0.1.0", "0.3.0"),
     "format-exports": Deprecation(
         "the format capability exports=True", "writes='transformers'", "0.1.0", "0.3.0"),
+    "Imported.translate": Deprecation(
+        "model.imported.translate(model, texts)", "zoo.translate(model, texts)",
+        "0.1.0", "0.3.0"),
     "former-component-names": Deprecation(
         "a component's former name (a plugin's former_names)", "its current name",
         "0.1.0", "0.3.0"),

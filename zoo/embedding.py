@@ -1,10 +1,10 @@
 """Sentence embeddings: texts -> one vector each, by an encoder's hidden states pooled
 (Reimers and Gurevych 2019, "Sentence-BERT"), as sentence-transformers computes them.
 
-:func:`embed` reads an imported model's own tokenizer and its sentence-transformers
-files: ``modules.json`` (is there a ``Normalize`` module), ``1_Pooling/config.json`` (mean
-of the real tokens, the first token, their maximum, or their mean times sqrt(length)) and
-``sentence_bert_config.json`` (the longest text, in tokens, before truncation). A model
+:func:`embed` reads the model's own tokenizer and the pooling ``zoo.build`` read once
+from an imported folder's sentence-transformers files: ``modules.json`` (is there a
+``Normalize`` module), ``1_Pooling/config.json`` (mean of the real tokens, the first
+token, their maximum, or their mean times sqrt(length)) and ``sentence_bert_config.json`` (the longest text, in tokens, before truncation). A model
 without them pools by the mean and normalises to length 1, sentence-transformers' most
 common setting. Texts are encoded in batches of similar length (sorted, as
 sentence-transformers does), so that little is padding; the vectors come back in the
@@ -13,15 +13,18 @@ order of the texts.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import torch
 
+from .decoding.text import own_tokenizer
 from .derived import fixed_weights
 from .errors import FormatError, RecipeError
 from .files import read_json
+from .kinds import kind_of
 
 MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
          "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len"}
@@ -39,24 +42,34 @@ class Pooling:
 
 
 def pooling_of(model) -> Pooling:
-    """The model's pooling: its sentence-transformers files' (an imported folder), else the
-    mean, normalised, cut at the model's longest input. ``zoo.build`` reads it once, as
-    ``model.pooling``; the files go through zoo's one bounded JSON reader."""
-    settings = getattr(model, "settings", None)
-    longest = getattr(settings, "max_len", None)
-    imported = getattr(model, "imported", None)
-    folder = getattr(imported, "folder", None)
-    if folder is None or not (Path(folder) / "modules.json").is_file():
+    """The model's pooling: ``model.pooling`` (``zoo.build`` reads an imported folder's
+    sentence-transformers files once, :func:`read_pooling`), else the mean, normalised,
+    cut at the model's longest input."""
+    pooling = getattr(model, "pooling", None)
+    if pooling is not None:
+        return pooling
+    return Pooling(max_tokens=getattr(getattr(model, "settings", None), "max_len", None))
+
+
+def read_pooling(folder: Path, source: str, longest: int | None) -> Pooling:
+    """The pooling a sentence-transformers ``folder`` says (its ``modules.json``, pooling
+    config and ``sentence_bert_config.json``, through zoo's one bounded JSON reader); a
+    folder without ``modules.json`` pools by the mean, normalised, cut at ``longest``."""
+    if not os.path.lexists(folder / "modules.json"):
         return Pooling(max_tokens=longest)
-    folder, source = Path(folder), imported.source
     modules = read_json(folder / "modules.json", source, list)
     if not all(isinstance(m, dict) for m in modules):
         raise FormatError(f"{source}: modules.json is a list of modules (objects)")
+    if not any(str(m.get("type", "")).endswith(".Transformer") for m in modules):
+        raise FormatError(f"{source}: modules.json names no Transformer module; a "
+                          "sentence-transformers folder lists its Transformer, then its "
+                          "Pooling (and a Normalize)")
     types = [str(m.get("type", "")) for m in modules]
     mode = "mean"
     pooling = next((m for m in modules if str(m.get("type", "")).endswith(".Pooling")), None)
     if pooling is not None:
-        config = read_json(folder / str(pooling.get("path", "")) / "config.json", source)
+        config = read_json(_inside(folder, str(pooling.get("path", "")), source) /
+                           "config.json", source)
         chosen = [MODES[k] for k in MODES if isinstance(config, dict) and config.get(k)]
         others = [k for k, v in (config.items() if isinstance(config, dict) else ())
                   if k.startswith("pooling_mode_") and k not in MODES and v]
@@ -76,6 +89,16 @@ def pooling_of(model) -> Pooling:
         if isinstance(limit, int) and limit > 0:
             longest = min(limit, longest or limit)
     return Pooling(mode, any(t.endswith(".Normalize") for t in types), longest)
+
+
+def _inside(folder: Path, path: str, source: str) -> Path:
+    """``folder / path``, refused when it leads out of ``folder`` (``../other``, a link to
+    elsewhere): a module's files are the folder's own."""
+    target = (folder / path).resolve()
+    if not target.is_relative_to(folder.resolve()):
+        raise FormatError(f"{source}: modules.json's module path {path!r} leads out of the "
+                          "folder; a module's files are in a folder inside it (1_Pooling)")
+    return target
 
 
 def pool(hidden: torch.Tensor, keep: torch.Tensor, pooling: Pooling) -> torch.Tensor:
@@ -98,7 +121,7 @@ def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int
     """One vector (N, d) for each of ``texts``, by ``model``'s own tokenizer and pooling
     (:func:`pooling_of`) unless given; in batches of ``batch_size`` texts of similar
     length."""
-    if not hasattr(model, "hidden_states"):
+    if kind_of(model) != "encoder":
         raise RecipeError(f"a {type(model).__name__} does not embed texts: zoo.embed pools "
                           "the hidden states of an encoder (architecture encoder; a BERT "
                           "or sentence-transformers folder)")
@@ -106,14 +129,9 @@ def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int
         raise RecipeError("texts are a list of strings")
     if batch_size < 1:
         raise RecipeError(f"batch_size is {batch_size}; at least 1")
-    if tokenizer is None:
-        imported = getattr(model, "imported", None)
-        tokenizer = imported.tokenizer() if imported is not None else None
-    if tokenizer is None:
-        raise RecipeError(f"this {type(model).__name__} has no tokenizer of its own (it was "
-                          "built from a recipe): give tokenizer=")
-    if pooling is None:  # the one zoo.build read (a model made otherwise: read now)
-        pooling = getattr(model, "pooling", None) or pooling_of(model)
+    tokenizer = own_tokenizer(model, tokenizer)
+    if pooling is None:
+        pooling = pooling_of(model)  # the one zoo.build read
     if not texts:
         return torch.empty(0, model.settings.d_model)
     device = next(model.parameters()).device

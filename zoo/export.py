@@ -40,7 +40,7 @@ def formats() -> list[str]:
 
 def _writers(model: nn.Module, format: str) -> list[Component]:
     """The formats that write ``format``, an imported model's own first."""
-    own = getattr(getattr(model, "imported", None), "format", None)
+    own = model.imported.format if model.imported is not None else None
     writers = [c for c in registry.qualified("format") if c.capabilities.target == format]
     return sorted(writers, key=lambda c: c.name != own)
 

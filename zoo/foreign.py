@@ -25,10 +25,10 @@ from ._text import quoted, short_repr
 from .artifact import CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME
 from .artifact import read_json, read_weights, weight_files
 from .errors import ArtifactError, FormatError, ZooError
-from .decoding import GenerationSettings, generate, parse_settings
+from .decoding import GenerationSettings, parse_settings
 from .recipe import Recipe
 from .registry import Component, registry
-from .tokenizer_files import check_ids, check_tokenizer_files
+from .tokenizer_files import check_tokenizer_files
 
 GENERATION_NAME = "generation_config.json"
 EXTRA = "zoo-transformers[hub-formats]"
@@ -59,17 +59,38 @@ class Imported:
         return self._tokenizer
 
     def translate(self, model, texts: list[str], **changes: Any) -> list[str]:
-        """``texts`` decoded by ``model`` (``zoo.generate``, by ``model.generation``) with its
-        own tokenizer (``changes``: ``num_beams=1``, ``max_new_tokens=64``, ...)."""
-        if getattr(model, "generation", None) is None:
-            raise FormatError(f"{self.source} is not a model that generates text.")
-        tokenizer = self.tokenizer()
-        device = next(model.parameters()).device
-        batch = tokenizer(list(texts), return_tensors="pt", padding=True)["input_ids"]
-        check_ids(batch, model, self.folder, self.source)
-        with torch.no_grad():
-            out = generate(model.eval(), batch.to(device), **changes)
-        return tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
+        """Deprecated: ``zoo.translate(model, texts, **changes)``, which reads the model's
+        own tokenizer (``model.tokenizer``) the same way."""
+        from .decoding.text import translate
+        from .deprecations import warn_deprecated
+
+        warn_deprecated("Imported.translate", "model.imported.translate is "
+                        "zoo.translate(model, texts) now")
+        return translate(model, texts, **changes)
+
+
+class FolderTokenizer:
+    """An imported model's ``model.tokenizer``: its folder's own tokenizer (transformers'
+    ``AutoTokenizer``), read and checked at its first use and kept (a model built only to
+    be exported or benchmarked never reads it; a folder without tokenizer files says so
+    when one is asked for). It stands for that tokenizer: calls and attributes go to it."""
+
+    def __init__(self, imported: Imported) -> None:
+        object.__setattr__(self, "_imported", imported)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._imported.tokenizer()(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and the like ask; the tokenizer is not read
+            raise AttributeError(name)
+        return getattr(self._imported.tokenizer(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._imported.tokenizer(), name, value)
+
+    def __repr__(self) -> str:
+        return f"FolderTokenizer({self._imported.source})"
 
 
 def foreign_config(folder: Path, source: str) -> dict[str, Any] | None:

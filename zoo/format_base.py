@@ -321,7 +321,7 @@ class Format:
             (folder / "generation_config.json").write_text(json.dumps(settings, indent=2)
                                                            + "\n")
         save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        imported = getattr(model, "imported", None)
+        imported = model.imported
         copy_tokenizer_files(imported.folder if imported is not None else tokenizer, folder)
         auto = {"language-model": "AutoModelForCausalLM", "encoder": "AutoModel"}.get(
             kind, "AutoModelForSeq2SeqLM")

@@ -32,7 +32,7 @@ from .decoding import (
     stream,
 )
 from .decoding.rules import Rule, Span
-from .decoding.text import complete, stream_text
+from .decoding.text import complete, stream_text, translate
 from .format_base import (
     BOOKKEEPING,
     DECODER_FLAGS,
@@ -97,8 +97,8 @@ __all__ = [
     # architectures, and the kinds of model they build
     "Slot", "Seq2SeqModel", "LanguageModel", "Encoder", "ImageClassifier", "kind_of",
     # decoding
-    "generate", "stream", "complete", "stream_text", "GenerationSettings", "filter_logits",
-    "length_penalty", "Rule", "Span",
+    "generate", "stream", "translate", "complete", "stream_text", "GenerationSettings",
+    "filter_logits", "length_penalty", "Rule", "Span",
     "greedy", "beam_search", "sample",  # deprecated: generate(...) with settings
     # sentence embeddings
     "embed", "pool", "pooling_of", "Pooling", "cosine",

@@ -211,7 +211,7 @@ class CTranslate2Writer(Format):
             return _converted(model, folder, export, quantization=quantization,
                               vocabulary=vocabulary, bos_id=bos_id, eos_id=eos_id,
                               unk_id=unk_id)
-        imported = getattr(model, "imported", None)
+        imported = model.imported
         if imported is not None and imported.generation is not None and vocabulary is None:
             # a model from the Hub: its own tokenizer names the ids
             named = imported.tokenizer()
@@ -242,7 +242,7 @@ def _tokenizer_vocabulary(model: nn.Module, size: int) -> list[str] | None:
     """An imported model's token names in id order (ids its tokenizer lacks named as
     CTranslate2's own converter names them, ``<extra_id_N>``), or None when the model was
     not imported or its folder has no tokenizer."""
-    imported = getattr(model, "imported", None)
+    imported = model.imported
     if imported is None:
         return None
     try:
@@ -292,7 +292,7 @@ def _converted(model: nn.Module, folder: Path, export: Callable[..., Path], *,
     _checked_vocabulary(tokens, size)
     start, end = start_and_end(model, bos_id, eos_id)
     encoder = kind_of(model) == "encoder"
-    imported = getattr(model, "imported", None)
+    imported = model.imported
     if encoder and imported is not None and vocabulary is None:
         unk_id = getattr(imported.tokenizer(), "unk_token_id", unk_id)  # BERT's [UNK]: 100
     unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < size else ""

@@ -27,7 +27,7 @@ class PretrainedTokenizer:
     def of(cls, model, task: str) -> "PretrainedTokenizer":
         """The tokenizer and ids of ``model``, imported from a transformers folder with its
         tokenizer and generation settings (task ``task`` fine-tunes it)."""
-        imported = getattr(model, "imported", None)
+        imported = model.imported
         if imported is None or imported.generation is None:
             raise ValueError(f"{task} fine-tunes a model imported with its tokenizer and "
                              "generation settings (a transformers folder)")

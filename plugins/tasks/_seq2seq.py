@@ -19,6 +19,29 @@ def pad_batch(seqs: list[list[int]], pad: int = PAD) -> torch.Tensor:
     return out
 
 
+class TaskTokenizer:
+    """A sequence-to-sequence task's text (its ``parse_input`` and ``render_output``) read
+    and written as transformers' tokenizers are (``tokenizer(texts, padding=True,
+    return_tensors="pt")``, ``batch_decode``, ``decode``), so that ``zoo.translate``
+    serves a trained run as it serves an imported model."""
+
+    padding_side = "right"
+
+    def __init__(self, task: "Seq2SeqTask") -> None:
+        self.task = task
+        self.name_or_path = f"task {type(task).__name__}"
+
+    def __call__(self, texts: list[str], **_: Any) -> dict[str, torch.Tensor]:
+        src = pad_batch([self.task.parse_input(t) for t in texts], self.task.pad_id)
+        return {"input_ids": src, "attention_mask": src.ne(self.task.pad_id).long()}
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return self.task.render_output(ids)
+
+    def batch_decode(self, rows, skip_special_tokens: bool = True) -> list[str]:
+        return [self.task.render_output(row) for row in rows]
+
+
 class Seq2SeqTask:
     """src/tgt token-id pairs; the decoder reads BOS + tgt and predicts tgt + EOS."""
 
@@ -40,37 +63,35 @@ class Seq2SeqTask:
     default_beam = 1
     """Beam size when ``translate`` is not told one."""
 
-    def decode_limit(self, src: torch.Tensor) -> int:
-        """New tokens allowed for a batch of sources (B, Ls) when not told."""
-        return 128
-
     def generation(self) -> dict[str, Any]:
         """How a model trained on this task decodes, as generation settings by name
-        (``zoo.generate``): the task's start, end and pad ids, and its beam. A run's model
-        carries them (``model.generation``)."""
+        (``zoo.generate``): the task's start, end and pad ids, its beam and its length
+        limit. A run's model carries them (``model.generation``)."""
         return {"start_id": self.bos_id, "eos_ids": (self.eos_id,), "pad_id": self.pad_id,
-                "num_beams": self.default_beam}
+                "num_beams": self.default_beam, "max_new_tokens": 128}
+
+    def text_tokenizer(self) -> "TaskTokenizer":
+        """The task's text as a tokenizer of transformers' kind (what ``zoo.translate``
+        reads sources and writes translations with): a run's model carries it as
+        ``model.tokenizer``."""
+        return TaskTokenizer(self)
 
     @torch.no_grad()
     def translate(self, model, texts: list[str], *, beam_size: int | None = None,
                   batch_size: int = 64, device=None, max_new_tokens: int | None = None
                   ) -> list[str]:
-        """Decode ``texts`` (parsed with ``parse_input``) in batches through
-        ``zoo.generate``, by the task's settings; greedy for beam 1."""
-        from zoo.plugin_api import generate
+        """``texts`` decoded by ``zoo.translate`` with the task's tokenizer and settings
+        (``generation``); greedy for beam 1. ``device`` is the model's own (kept for
+        callers that name it)."""
+        from zoo.plugin_api import translate
 
         changes = self.generation()
         if beam_size is not None:
             changes["num_beams"] = beam_size
-        device = device or next(model.parameters()).device
-        out = []
-        for start in range(0, len(texts), batch_size):
-            chunk = texts[start:start + batch_size]
-            src = self.collate([(self.parse_input(t), []) for t in chunk])["src"].to(device)
-            changes["max_new_tokens"] = max_new_tokens or self.decode_limit(src)
-            ids = generate(model, src, **changes)
-            out += [self.render_output(row) for row in ids]
-        return out
+        if max_new_tokens is not None:
+            changes["max_new_tokens"] = max_new_tokens
+        return translate(model, texts, tokenizer=self.text_tokenizer(), batch_size=batch_size,
+                         **changes)
 
     def lengths(self, split: str) -> list[int]:
         """Each example's length in tokens, source and target (``batch_by_length``)."""

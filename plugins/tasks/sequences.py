@@ -68,6 +68,10 @@ class SequenceTask(Seq2SeqTask):
             target = list(row)
         return [v + OFFSET - 1 for v in row], [v + OFFSET - 1 for v in target]
 
+    def generation(self) -> dict:
+        """The task's ids and beam; at most the sequence's length + its end token new."""
+        return {**super().generation(), "max_new_tokens": self.settings.seq_len + 1}
+
     @property
     def vocab_size(self) -> int:
         return self.settings.num_values + OFFSET
@@ -112,8 +116,7 @@ class SequenceTask(Seq2SeqTask):
         metrics = self.token_accuracy(model, self.batches(split, batch_size, device, limit))
         right = total = 0
         for batch in self.batches(split, batch_size, device, limit):
-            out = generate(model, batch["src"], **{**self.generation(), "num_beams": 1,
-                                                   "max_new_tokens": self.settings.seq_len + 1})
+            out = generate(model, batch["src"], **{**self.generation(), "num_beams": 1})
             want = batch["tgt_out"]
             width = min(out.shape[1], want.shape[1])
             same = (out[:, :width] == want[:, :width]).all(1) & (out.shape[1] >= want.shape[1])

@@ -231,9 +231,15 @@ class TranslateDeEn(Seq2SeqTask):
         if self.tokenizer is None:  # a run's saved tokenizer says whether it fine-tuned
             self.tokenizer = self._saved_tokenizer()
         own = self.pretrained.generation if self.pretrained is not None else None
-        if own is None:
-            return super().generation()
-        return {**own, "num_beams": self.default_beam}
+        base = super().generation() if own is None else {**own, "num_beams": self.default_beam}
+        return {**base, **self.length_limit()}
+
+    def length_limit(self) -> dict[str, Any]:
+        """At most twice a batch's source length + 10 new tokens, and three times the
+        longest source (``max_tokens``): a translation is about as long as its source,
+        and a model that loops stops there."""
+        return {"max_new_tokens": None, "source_length_limit": (2.0, 10),
+                "max_length": 3 * self.settings.max_tokens + 1}
 
     def tokenizer_files(self) -> Path | None:
         """The folder of a fine-tuned imported model's tokenizer (transformers' files, for
@@ -333,9 +339,6 @@ class TranslateDeEn(Seq2SeqTask):
     @property
     def default_beam(self) -> int:
         return self.settings.beam_size
-
-    def decode_limit(self, src: torch.Tensor) -> int:
-        return min(2 * src.shape[1] + 10, 3 * self.settings.max_tokens)
 
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int = 64, limit: int | None = None,

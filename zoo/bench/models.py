@@ -127,7 +127,7 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
                               modes=modes or MODES, dtypes=dtypes, impls=lm_impls,
                               device=device, latency=latency, say=say)
     modes = modes or ("greedy", "beam4")
-    imported = getattr(model, "imported", None)
+    imported = model.imported
     # the transformers peer: the folder the model was read from, else a Marian of its sizes
     hf = "transformers" if imported is not None else "marian"
     impls = [hf if i in ("marian", "transformers") else i for i in impls]

@@ -184,7 +184,7 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
         raise RecipeError(f"a {type(model).__name__} cannot be decoded: zoo's decoding "
                           f"serves {' and '.join(GENERATES)} models, and this one is "
                           f"{_kind_said(model)}.")
-    rules = Rules(settings, start=1)
+    rules = Rules(settings, start=1, source=src.shape[1])
     check_decoding_memory(model, src.shape[0], src.shape[1], settings, rules.max_length,
                           src.device)
     step = Seq2SeqSteps(model, src, use_cache=use_cache, beams=beams,

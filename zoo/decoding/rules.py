@@ -87,6 +87,7 @@ def build_rules(values: dict[str, Any], span: Span, *, sampling: bool,
 
 
 ENGINE = frozenset({"start_id", "eos_ids", "pad_id", "max_length", "max_new_tokens",
+                    "source_length_limit",
                     "num_beams", "length_penalty", "length_penalty_form", "early_stopping",
                     "do_sample", "seed", "rule_settings"})
 """The settings the searches read themselves; every other one is a rule's."""
@@ -107,12 +108,13 @@ def check_followed(settings: GenerationSettings) -> None:
 
 class Rules:
     """The rules of ``settings`` for sequences that begin with ``start`` tokens (the
-    start token, or a prompt), applied to the scores (N, V) of their next token."""
+    start token, or a prompt; after sources of ``source`` tokens), applied to the scores (N, V) of their next token."""
 
-    def __init__(self, settings: GenerationSettings, start: int) -> None:
+    def __init__(self, settings: GenerationSettings, start: int,
+                 source: int | None = None) -> None:
         self.settings = settings
         self.start = start
-        self.max_length = settings.length_limit(start)
+        self.max_length = settings.length_limit(start, source)
         self.min_length = settings.min_length_for(start)
         span = Span(start, self.max_length, self.min_length)
         check_followed(settings)

@@ -50,6 +50,12 @@ class GenerationSettings(BaseModel):
     max_new_tokens: int | None = Field(None, ge=1)
     """The most new tokens, the start token not counted; when set it takes the place of
     ``max_length`` (as in transformers)."""
+    source_length_limit: tuple[Annotated[float, Field(ge=0)], Annotated[int, Field(ge=1)]] | None \
+        = None
+    """``(a, b)``: a sequence-to-sequence model makes at most ``a`` x its sources' length
+    (in tokens, padding counted) + ``b`` new tokens, never past ``max_length`` (fairseq's
+    ``--max-len-a`` and ``--max-len-b``; Marian's ``--max-length-factor``): a trained
+    translation task's limit. ``max_new_tokens``, when given, takes its place."""
     min_length: int = Field(0, ge=0)
     """No end token before this length, the start token counted (``min_length``)."""
     min_new_tokens: int | None = Field(None, ge=0)
@@ -136,10 +142,15 @@ class GenerationSettings(BaseModel):
                 readers[key].validate_settings({key: value})
         return self
 
-    def length_limit(self, start: int) -> int:
+    def length_limit(self, start: int, source: int | None = None) -> int:
         """The longest sequence, counted with its ``start`` tokens (the start token, or a
-        prompt)."""
-        return start + self.max_new_tokens if self.max_new_tokens is not None else self.max_length
+        prompt), for sources of ``source`` tokens (a sequence-to-sequence model's)."""
+        if self.max_new_tokens is not None:
+            return start + self.max_new_tokens
+        if self.source_length_limit is not None and source is not None:
+            a, b = self.source_length_limit
+            return min(start + int(a * source) + b, self.max_length)
+        return self.max_length
 
     def min_length_for(self, start: int) -> int:
         """No end token in a sequence shorter than this, its ``start`` tokens counted."""

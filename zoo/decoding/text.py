@@ -1,11 +1,13 @@
-"""Text in, text out, through the one engine: prompts read by a model's own tokenizer,
-the new tokens decoded back, all at once (:func:`complete`) or as they come
-(:func:`stream_text`, for a terminal or a server), ending at the model's end token or at
-a stop string.
+"""Text in, text out, through the one engine: the one entrance of each job that reads
+and writes text. :func:`translate` turns sources into their translations (a
+sequence-to-sequence model); :func:`complete` gives the new text after prompts all at
+once and :func:`stream_text` as it comes (a language model, for a terminal or a
+server), ending at the model's end token or at a stop string.
 
-The tokenizer is transformers' kind (``tokenizer(texts, padding=True)``,
-``tokenizer.decode(ids)``): an imported model's own (``model.imported.tokenizer()``),
-or one given. Prompts are padded on the left, as generation needs. Text streams in
+Each reads the model's own tokenizer (``model.tokenizer``: an imported folder's, read at
+first use and kept; a trained run's task's), or one given, of transformers' kind
+(``tokenizer(texts, padding=True)``, ``tokenizer.batch_decode(ids)``). Prompts are padded
+on the left, as generation needs; sources as the tokenizer pads them. Text streams in
 pieces that never split a character: a piece whose bytes end inside one (a byte-level
 BPE token holding half a UTF-8 sequence) waits for the next token. A stop string ends
 the text right after it, as transformers' ``stop_strings`` do.
@@ -18,30 +20,76 @@ from typing import Any
 
 import torch
 
-from ..errors import RecipeError
-from . import generate, settings_for, stream
+from ..errors import FormatError, RecipeError
+from ..kinds import kind_of
+from . import generate, id_outside, input_vocabulary, settings_for, stream
 
 PARTIAL = "\ufffd"
 """What a tokenizer decodes an unfinished UTF-8 sequence as."""
 
 
+def own_tokenizer(model, tokenizer: Any = None) -> Any:
+    """``tokenizer``, else the one the model carries (``model.tokenizer``); one RecipeError
+    for a model that carries none."""
+    if tokenizer is None:
+        tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise RecipeError(f"this {type(model).__name__} carries no tokenizer (model.tokenizer "
+                          "is None): it was built from a recipe, or saved without its run's "
+                          "files (zoo save runs/NAME OUT keeps them). Give tokenizer=, or "
+                          "decode token ids with zoo.generate")
+    return tokenizer
+
+
 def model_tokenizer(model, tokenizer: Any = None) -> Any:
-    """``tokenizer``, else the model's own (an imported model's, or one a trained run's
-    task gave it as ``model.tokenizer``), ready for prompts: padded on the left, its pad
-    token the end token where it has none (GPT-2, Llama)."""
-    if tokenizer is None:
-        imported = getattr(model, "imported", None)
-        tokenizer = imported.tokenizer() if imported is not None else getattr(
-            model, "tokenizer", None)
-    if tokenizer is None:
-        raise RecipeError(f"this {type(model).__name__} has no tokenizer of its own (it was "
-                          "built from a recipe, not imported or trained on text): give "
-                          "tokenizer=, or generate from token ids with zoo.generate")
+    """:func:`own_tokenizer`, ready for prompts: padded on the left, its pad token the end
+    token where it has none (GPT-2, Llama)."""
+    tokenizer = own_tokenizer(model, tokenizer)
     if getattr(tokenizer, "padding_side", "left") != "left":
         tokenizer.padding_side = "left"
     if getattr(tokenizer, "pad_token", "") is None and getattr(tokenizer, "eos_token", None):
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def check_ids(ids: torch.Tensor, model, tokenizer: Any) -> None:
+    """Token ids ``tokenizer`` gave, refused (one FormatError naming it) when one is
+    outside ``model``'s input vocabulary: the tokenizer does not belong to the model."""
+    size = input_vocabulary(model)
+    bad = id_outside(ids, size)
+    if bad is not None:
+        name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+        raise FormatError(f"the tokenizer ({name}) gives the id {bad}, outside the model's "
+                          f"vocabulary of {size}; the tokenizer's files do not belong to "
+                          "this model")
+
+
+@torch.no_grad()
+def translate(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int = 64,
+              **changes: Any) -> list[str]:
+    """Each of ``texts`` decoded by a sequence-to-sequence ``model`` (its own tokenizer and
+    generation settings, with ``changes``: ``num_beams=1``, ``max_new_tokens=64``, ...),
+    ``batch_size`` sources at a time; the new tokens as text, special tokens left out."""
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise RecipeError("texts are a list of strings")
+    if kind_of(model) != "seq2seq":
+        raise RecipeError(f"a {type(model).__name__} does not translate: zoo.translate "
+                          f"decodes sequence-to-sequence models, and this one is a "
+                          f"{kind_of(model) or 'model of no kind'} model (zoo.complete "
+                          "continues a language model's prompts)")
+    if batch_size < 1:
+        raise RecipeError(f"batch_size is {batch_size}; at least 1")
+    tokenizer = own_tokenizer(model, tokenizer)
+    settings = settings_for(model, None, **changes)  # a wrong setting: one error, first
+    device = next(model.parameters()).device
+    out: list[str] = []
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt",
+                          padding=True)["input_ids"]
+        check_ids(batch, model, tokenizer)
+        ids = generate(model.eval(), batch.to(device), settings)
+        out += tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True)
+    return out
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str], device=None
@@ -105,6 +153,7 @@ def _rows(model, tokenizer, prompts, stops, changes):
     tokenizer = model_tokenizer(model, tokenizer)
     device = next(model.parameters()).device
     ids, mask = encode_prompts(tokenizer, prompts, device)
+    check_ids(ids, model, tokenizer)
     settings = settings_for(model, None, **changes)
     rows = [TextPieces(tokenizer, tuple(stops), set(settings.eos_ids)) for _ in prompts]
     return ids, mask, settings, rows
@@ -140,11 +189,14 @@ def stream_text(model, prompts: str | Sequence[str], *, tokenizer: Any = None,
 
 
 @torch.no_grad()
-def complete(model, prompts: Sequence[str], *, tokenizer: Any = None,
-             stop: Sequence[str] = (), **changes: Any) -> list[str]:
+def complete(model, prompts: str | Sequence[str], *, tokenizer: Any = None,
+             stop: Sequence[str] = (), **changes: Any) -> str | list[str]:
     """The new text after each prompt, decoded by the model's settings with ``changes``
-    (greedy, sampled or beam search), each cut right after a ``stop`` string."""
-    ids, mask, settings, rows = _rows(model, tokenizer, list(prompts), stop, changes)
+    (greedy, sampled or beam search), each cut right after a ``stop`` string: for one
+    prompt (a ``str``) its text, for a list one text per prompt."""
+    single = isinstance(prompts, str)
+    ids, mask, settings, rows = _rows(model, tokenizer, [prompts] if single else list(prompts),
+                                      stop, changes)
     if settings.num_beams == 1:  # step by step, so that stop strings end it early
         for tokens in stream(model.eval(), ids, settings, padding_mask=mask):
             for row, t in zip(rows, tokens.tolist()):
@@ -156,4 +208,4 @@ def complete(model, prompts: Sequence[str], *, tokenizer: Any = None,
         for row, tokens in zip(rows, out.tolist()):
             for t in tokens:
                 row.add(t)
-    return [row.text for row in rows]
+    return rows[0].text if single else [row.text for row in rows]

@@ -46,7 +46,7 @@ from .dist import Dist, is_distributed_failure, restart_count
 from .runs import (
     TENSORBOARD,
     RunFolder,
-    adopt_task_generation,
+    adopt_task_text,
     build_loss,
     build_task,
     is_run,
@@ -288,7 +288,7 @@ class Trainer:
         task.prepare()
         if model is None:
             model = build_model(recipe, task, device)
-        adopt_task_generation(model, task)
+        adopt_task_text(model, task)
         if recipe.activation_checkpointing:
             model.gradient_checkpointing = True
         trainer = cls(recipe, run, dist, device, task, model, criterion,

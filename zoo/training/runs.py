@@ -195,12 +195,17 @@ def build_loss(recipe: TrainRecipe, task: Any) -> Any:
     return component.build(recipe.loss.settings)
 
 
-def adopt_task_generation(model: Any, task: Any) -> Any:
-    """``model`` decoding as its task says (``task.generation()``: the task's token ids and
-    beam, as generation settings by name), for a task and model that generate."""
+def adopt_task_text(model: Any, task: Any) -> Any:
+    """``model`` carrying its task's text: decoding as the task says (``task.generation()``:
+    the task's token ids, beam and length limit, as generation settings by name), for a
+    task and model that generate; reading and writing text by the task's tokenizer
+    (``task.text_tokenizer()``, as ``model.tokenizer``), for a task that reads text."""
     settings = getattr(task, "generation", None)
     if callable(settings) and getattr(model, "generation", None) is not None:
         model.generation = settings_for(model, **settings())
+    text = getattr(task, "text_tokenizer", None)
+    if callable(text):
+        model.tokenizer = text()
     return model
 
 
@@ -233,7 +238,7 @@ def load_run(path: str | Path, device: str | None = None) -> Run:
         raise RecipeError(f"{run.path} has no trained weights yet (no {WEIGHTS} and no "
                           "checkpoint).")
     artifact.load_weights_file(model, weights)
-    return Run(run.path, recipe, adopt_task_generation(model.eval(), task), task)
+    return Run(run.path, recipe, adopt_task_text(model.eval(), task), task)
 
 
 def _load_saved_run(saved: SavedModel, device: str | None) -> Run:
@@ -247,4 +252,4 @@ def _load_saved_run(saved: SavedModel, device: str | None) -> Run:
     recipe = load_train_recipe(folder / TRAIN_RECIPE)
     task = build_task(recipe, folder)  # reads what the run's task saved (tokenizer.json)
     model = load_artifact(folder, source=saved.name, device=device)
-    return Run(folder, recipe, adopt_task_generation(model.eval(), task), task)
+    return Run(folder, recipe, adopt_task_text(model.eval(), task), task)
