@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import zoo
 from zoo import derived, native
 from zoo.derived import fixed_weights
 from zoo.ops import Linear
@@ -342,6 +343,21 @@ def test_zoo_env_and_zoo_native_report_the_native_libraries_without_compiling(tm
     text = subprocess.run([sys.executable, "-m", "zoo", "env"], capture_output=True, text=True,
                           env=env, timeout=300).stdout
     assert "zoo's native libraries: not built" in text and "zoo native build" in text
+    # of one model: whether the step decodes it, and why not, as its gate said it
+    said = subprocess.run([sys.executable, "-m", "zoo", "native", "status", "transformer-tiny"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert said.returncode == 0, said.stderr
+    assert "transformer-tiny: the native step does not run this model: its library is not " \
+           "built here" in said.stdout
+    zoo.save_pretrained(zoo.build("transformer-tiny", positional="shaw"), tmp_path / "shaw")
+    for name, says in (("llama-tiny", "the native step runs this model: 2 layers"),
+                       (f"local-dir:{tmp_path / 'shaw'}", "does not run this model: layer 0's "
+                                                          "attention holds positions"),
+                       ("vit-tiny-patch4-28", "this is an image-classifier model")):
+        said = subprocess.run([sys.executable, "-m", "zoo", "native", "status", name],
+                              capture_output=True, text=True, timeout=300)
+        assert said.returncode == 0 and f"{name}: " in said.stdout and says in said.stdout, \
+            said.stdout + said.stderr
 
 
 def test_the_former_names_of_the_native_cache_and_of_linears_methods_still_work(

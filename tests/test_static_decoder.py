@@ -9,7 +9,7 @@ import torch
 
 from zoo.decoding import GenerationSettings, generate
 from zoo.ops import Linear
-from zoo.plugins.architectures.static_decoder import StaticDecoder, fused_qkv, plain_decoder
+from zoo.plugins.architectures.static_decoder import StaticDecoder, fused_qkv, refusal
 from zoo.quantization import quantize
 
 from .test_decoding import BOS, EOS
@@ -38,7 +38,7 @@ def tiny(vocab=16, **kw):
 
 def both_paths(model, run):
     """run() through the static decoder, then through the general path."""
-    assert plain_decoder(model)
+    assert refusal(model) is None
     model.static_decoding = True
     static = run()
     model.static_decoding = False
@@ -125,24 +125,28 @@ def test_the_fused_product_follows_the_weights():
     assert not any("fused" in k for k in model.state_dict())
 
 
-def test_parts_that_are_not_plain_take_the_general_path():
-    assert not plain_decoder(tiny(positional="shaw"))
-    assert not plain_decoder(tiny(attention="linear"))
+def test_parts_that_are_not_plain_take_the_general_path(caplog):
+    # each refusal names the layer and the part, and the gate logs it (zoo native status)
+    assert refusal(tiny(positional="shaw")) == "layer 0's attention holds positions of its own"
+    assert "not softmax attention" in refusal(tiny(attention="linear"))
     model = tiny()
     model.decoder.layers[1].self_attn.record_weights = True
-    assert not plain_decoder(model)
-    assert not plain_decoder(tiny().train())
+    assert refusal(model).startswith("layer 1's")
+    assert refusal(tiny().train()) == "the model is in training mode"
     # a subclass of the plain mechanism that rewrites _attend and says nothing
     vanilla = type(tiny().decoder.layers[0].self_attn)
     Peeking = type("Peeking", (vanilla,), {"_attend": vanilla._attend})
     model = tiny()
     model.decoder.layers[0].cross_attn.__class__ = Peeking
-    assert not plain_decoder(model)
+    assert refusal(model) == ("layer 0's Peeking is not softmax attention over every key, "
+                              "or records its maps")
     model = tiny()
     src = source()
     memory = model.encode(src)
     model.static_decoding = False
-    assert model.static_decoder(memory, None, groups=1, length=4) is None
+    with caplog.at_level("DEBUG", logger="zoo.native"):
+        assert model.static_decoder(memory, None, groups=1, length=4) is None
+    assert "does not run this model: static_decoding is off" in caplog.text
 
 
 def test_a_step_past_the_buffers_is_refused():
@@ -236,7 +240,7 @@ def test_parts_the_native_step_does_not_run_stay_in_python(overrides, change, wh
     (_, _), ran = _python_and_native_steps(model)
     assert ran == [True, False]  # as it is, the step runs it
     change(model)
-    assert plain_decoder(model)
+    assert refusal(model) is None
     with caplog.at_level("DEBUG", logger="zoo.native"):  # the gate says why it refused
         (_, _), ran = _python_and_native_steps(model)
     assert ran == [False, False]

@@ -10,7 +10,7 @@ import torch
 import zoo
 from zoo.decoding.steps import PromptSteps
 from zoo.ops import Linear
-from zoo.plugins.architectures.static_lm import StaticLM, plain_lm
+from zoo.plugins.architectures.static_lm import StaticLM, refusal
 from zoo.quantization import QuantizedLinear, quantize
 
 from .test_native import needs_kernel
@@ -70,7 +70,7 @@ def test_the_native_step_gives_the_general_paths_logits(recipe, overrides, int8,
     model = zoo.build(recipe, dropout=0.0, **overrides).eval()
     if int8:
         model = quantize(model)
-    assert plain_lm(model)
+    assert refusal(model) is None
     (static, general), ran = _both_paths(model)
     assert ran == [True, False]
     torch.testing.assert_close(static, general, rtol=1e-5, atol=1e-5)
@@ -82,10 +82,10 @@ def test_what_the_native_step_cannot_run_takes_the_general_path(monkeypatch):
     monkeypatch.setattr(Linear, "native_rows", 16)
     torch.manual_seed(0)
     windowed = zoo.build("llama-tiny", **{"attention.window": 3}).eval()
-    assert not plain_lm(windowed)
+    assert refusal(windowed) == "layer 0 attends through a sliding window"
     model = zoo.build("llama-tiny").eval()
     model.layers[1].ffn.act = torch.nn.Tanh()  # no activation code of the step's
-    assert plain_lm(model)
+    assert refusal(model) is None
     (_, _), ran = _both_paths(model)
     assert ran == [False, False]
     monkeypatch.setattr(Linear, "native_rows", 2)  # six rows: more than the product takes

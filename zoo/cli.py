@@ -304,6 +304,9 @@ def add_native(sub) -> None:
                        "a minute on 2 cores, once; no command builds them by itself), or say "
                        "where they stand")
     p.add_argument("action", choices=["build", "status"])
+    p.add_argument("model", nargs="?", help="status: also say whether the native step "
+                   "decodes this model (a run, a saved model, a transformers folder, a "
+                   "recipe), and why not")
     p.set_defaults(func=cmd_native)
 
 
@@ -325,6 +328,10 @@ def cmd_native(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if args.action == "status" and state["state"] in ("not built", "stale"):
         print("zoo native build compiles them (about half a minute on 2 cores, once)")
+    if args.model:
+        from .cli_decode import native_decision
+
+        print(f"{args.model}: {native_decision(args.model)}")
     return 0 if state["state"] in ("loaded", "built", "off", "unsupported") or (
         args.action == "status" and state["state"] in ("not built", "stale")) else 1
 

@@ -56,6 +56,42 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def native_decision(name: str) -> str:
+    """Whether the native step decodes the model ``name`` names, and why not, as its gate
+    said it (the ``zoo.native`` logger) in a short greedy decoding of that model."""
+    import logging
+
+    import torch
+
+    from .decoding import generate
+    from .loading import load
+
+    model = load(name).eval()
+    kind = kind_of(model)
+    if kind not in ("seq2seq", "language-model"):
+        return (f"the native step decodes sequence-to-sequence and language models; this is "
+                f"{'an' if (kind or 'o')[0] in 'aeiou' else 'a'} {kind or 'model of no kind'} "
+                "model")
+    said: list[str] = []
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger, heard = logging.getLogger("zoo.native"), Heard(logging.DEBUG)
+    level = logger.level
+    logger.addHandler(heard)
+    logger.setLevel(logging.DEBUG)
+    try:
+        vocab = model.settings.vocab_size
+        ids = torch.arange(3, 7).remainder(vocab)[None].to(next(model.parameters()).device)
+        generate(model, ids, num_beams=1, do_sample=False, max_new_tokens=3)
+    finally:
+        logger.removeHandler(heard)
+        logger.setLevel(level)
+    return said[-1] if said else "the native step is not this model's (no gate spoke)"
+
+
 def parse_sets(pairs: list[str]) -> dict:
     """``--set key=value`` pairs, each value read as YAML (bounded, like a recipe file)."""
     from .recipe import parse_value

@@ -143,11 +143,16 @@ class CausalLM(nn.Module):
         """A :class:`~zoo.plugins.architectures.static_lm.StaticLM` going on from the
         prompts ``cache`` holds for at most ``length`` steps, or None when
         ``static_decoding`` is off or a part of the model needs the general path."""
-        from .native_plan import may_run
-        from .static_lm import StaticLM, plain_lm
+        from .native_plan import may_run, refused
+        from .static_lm import StaticLM, refusal
 
-        if (not self.static_decoding or not length or not cache.offset
-                or cache[0].k is None or not may_run(cache[0].k) or not plain_lm(self)):
+        if not length or not cache.offset or cache[0].k is None:
+            return None  # nothing to go on from, or no step to take
+        why = ("static_decoding is off" if not self.static_decoding else
+               "it runs in float32 without autograd" if not may_run(cache[0].k) else
+               refusal(self))
+        if why is not None:
+            refused(why)
             return None
         static = StaticLM(self, cache, length=length)
         return static if static.native is not None else None

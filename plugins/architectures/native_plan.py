@@ -281,6 +281,7 @@ def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
         op.add(layer)
     op.sources_padding(keep)
     plan["op"] = op
+    LOG.debug("the native step runs this model: %d layers in one call a step", layers)
     return plan
 
 

@@ -277,9 +277,12 @@ class Seq2Seq(nn.Module):
         """A :class:`~zoo.plugins.architectures.static_decoder.StaticDecoder` over
         ``memory`` for ``groups`` rows per source and at most ``length`` steps, or None
         when ``static_decoding`` is off or a part of the decoder needs the general path."""
-        from .static_decoder import StaticDecoder, plain_decoder
+        from .native_plan import refused
+        from .static_decoder import StaticDecoder, refusal
 
-        if not self.static_decoding or not plain_decoder(self):
+        why = "static_decoding is off" if not self.static_decoding else refusal(self)
+        if why is not None:
+            refused(why)
             return None
         return StaticDecoder(self, memory, memory_padding_mask, groups=groups, length=length)
 

@@ -41,25 +41,28 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, declares, fused_qkv, may_run, new_plan, run, seal
+from .native_plan import add_layer, declares, fused_qkv, may_run, new_plan, refused, run, seal
+from .static_steps import StaticSteps
 
 
-def plain_decoder(model: nn.Module) -> bool:
-    """True when :class:`StaticDecoder` may run ``model``'s decoder (see the module)."""
+def refusal(model: nn.Module) -> str | None:
+    """Why :class:`StaticDecoder` may not run ``model``'s decoder (see the module), or
+    None when it may."""
     if model.training:
-        return False
-    for block in model.decoder.layers:
+        return "the model is in training mode"
+    for i, block in enumerate(model.decoder.layers):
         if not declares(block, "static_layout", "forward"):
-            return False
+            return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
         for attn in (block.self_attn, block.cross_attn):
             if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
-                return False
+                return (f"layer {i}'s {type(attn).__name__} is not softmax attention over "
+                        "every key, or records its maps")
             if getattr(attn, "window", None) is not None:
-                return False  # windowed attention: the general path
+                return f"layer {i} attends through a sliding window"
         if (block.self_attn.position_kind not in (None, "rotary", "bias")
                 or block.cross_attn.position_kind is not None):
-            return False
-    return True
+            return f"layer {i}'s attention holds positions of its own"
+    return None
 
 
 class _Layer:
@@ -96,7 +99,7 @@ def native_plan(layers: list["_Layer"], rows: int, keep: torch.Tensor | None) ->
     return seal(plan, keep)
 
 
-class StaticDecoder:
+class StaticDecoder(StaticSteps):
     """Next-token logits, one step at a time, for ``sources`` x ``groups`` rows (the
     beams of each source are consecutive rows), for at most ``length`` steps.
 
@@ -107,25 +110,25 @@ class StaticDecoder:
 
     def __init__(self, model: nn.Module, memory: torch.Tensor,
                  memory_mask: torch.Tensor | None, *, groups: int, length: int) -> None:
-        self.model, self.groups, self.length = model, groups, length
-        self.sources = memory.shape[0]
+        super().__init__(model, length)
+        self.groups, self.sources = groups, memory.shape[0]
         self.rows = self.sources * groups
-        self.filled = 0
         self.keep = None if memory_mask is None else ~memory_mask[:, None, None, :]
         self.layers = [_Layer(block, memory, self.rows, length)
                        for block in model.decoder.layers]
-        self.native = native_plan(self.layers, self.rows, self.keep) \
-            if self.native_step and memory.dtype == torch.float32 else None
+        if not self.native_step:
+            refused("StaticDecoder.native_step is False")
+        elif memory.dtype != torch.float32:
+            refused(f"it runs in float32, and the model's outputs are {memory.dtype}")
+        else:
+            self.native = native_plan(self.layers, self.rows, self.keep)
 
     native_step = True
     """Set False (on the class or one decoder) to keep every step in Python."""
 
     # -- one step -------------------------------------------------------------------------------
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        m, pos = self.model, self.filled
-        if pos >= self.length:
-            raise ValueError(f"the decoder's buffers hold {self.length} steps; "
-                             "make a StaticDecoder with a larger length")
+        m, pos = self.model, self.next_step()
         x = m._embed(m.tgt_embed, m.decoder, m.positional, tokens, pos)
         if self.native is not None and may_run(x):
             x = run(self.native, x, pos)
@@ -174,18 +177,5 @@ class StaticDecoder:
         out = attn._dense(q, layer.cross_k, layer.cross_v, self.keep)  # (s, heads, g, width)
         return attn.out_proj(out.transpose(1, 2).reshape(self.rows, 1, attn.inner_dim))
 
-    # -- beams ----------------------------------------------------------------------------------
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (each taken from a row of the same source). Only the rows
-        that change are copied: in a beam search's usual step most beams go on from
-        themselves."""
-        n = self.filled
-        moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().flatten()
-        if not moved.numel():
-            return
-        sources = index.index_select(0, moved)
-        for layer in self.layers:
-            for buf in (layer.k, layer.v):
-                filled = buf[:, :, :n]
-                # every source row is read before any is written (a row may be both)
-                filled.index_copy_(0, moved, filled.index_select(0, sources))
+    def buffers(self) -> list[torch.Tensor]:
+        return [buf for layer in self.layers for buf in (layer.k, layer.v)]

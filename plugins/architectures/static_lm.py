@@ -24,22 +24,29 @@ import torch
 from torch import nn
 
 from .native_plan import add_layer, declares, may_run, new_plan, run, seal
+from .static_steps import StaticSteps
 
 
-def plain_lm(model: nn.Module) -> bool:
-    """True when every block and attention of ``model`` may be run by :class:`StaticLM`."""
-    if model.training or not getattr(model, "decodes_incrementally", False):
-        return False
-    for block in model.layers:
+def refusal(model: nn.Module) -> str | None:
+    """Why :class:`StaticLM` may not run ``model`` (see the module), or None when every
+    block and attention of it may be run."""
+    if model.training:
+        return "the model is in training mode"
+    if not model.decodes_incrementally:
+        return "its attention does not decode with a cache"
+    for i, block in enumerate(model.layers):
         attn = block.attn
-        if (not declares(block, "static_layout", "forward")
-                or not declares(attn, "softmax_attention", "_attend") or attn.record_weights
-                or getattr(attn, "window", None) is not None):
-            return False
-    return True
+        if not declares(block, "static_layout", "forward"):
+            return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
+        if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
+            return (f"layer {i}'s {type(attn).__name__} is not softmax attention over every "
+                    "key, or records its maps")
+        if getattr(attn, "window", None) is not None:
+            return f"layer {i} attends through a sliding window"
+    return None
 
 
-class StaticLM:
+class StaticLM(StaticSteps):
     """Next-token logits of ``model``'s rows after the prompts its ``cache`` holds, one
     step at a time, for at most ``length`` more steps; ``native`` is None when the native
     step cannot run the model (the caller then keeps the general path).
@@ -48,10 +55,9 @@ class StaticLM:
     :meth:`reorder` keeps rows as a beam search does."""
 
     def __init__(self, model: nn.Module, cache, *, length: int) -> None:
-        self.model = model
+        super().__init__(model, length)
         first = cache[0]
         rows, self.start = first.k.shape[0], cache.offset
-        self.filled = 0
         self.native = new_plan([block.attn for block in model.layers])
         if self.native is None:
             return
@@ -74,15 +80,8 @@ class StaticLM:
             self.keep[:, :self.start] = ~cache.padding
         self.counts = cache.real_counts(rows, first.k.device)  # each row's real positions
 
-    @property
-    def length(self) -> int:
-        return self.keep.shape[1] - self.start
-
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        m, pos = self.model, self.start + self.filled
-        if self.filled >= self.length:
-            raise ValueError(f"the decoder's buffers hold {self.length} steps; make a "
-                             "StaticLM with a larger length")
+        m, pos = self.model, self.start + self.next_step()
         x = m._embed_at(tokens, pos, self.counts)
         if not may_run(x):
             raise RuntimeError("StaticLM runs without autograd in fp32 (torch.no_grad(), "
@@ -94,16 +93,13 @@ class StaticLM:
             x = m.norm(x)
         return m.lm_head(x)
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows ``index``: only the rows that change are copied."""
-        moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().flatten()
-        if not moved.numel():
-            return
-        sources = index.index_select(0, moved)
-        n = self.start + self.filled
-        for buf in (*self.native["k"], *self.native["v"]):
-            filled = buf[:, :, :n]
-            # every source row is read before any is written (a row may be both)
-            filled.index_copy_(0, moved, filled.index_select(0, sources))
+    def buffers(self) -> list[torch.Tensor]:
+        return [*self.native["k"], *self.native["v"]]
+
+    @property
+    def used(self) -> int:
+        return self.start + self.filled
+
+    def reorder_rows(self, index: torch.Tensor) -> None:
         self.keep = self.keep.index_select(0, index)
         self.counts = self.counts.index_select(0, index)

@@ -1,0 +1,55 @@
+"""What the two static decodings share (:mod:`.static_decoder` for the seq2seq decoder,
+:mod:`.static_lm` for a decoder-only model after its prompts): keys and values in buffers
+of fixed size, allocated once for the longest decoding; a count of the steps taken,
+refused past the buffers; rows reordered in place as a beam search asks, only the rows
+that change copied; and the native step's plan (:mod:`.native_plan`), sealed once per
+decoding call, or None where the step runs in Python or not at all."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class StaticSteps:
+    """Next-token logits one step at a time over fixed buffers (see the module). A
+    subclass says which buffers hold keys and values (:meth:`buffers`), how many of
+    their positions are filled (:attr:`used`), and what else a reorder moves
+    (:meth:`reorder_rows`)."""
+
+    native: dict | None = None
+    """The sealed plan of the native step (:func:`.native_plan.seal`), or None."""
+
+    def __init__(self, model: nn.Module, length: int) -> None:
+        self.model, self.length, self.filled = model, length, 0
+
+    def next_step(self) -> int:
+        """The index of the step about to be taken; one ValueError past the buffers."""
+        if self.filled >= self.length:
+            raise ValueError(f"the decoder's buffers hold {self.length} steps; make a "
+                             f"{type(self).__name__} with a larger length")
+        return self.filled
+
+    def buffers(self) -> list[torch.Tensor]:
+        """Every buffer of keys and values, (rows, heads, positions, head width)."""
+        raise NotImplementedError
+
+    @property
+    def used(self) -> int:
+        """How many positions of the buffers hold keys and values now."""
+        return self.filled
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows ``index`` (a beam search's choice). Only the rows that change are
+        copied: in a beam search's usual step most beams go on from themselves."""
+        moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().flatten()
+        if moved.numel():
+            sources, n = index.index_select(0, moved), self.used
+            for buf in self.buffers():
+                filled = buf[:, :, :n]
+                # every source row is read before any is written (a row may be both)
+                filled.index_copy_(0, moved, filled.index_select(0, sources))
+        self.reorder_rows(index)
+
+    def reorder_rows(self, index: torch.Tensor) -> None:
+        """What else a subclass keeps per row, reordered (nothing here)."""
