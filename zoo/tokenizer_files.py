@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ._text import short_repr
-from .decoding import id_outside, input_vocabulary
 from .errors import FormatError
 
 JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json",
@@ -177,14 +176,3 @@ def _check_each(folder: Path, source: str) -> None:
             except UnicodeDecodeError as exc:
                 raise FormatError(f"{source}: {name} is not UTF-8 text "
                                   f"({short_repr(exc, 120)})") from None
-
-
-def check_ids(ids, model, folder: Path, source: str) -> None:
-    """Token ids a tokenizer gave, refused (one FormatError naming the tokenizer) when one
-    is outside ``model``'s input vocabulary: the tokenizer's files do not belong to it."""
-    size = input_vocabulary(model)
-    bad = id_outside(ids, size)
-    if bad is not None:
-        raise FormatError(f"{source}: its tokenizer (in {folder}) gives the id {bad}, outside "
-                          f"the model's vocabulary of {size}; the tokenizer's files do "
-                          "not belong to this model")
