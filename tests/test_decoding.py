@@ -406,6 +406,18 @@ def test_a_stream_gives_generates_tokens_step_by_step():
         next(zoo.stream(model, src, num_beams=4))
 
 
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**32 + 7, 2**64])
+def test_a_seed_the_generator_cannot_keep_is_refused_by_name(seed):
+    # torch's CPU generator keeps 32 bits: 2**32 + 7 drew seed 7's tokens, 2**64 overflowed
+    model = tiny(16)
+    with pytest.raises(zoo.RecipeError, match="seed"):
+        zoo.generate(model, torch.tensor([[3, 4]]), do_sample=True, seed=seed)
+    assert torch.equal(zoo.generate(model, torch.tensor([[3, 4]]), do_sample=True,
+                                    seed=2**32 - 1, max_new_tokens=4),
+                       zoo.generate(model, torch.tensor([[3, 4]]), do_sample=True,
+                                    seed=2**32 - 1, max_new_tokens=4))
+
+
 def test_settings_that_are_wrong_are_refused_by_name():
     model = tiny(16)
     src = torch.randint(3, 16, (1, 6))

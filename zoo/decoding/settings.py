@@ -103,9 +103,10 @@ class GenerationSettings(BaseModel):
     eta_cutoff: float = Field(0.0, ge=0, lt=1)
     """Sample among the tokens at least ``min(eta, sqrt(eta) * exp(-entropy))`` probable
     (eta sampling, Hewitt et al. 2022; 0: all)."""
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2**32)
     """Seeds the sampler's own generator, so that a sampled run repeats exactly (None:
-    torch's global generator)."""
+    torch's global generator): 0 to 2**32 - 1, what its Mersenne Twister keeps (a larger
+    seed would draw the tokens of its lower 32 bits)."""
 
     repetition_penalty: float = Field(1.0, gt=0)
     """A token already in the sequence has its logit divided by this when positive and
