@@ -41,8 +41,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, declares, fused_qkv, may_run, new_plan, refused, run, seal
-from .static_steps import StaticSteps
+from .native_plan import add_layer, fused_qkv, may_run, new_plan, refused, run, seal
+from .static_steps import StaticSteps, layer_refusal
 
 
 def refusal(model: nn.Module) -> str | None:
@@ -51,14 +51,9 @@ def refusal(model: nn.Module) -> str | None:
     if model.training:
         return "the model is in training mode"
     for i, block in enumerate(model.decoder.layers):
-        if not declares(block, "static_layout", "forward"):
-            return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
-        for attn in (block.self_attn, block.cross_attn):
-            if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
-                return (f"layer {i}'s {type(attn).__name__} is not softmax attention over "
-                        "every key, or records its maps")
-            if getattr(attn, "window", None) is not None:
-                return f"layer {i} attends through a sliding window"
+        why = layer_refusal(i, block, (block.self_attn, block.cross_attn))
+        if why is not None:
+            return why
         if (block.self_attn.position_kind not in (None, "rotary", "bias")
                 or block.cross_attn.position_kind is not None):
             return f"layer {i}'s attention holds positions of its own"

@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, declares, may_run, new_plan, run, seal
-from .static_steps import StaticSteps
+from .native_plan import add_layer, may_run, new_plan, run, seal
+from .static_steps import StaticSteps, layer_refusal
 
 
 def refusal(model: nn.Module) -> str | None:
@@ -35,14 +35,9 @@ def refusal(model: nn.Module) -> str | None:
     if not model.decodes_incrementally:
         return "its attention does not decode with a cache"
     for i, block in enumerate(model.layers):
-        attn = block.attn
-        if not declares(block, "static_layout", "forward"):
-            return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
-        if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
-            return (f"layer {i}'s {type(attn).__name__} is not softmax attention over every "
-                    "key, or records its maps")
-        if getattr(attn, "window", None) is not None:
-            return f"layer {i} attends through a sliding window"
+        why = layer_refusal(i, block, (block.attn,))
+        if why is not None:
+            return why
     return None
 
 

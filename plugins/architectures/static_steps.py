@@ -10,6 +10,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .native_plan import declares
+
+
+def layer_refusal(i: int, block: nn.Module, attentions: tuple) -> str | None:
+    """Why a static decoding may not run layer ``i`` (its ``block`` and the block's
+    ``attentions``), or None: the block says the paper's layout, each attention softmax
+    over every key, recording no maps, through no sliding window."""
+    if not declares(block, "static_layout", "forward"):
+        return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
+    for attn in attentions:
+        if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
+            return (f"layer {i}'s {type(attn).__name__} is not softmax attention over every "
+                    "key, or records its maps")
+        if getattr(attn, "window", None) is not None:
+            return f"layer {i} attends through a sliding window"
+    return None
+
 
 class StaticSteps:
     """Next-token logits one step at a time over fixed buffers (see the module). A
