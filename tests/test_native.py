@@ -324,6 +324,86 @@ def test_a_rebuild_compiles_only_the_sources_that_changed(tmp_path, monkeypatch)
     assert library not in native.libraries()  # declare=False: not zoo native build's
 
 
+def _copy_of_the_built_cache(to: Path) -> dict[Path, Path]:
+    """This installation's built libraries copied to a cache of their own at ``to``:
+    each library's file in the copy by its name."""
+    if not native.available():
+        pytest.skip("zoo's native libraries do not run here")
+    from zoo.registry import registry
+
+    registry.ensure_loaded()
+    files = {}
+    for library in native.libraries():
+        folder = Path(library.status()["folder"])
+        shutil.copytree(folder, to / folder.name, ignore=shutil.ignore_patterns("*lock"))
+        files[library.name] = to / folder.name / f"{library.name}.so"
+    return files
+
+
+_STEP_RUNS = "llama-tiny: the native step runs this model: 2 layers"
+
+
+@needs_kernel
+def test_a_copied_or_moved_cache_decodes_natively(tmp_path):
+    """A library names those it needs by file name (its soname): a copy of a cache
+    loads its own products, not the original's a second time (which aborted)."""
+    _copy_of_the_built_cache(tmp_path / "copy")
+    for cache in ("copy", "moved"):
+        if cache == "moved":
+            (tmp_path / "copy").rename(tmp_path / "moved")
+        said = _zoo(["native", "status", "llama-tiny"],
+                    {"ZOO_NATIVE_CACHE": str(tmp_path / cache)})
+        assert said.returncode == 0 and _STEP_RUNS in said.stdout, said.stdout + said.stderr
+
+
+@needs_kernel
+def test_a_library_cut_short_or_replaced_is_not_loaded_and_is_built_again(tmp_path):
+    """A library is checked against its build's record before it is loaded: cut short
+    (which was a SIGBUS inside dlopen) or replaced by another library, it is said once
+    and decoding goes on without it; zoo native build builds it again."""
+    files = _copy_of_the_built_cache(tmp_path)
+    env = {"ZOO_NATIVE_CACHE": str(tmp_path)}
+    products, step = files["zoo_products"], files["zoo_decoder_step"]
+    original = step.read_bytes()
+    step.write_bytes(products.read_bytes())  # another library under its name
+    with products.open("r+b") as cut:
+        cut.truncate(products.stat().st_size // 2)
+    for check in (_in_a_fresh_process(env), _zoo(["native", "status", "llama-tiny"], env)):
+        assert check.returncode in (0, 1) and "Traceback" not in check.stderr, check.stderr
+    after = _in_a_fresh_process(env)
+    assert after.returncode == 0 and "available False" in after.stdout, after.stderr
+    assert after.stderr.count("RuntimeWarning") == 1
+    assert f"{products} is not the library that was built" in after.stderr
+    said = _zoo(["native", "status"], env)
+    assert said.returncode == 1 and "zoo_products damaged" in said.stdout
+    assert "zoo_decoder_step damaged" in said.stdout
+    assert "zoo native build builds the damaged ones again" in said.stdout
+    built = _zoo(["native", "build"], env)
+    assert built.returncode == 0, built.stderr
+    assert "is not the library that was built (cut short or replaced)" in built.stderr
+    assert step.read_bytes() == original  # linked again from its objects
+    ran = _zoo(["native", "status", "llama-tiny"], env)
+    assert ran.returncode == 0 and _STEP_RUNS in ran.stdout, ran.stdout + ran.stderr
+
+
+@needs_kernel
+def test_a_build_onto_a_full_disk_is_one_zoo_error(tmp_path):
+    """The build's own writes failing (here a file size limit, as a full disk fails
+    them) are said by zoo, naming the folder, never a traceback."""
+    import resource
+
+    files = _copy_of_the_built_cache(tmp_path)
+    files["zoo_products"].write_bytes(b"\x7fELF")
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))  # noqa: E731
+    built = subprocess.run([sys.executable, "-m", "zoo", "native", "build"], capture_output=True,
+                           text=True, env={**os.environ, "ZOO_NATIVE_CACHE": str(tmp_path)},
+                           timeout=300, preexec_fn=limit)
+    assert built.returncode == 1 and "Traceback" not in built.stderr, built.stderr
+    folder = files["zoo_products"].parent
+    assert f"compiling zoo_products in {folder} failed: File too large" in built.stderr
+    assert built.stderr.count("compiling zoo_products for torch") == 1  # tried once a call
+
+
 def test_zoo_env_and_zoo_native_report_the_native_libraries_without_compiling(tmp_path):
     import json
 

@@ -328,6 +328,8 @@ def cmd_native(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if args.action == "status" and state["state"] in ("not built", "stale"):
         print("zoo native build compiles them (about half a minute on 2 cores, once)")
+    if args.action == "status" and state["state"] == "damaged":
+        print("zoo native build builds the damaged ones again")
     if args.model:
         from .cli_decode import native_decision
 

@@ -90,7 +90,8 @@ def as_text(data: dict[str, Any]) -> str:
         f"- zoo's native libraries: {libraries['state']}"
         + (f" ({libraries['folder']})" if libraries["folder"] else "")
         + (f"; log {libraries['log']}" if libraries["log"] else "")
-        + (" (zoo native build compiles them)" if libraries["state"] in ("not built", "stale")
+        + (" (zoo native build compiles them)" if libraries["state"] in ("not built", "stale",
+                                                                         "damaged")
            else ""),
         f"- Plugins: {plugins or 'none'}",
         f"- Hub: huggingface_hub {hub['huggingface_hub']}, endpoint {hub['endpoint']}, cache "

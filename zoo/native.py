@@ -34,7 +34,11 @@ its own (the static decoder's whole decoding step,
   Python. ``ZOO_NATIVE=build`` lets the first use compile them instead.
 - **Where they are kept:** ``$ZOO_NATIVE_CACHE``, or ``$XDG_CACHE_HOME/zoo/native``
   (``~/.cache/zoo/native``), one folder per library, torch version and compiler
-  (its path and ``--version``), with the compiler's output in ``build.log``.
+  (its path and ``--version``), with the compiler's output in ``build.log``. A
+  library names those it needs by file name, not by path, so a copied or moved cache
+  works; its size and SHA-256 are recorded at the build and checked before it is
+  loaded, and one that does not match (cut short by a full disk or a kill, or
+  replaced) is not loaded but built again by ``zoo native build``.
 - **Failures** are said once, naming the log; a failed build is not loaded and is
   tried again by the next ``zoo native build``, or after a change of compiler (a new
   folder) or of its sources. A build that another process holds is waited for with
@@ -153,6 +157,7 @@ class NativeLibrary:
         self.needs = tuple(needs)
         self.on_load = on_load
         self._loaded: bool | None = None
+        self._failed_here: str | None = None  # the sources a build in this process failed on
         if declare:  # False: built only by its own build() (a test's, a script's)
             _libraries.append(self)
 
@@ -193,7 +198,10 @@ class NativeLibrary:
     def _state(self, folder: Path) -> str:
         stamp, failed = folder / "SOURCES", folder / "FAILED"
         current = self.sources_key()
-        if self.file(folder).exists() and stamp.is_file() and stamp.read_text() == current:
+        built = _read_manifest(stamp)
+        if built is not None and built.get("sources") == current:
+            if not _matches(self.file(folder), built):
+                return "damaged"
             return "loaded" if self._loaded else "built"
         if failed.is_file() and failed.read_text() == current:
             return "failed"
@@ -201,8 +209,9 @@ class NativeLibrary:
 
     def status(self) -> dict:
         """Where this library stands, without compiling: ``state`` is ``loaded`` (in
-        this process), ``built``, ``stale`` (built from other sources), ``not built``,
-        ``failed`` (see ``log``), ``off`` (ZOO_NATIVE=0), ``unsupported`` (not Linux
+        this process), ``built``, ``stale`` (built from other sources), ``damaged`` (the
+        file is not the one built: cut short by a full disk or a kill, or replaced),
+        ``not built``, ``failed`` (see ``log``), ``off`` (ZOO_NATIVE=0), ``unsupported`` (not Linux
         with AVX2) or ``no compiler``; with its ``folder``."""
         import torch
 
@@ -240,6 +249,8 @@ class NativeLibrary:
             return False
         if not all(need.build(say) for need in self.needs):
             return False
+        if self._failed_here == self.sources_key():  # said once: not compiled twice a call
+            return False
         folder = self.folder(torch, cxx)
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -266,15 +277,32 @@ class NativeLibrary:
         finally:
             lock.release()
         self._loaded = None
-        return self.available(quiet=True)
+        if self.available(quiet=True):
+            return True
+        self._failed_here = self.sources_key()
+        return False
 
     def _compile(self, torch, cxx: str, folder: Path, say) -> None:
+        try:
+            self._run_compiler(torch, cxx, folder, say)
+        except OSError as exc:  # a full disk, a folder made read-only meanwhile
+            say(f"compiling {self.name} in {folder} failed: {exc.strerror or exc}; free some "
+                "space there, or set ZOO_NATIVE_CACHE to another folder")
+
+    def _run_compiler(self, torch, cxx: str, folder: Path, say) -> None:
+        damaged = self._state(folder) == "damaged"
         (folder / "SOURCES").unlink(missing_ok=True)
+        self.file(folder).unlink(missing_ok=True)  # linked again, never trusted as it was
+        if damaged:  # its objects may be cut short too: all compiled again
+            for stale in (*folder.glob("*.o"), folder / ".ninja_deps", folder / ".ninja_log"):
+                stale.unlink(missing_ok=True)
+            say(f"{self.file(folder)} is not the library that was built (cut short or "
+                "replaced); building it again")
         (folder / ".builder").write_text(f"process {os.getpid()}", encoding="utf-8")
         say(f"compiling {self.name} for torch {torch.__version__} (once; kept in {folder})")
         spec = {"name": self.name, "sources": [str(s) for s in self.sources],
                 "include": self.include_dirs(), "folder": str(folder),
-                "ldflags": [str(n.file(n.folder(torch, cxx))) for n in self.needs]}
+                "needs": [str(n.file(n.folder(torch, cxx))) for n in self.needs]}
         env = {**os.environ, "CXX": cxx, "PATH": os.pathsep.join(
             (str(Path(sys.executable).parent), os.environ.get("PATH", "")))}  # pip's ninja
         child = subprocess.Popen(
@@ -288,13 +316,16 @@ class NativeLibrary:
             os.killpg(child.pid, signal.SIGKILL)
             output, _ = child.communicate()
             why = f"stopped after {_timeout():.0f} s (ZOO_NATIVE_BUILD_TIMEOUT)"
-        (folder / "build.log").write_text(output or "", encoding="utf-8")
+        if not why and not self.file(folder).is_file():
+            why = f"no {self.file(folder).name} was made"
         if why:
             (folder / "FAILED").write_text(self.sources_key(), encoding="utf-8")
+            (folder / "build.log").write_text(output or "", encoding="utf-8")
             say(f"compiling {self.name} failed: {why}; see {folder / 'build.log'}")
-        else:
-            (folder / "FAILED").unlink(missing_ok=True)
-            (folder / "SOURCES").write_text(self.sources_key(), encoding="utf-8")
+            return
+        (folder / "build.log").write_text(output or "", encoding="utf-8")
+        (folder / "FAILED").unlink(missing_ok=True)
+        _write_manifest(folder / "SOURCES", self.sources_key(), self.file(folder))
 
     # -- load -------------------------------------------------------------------------------
     def available(self, *, quiet: bool = False) -> bool:
@@ -331,26 +362,66 @@ class NativeLibrary:
         if state == "failed":
             return _off(quiet, f"compiling {self.name} failed (see {folder / 'build.log'}); "
                         "zoo native build tries again")
+        if state == "damaged":
+            return _off(quiet, f"{self.file(folder)} is not the library that was built (cut "
+                        "short by a full disk or a kill, or replaced); `zoo native build` "
+                        "builds it again")
         if state not in ("built", "loaded"):
             return _off(quiet, f"{self.name} is {state} for this installation; `zoo native "
                         "build` compiles it, once (about half a minute on 2 cores)")
         try:
             torch.ops.load_library(str(self.file(folder)))
-        except Exception as exc:
-            return _off(quiet, f"{self.file(folder)} did not load ({exc}); zoo native "
-                        "build rebuilds it")
-        return self.on_load() if self.on_load is not None else True
+            return self.on_load() if self.on_load is not None else True
+        except Exception as exc:  # a library that loads but is not this one's build
+            return _off(quiet, f"{self.file(folder)} did not load ({type(exc).__name__}: "
+                        f"{exc}); `zoo native build` builds it again")
+
+
+def _read_manifest(path: Path) -> dict | None:
+    """What a build recorded of its library (its sources' digest, its size and its
+    SHA-256), or None where there is no such record (none, or an older zoo's)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_manifest(path: Path, sources: str, library: Path) -> None:
+    record = {"sources": sources, "bytes": library.stat().st_size, "sha256": _digest(library)}
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(record), encoding="utf-8")
+    part.replace(path)  # whole or absent, never half a record
+
+
+def _matches(library: Path, record: dict) -> bool:
+    """True when ``library`` is, byte for byte, the file its build recorded: checked
+    before it is loaded, because a library cut short (a full disk, a kill while linking)
+    is a signal inside ``dlopen``, not an error."""
+    try:
+        return (library.is_file() and library.stat().st_size == record.get("bytes")
+                and _digest(library) == record.get("sha256"))
+    except OSError:
+        return False
 
 
 def compile_spec() -> None:
     """Compile the library a build process describes on standard input (JSON), with
     ``torch.utils.cpp_extension`` and ninja; run by :meth:`NativeLibrary.build` in a
     child process it can stop."""
+    import torch
     from torch.utils.cpp_extension import load
 
     spec = json.load(sys.stdin)
+    for need in spec["needs"]:  # loaded first: the new library finds them by name (soname)
+        torch.ops.load_library(need)
+    soname = f"-Wl,-soname,{spec['name']}.so"
     load(spec["name"], spec["sources"], extra_cflags=list(FLAGS),
-         extra_ldflags=["-fopenmp", *spec["ldflags"]], extra_include_paths=spec["include"],
+         extra_ldflags=["-fopenmp", soname, *spec["needs"]], extra_include_paths=spec["include"],
          build_directory=spec["folder"], is_python_module=False, verbose=True)
 
 
@@ -403,7 +474,7 @@ def status() -> dict:
     ``loaded`` or ``built`` only when every library is."""
     each = [library.status() for library in libraries()]
     states = [s["state"] for s in each]
-    order = ("failed", "no compiler", "not built", "stale", "off", "unsupported")
+    order = ("failed", "damaged", "no compiler", "not built", "stale", "off", "unsupported")
     state = next((s for s in order if s in states), None) or (
         "loaded" if all(s == "loaded" for s in states) else "built")
     failed = next((s for s in each if s["log"]), None)
