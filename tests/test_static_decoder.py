@@ -357,3 +357,29 @@ def test_imported_models_decode_through_the_native_step(variant, eos, tmp_path, 
     for ours, theirs in zip(out.tolist(), ref.tolist()):
         end = theirs.index(eos) + 1 if eos in theirs else len(theirs)
         assert ours[:end] == theirs[:end]
+
+
+@needs_kernel
+@pytest.mark.parametrize("native_step", [True, False], ids=["native", "python"])
+def test_a_weight_changed_between_two_steps_is_followed(native_step, monkeypatch):
+    """The static decoder's packed and joined copies (in C++ and in Python) follow a
+    weight changed in place between two steps of one decoding, as the general path's
+    cache does."""
+    monkeypatch.setattr(Linear, "native_rows", 16)
+    monkeypatch.setattr(StaticDecoder, "native_step", native_step)
+    model = tiny()
+    attn = model.decoder.layers[1].self_attn
+    src = source()
+    memory, mask = model.encode(src), model.padding_mask(src)
+    steps = torch.randint(3, 16, (3, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        static = StaticDecoder(model, memory, mask, groups=1, length=6)
+        assert (static.native is not None) == native_step
+        cache = model.init_cache()
+        for t in range(6):
+            if t == 3:
+                attn.q_proj.weight.mul_(3)
+                attn.out_proj.weight.mul_(-2)
+            a = static(steps[:, t:t + 1])
+            b = model.decode(steps[:, t:t + 1], memory, mask, cache=cache)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

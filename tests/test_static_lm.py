@@ -105,3 +105,39 @@ def test_a_step_past_the_buffers_is_refused():
             step(torch.cat([prompts, prompts[:, :t]], 1))
         with pytest.raises(ValueError, match="hold 2 steps"):
             step(torch.cat([prompts, prompts[:, :3]], 1))
+
+
+@needs_kernel
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_a_weight_changed_between_two_steps_is_followed(int8, monkeypatch):
+    """The native step's packed and joined copies follow a weight changed in place
+    between two steps of one decoding, as the general path does (they were kept
+    stale: logits 2.85 from the general path's)."""
+    monkeypatch.setattr(Linear, "native_rows", 16)
+    monkeypatch.setattr(QuantizedLinear, "native_rows", 16)
+    torch.manual_seed(0)
+    model = zoo.build("llama-tiny", dropout=0.0).eval()
+    if int8:
+        model = quantize(model)
+    attn = model.layers[1].attn
+    changed = ((attn.q_proj.weight_scale, attn.out_proj.weight_scale) if int8
+               else (attn.q_proj.weight, attn.out_proj.weight))
+    prompts, mask = _prompts(model.settings.vocab_size)
+    new = torch.randint(5, model.settings.vocab_size, (3, 5),
+                        generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        paths = []
+        for static in (True, False):
+            model.static_decoding = static
+            paths.append(PromptSteps(model, prompts, mask, steps=6))
+            paths[-1](prompts)
+        del model.static_decoding
+        assert [p.static is not None for p in paths] == [True, False]
+        tokens = prompts
+        for t in range(5):
+            tokens = torch.cat([tokens, new[:, t:t + 1]], 1)
+            if t == 2:
+                for weight in changed:
+                    weight.mul_(3)
+            static, general = (path(tokens) for path in paths)
+            torch.testing.assert_close(static, general, rtol=1e-5, atol=1e-5)

@@ -31,7 +31,7 @@ ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
 """The feed-forward activations zoo's native step computes, and its codes for them."""
 
 KEYS = ("params", "packed", "k", "v", "cross_k", "cross_v", "self_scale", "cross_scale", "eps",
-        "norm_first", "activation", "gated", "rms_norm", "bias_of")
+        "norm_first", "activation", "gated", "rms_norm", "bias_of", "sources")
 
 
 def declares(module: nn.Module, flag: str, method: str) -> bool:
@@ -173,6 +173,8 @@ def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tu
         return False
     _append(plan, attn=attn, cross=cross, norms=norms, fused=fused, network=network,
             rms_norm=kinds.pop(), norm_first=norm_first)
+    plan["sources"] += [t for part in (attn, cross, *norms, ffn) if part is not None
+                        for t in part.state_dict(keep_vars=True).values()]
     return True
 
 
@@ -280,9 +282,23 @@ def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
         layer.layout(bool(plan["norm_first"][i]), bool(plan["rms_norm"][i]))
         op.add(layer)
     op.sources_padding(keep)
-    plan["op"] = op
+    plan["op"], plan["versions"] = op, _versions(plan)
     LOG.debug("the native step runs this model: %d layers in one call a step", layers)
     return plan
+
+
+def _versions(plan: dict) -> tuple[int, ...]:
+    return tuple(t._version for t in plan.get("sources", ()))
+
+
+def outdated(plan: dict) -> bool:
+    """True when a weight the sealed ``plan`` was made from has changed since, as torch
+    counts changes (``w.mul_(3)`` between two steps of one decoding): the plan's packed
+    and joined copies are then made again (the owner seals a new plan over the same
+    buffers) before the next step. A write torch does not count (through ``.data``)
+    inside one decoding is not seen: decoding fixes its model's weights
+    (:func:`zoo.derived.fixed_weights`)."""
+    return _versions(plan) != plan["versions"]
 
 
 def run(plan: dict, x: torch.Tensor, pos: int, *,

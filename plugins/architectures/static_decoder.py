@@ -41,7 +41,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, fused_qkv, may_run, new_plan, refused, run, seal
+from .native_plan import (add_layer, fused_qkv, may_run, new_plan, outdated, refused, run,
+                          seal)
 from .static_steps import StaticSteps, layer_refusal
 
 
@@ -65,7 +66,6 @@ class _Layer:
 
     def __init__(self, block: nn.Module, memory: torch.Tensor, rows: int, length: int) -> None:
         self.block = block
-        self.fused = fused_qkv(block.self_attn)
         k, v = block.cross_attn._keys_values(memory)
         # (sources, heads, source length, head width), laid out once
         self.cross_k, self.cross_v = k.contiguous(), v.contiguous()
@@ -125,6 +125,8 @@ class StaticDecoder(StaticSteps):
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         m, pos = self.model, self.next_step()
         x = m._embed(m.tgt_embed, m.decoder, m.positional, tokens, pos)
+        if self.native is not None and outdated(self.native):  # a weight changed: copies again
+            self.native = native_plan(self.layers, self.rows, self.keep)
         if self.native is not None and may_run(x):
             x = run(self.native, x, pos)
         else:
@@ -150,7 +152,8 @@ class StaticDecoder(StaticSteps):
     def _self_attention(self, layer: _Layer, h: torch.Tensor, pos: int) -> torch.Tensor:
         attn = layer.block.self_attn
         rows, heads, kv_heads, width = h.shape[0], attn.n_heads, attn.n_kv_heads, attn.head_dim
-        qkv = layer.fused(h) if layer.fused is not None else torch.cat(
+        fused = fused_qkv(attn)  # kept by derived_copy while q and k|v are as they were
+        qkv = fused(h) if fused is not None else torch.cat(
             [attn.q_proj(h), attn.kv_proj(h)], -1)
         q = qkv[..., :attn.inner_dim].reshape(rows, heads, width)
         k, v = qkv[..., attn.inner_dim:].reshape(rows, 2, kv_heads, width).unbind(1)

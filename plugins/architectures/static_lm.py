@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, may_run, new_plan, run, seal
+from .native_plan import add_layer, may_run, new_plan, outdated, run, seal
 from .static_steps import StaticSteps, layer_refusal
 
 
@@ -41,6 +41,20 @@ def refusal(model: nn.Module) -> str | None:
     return None
 
 
+def _layers_plan(model: nn.Module, rows: int) -> dict | None:
+    """The native step's plan of ``model``'s layers for ``rows`` rows, without its buffers
+    and not sealed, or None where it cannot run them (the reason logged)."""
+    plan = new_plan([block.attn for block in model.layers])
+    if plan is None:
+        return None
+    for block in model.layers:
+        if not add_layer(plan, attn=block.attn, cross=None,
+                         norms=(block.norm1, None, block.norm2), ffn=block.ffn,
+                         norm_first=block.norm_first, rows=rows):
+            return None
+    return plan
+
+
 class StaticLM(StaticSteps):
     """Next-token logits of ``model``'s rows after the prompts its ``cache`` holds, one
     step at a time, for at most ``length`` more steps; ``native`` is None when the native
@@ -52,28 +66,32 @@ class StaticLM(StaticSteps):
     def __init__(self, model: nn.Module, cache, *, length: int) -> None:
         super().__init__(model, length)
         first = cache[0]
-        rows, self.start = first.k.shape[0], cache.offset
-        self.native = new_plan([block.attn for block in model.layers])
+        self.rows, self.start = first.k.shape[0], cache.offset
+        self.native = _layers_plan(model, self.rows)
         if self.native is None:
             return
-        for block in model.layers:
-            if not add_layer(self.native, attn=block.attn, cross=None,
-                             norms=(block.norm1, None, block.norm2), ffn=block.ffn,
-                             norm_first=block.norm_first, rows=rows):
-                self.native = None
-                return
         total = self.start + length
-        for block, layer_cache in zip(model.layers, cache):
+        for layer_cache in cache:
             for name, filled in (("k", layer_cache.k), ("v", layer_cache.v)):
                 buffer = filled.new_empty((*filled.shape[:2], total, filled.shape[-1]))
                 buffer[:, :, :self.start] = filled
                 self.native[name].append(buffer)
         seal(self.native)
         # False at the prompts' padding: no later query attends to it
-        self.keep = torch.ones(rows, total, dtype=torch.bool, device=first.k.device)
+        self.keep = torch.ones(self.rows, total, dtype=torch.bool, device=first.k.device)
         if cache.padding is not None:
             self.keep[:, :self.start] = ~cache.padding
-        self.counts = cache.real_counts(rows, first.k.device)  # each row's real positions
+        self.counts = cache.real_counts(self.rows, first.k.device)  # each row's real positions
+
+    def _sealed_again(self) -> dict:
+        """A plan made again over the same buffers, after a weight changed between two
+        steps (:func:`.native_plan.outdated`)."""
+        plan = _layers_plan(self.model, self.rows)
+        if plan is None:
+            raise ValueError("a weight of the model changed during this decoding so that the "
+                             "native step cannot run it any more; decode it again")
+        plan["k"], plan["v"] = self.native["k"], self.native["v"]
+        return seal(plan)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         m, pos = self.model, self.start + self.next_step()
@@ -81,6 +99,8 @@ class StaticLM(StaticSteps):
         if not may_run(x):
             raise RuntimeError("StaticLM runs without autograd in fp32 (torch.no_grad(), "
                                "no autocast): decode through zoo.generate, which does")
+        if outdated(self.native):  # a weight changed between two steps: its copies again
+            self.native = self._sealed_again()
         x = run(self.native, x, pos, self_keep=self.keep)
         self.filled += 1
         self.counts = self.counts + 1
