@@ -577,6 +577,49 @@ def test_tied_aliases_stored_with_different_values_are_refused(saved):
         zoo.build(f"local-dir:{saved}")
 
 
+def _foreign_folder(family: str, folder: Path) -> None:
+    import transformers as tf
+
+    from .formats import save_family
+    from .language_models import save_language_model
+
+    if family in ("llama-3.2", "qwen2.5", "gpt2"):
+        save_language_model(family, folder)
+    elif family == "bert":
+        tf.BertForMaskedLM(tf.BertConfig(
+            vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+            intermediate_size=37, architectures=["BertForMaskedLM"])).save_pretrained(folder)
+    else:
+        save_family(family, folder)
+
+
+@pytest.mark.parametrize("family,alias,original", [
+    ("llama-3.2", "lm_head.weight", "model.embed_tokens.weight"),
+    ("qwen2.5", "lm_head.weight", "model.embed_tokens.weight"),
+    ("gpt2", "lm_head.weight", "transformer.wte.weight"),
+    ("bart", "model.encoder.embed_tokens.weight", "model.shared.weight"),
+    ("opus-mt", "lm_head.weight", "model.shared.weight"),
+    ("t5", "lm_head.weight", "shared.weight"),
+    ("bert", "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
+])
+def test_a_foreign_folders_tied_matrices_stored_with_different_values_are_refused(
+        family, alias, original, tmp_path):
+    """A config that ties two matrices (tie_word_embeddings, shared embeddings) and
+    weights that store both, with different values: refused by name (zoo kept one of
+    them: logits 23.5 from transformers' for a Llama); stored equal, they load."""
+    _foreign_folder(family, tmp_path)
+    path = tmp_path / "model.safetensors"
+    state = load_file(path)
+    state[alias] = state[original].clone()
+    save_file(state, path, metadata={"format": "pt"})
+    zoo.build(f"local-dir:{tmp_path}")  # stored twice, equal: one matrix
+    state[alias][0, 0] += 0.5
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(zoo.FormatError, match=f"ties {alias} to {original} .* different values "
+                                              "up to 0.5 apart. Set tie_word_embeddings"):
+        zoo.build(f"local-dir:{tmp_path}")
+
+
 # -- 13. settings that make no sense ------------------------------------------------------------
 def test_settings_that_make_no_sense_are_refused(tmp_path):
     with pytest.raises(zoo.RecipeError, match="not a number a setting can take"):

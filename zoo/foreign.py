@@ -290,8 +290,28 @@ def read_foreign(folder: Path, config: dict[str, Any], source: str, *,
     generation = read_generation(folder, config, source, reader)
     state = None
     if weights:
-        state = reader.weights(read_weights(foreign_weight_files(folder, source), source), config)
+        state = read_weights(foreign_weight_files(folder, source), source)
+        check_tied(state, reader.tied(config), source)
+        state = reader.weights(state, config)
     return recipe, state, Imported(component.name, source, folder, config, generation)
+
+
+def check_tied(state: Mapping[str, torch.Tensor], pairs: list[tuple[str, str]],
+               source: str) -> None:
+    """Refuse ``state`` (a folder's tensors, in its family's names) where it stores a
+    tied matrix twice (each of ``pairs``: the format's :meth:`~zoo.format_base.Format.tied`)
+    with different values: a tied model keeps one of them, and which one is a guess."""
+    for alias, original in pairs:
+        a, b = state.get(alias), state.get(original)
+        if a is None or b is None or (a.shape == b.shape and torch.equal(a, b)):
+            continue
+        how = (f"shapes {tuple(a.shape)} and {tuple(b.shape)}" if a.shape != b.shape else
+               f"values up to {float((a.double() - b.double()).abs().max()):.4g} apart")
+        raise FormatError(
+            f"{source}: its config.json ties {alias} to {original} (one matrix: "
+            f"tie_word_embeddings or shared embeddings), but its weights store the two with "
+            f"different {how}. Set tie_word_embeddings to false in config.json if the model "
+            f"uses {alias} as stored, or store it equal to {original}. Nothing was loaded.")
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt",

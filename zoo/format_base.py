@@ -258,6 +258,14 @@ class Format:
         recipe unties it). The default keeps the names as they are."""
         return dict(state)
 
+    def tied(self, config: dict[str, Any]) -> list[tuple[str, str]]:
+        """The matrices ``config`` ties, in the family's names: pairs of a name a file may
+        store beside the one it stands for, and that one (``("lm_head.weight",
+        "model.embed_tokens.weight")`` under ``tie_word_embeddings``). zoo refuses a
+        folder that stores both with different values before :meth:`weights` is called
+        (which then keeps one of them). The default: none."""
+        return []
+
     def generation(self, config: dict[str, Any],
                    generation: dict[str, Any]) -> dict[str, Any] | None:
         """How the model decodes, as :class:`~zoo.decoding.GenerationSettings` data, or

@@ -177,6 +177,19 @@ class BartLayoutFormat(Format):
             },
         }
 
+    def tied(self, config: dict[str, Any]) -> list[tuple[str, str]]:
+        """The decoder's embeddings and ``model.shared`` (both are zoo's target
+        embeddings); with shared embeddings, the encoder's too; with a tied output, the
+        output and the target embeddings."""
+        shared, tied = self.embeddings(self.options(config))
+        pairs = [("model.decoder.embed_tokens.weight", "model.shared.weight")]
+        if shared:
+            pairs.append(("model.encoder.embed_tokens.weight", "model.shared.weight"))
+        if tied:
+            pairs += [("lm_head.weight", "model.shared.weight"),
+                      ("lm_head.weight", "model.decoder.embed_tokens.weight")]
+        return pairs
+
     def weights(self, state: dict[str, torch.Tensor],
                 config: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The family's tensors in zoo's names (Marian's sinusoid tables dropped: zoo

@@ -76,6 +76,16 @@ class BertFormat(Format):
         zoo does not hold."""
         return self.heads.get((config.get("architectures") or [next(iter(self.heads))])[0])
 
+    def tied(self, config: dict[str, Any]) -> list[tuple[str, str]]:
+        """A masked LM's output and bias: the word embeddings and the head's bias."""
+        if self.head(config) != "masked_lm":
+            return []
+        return [(f"{head}decoder.{kind}", original) for head in ("cls.predictions.", "lm_head.")
+                for kind, original in (
+                    ("weight", f"{self.family}.embeddings.word_embeddings.weight"),
+                    ("weight", "embeddings.word_embeddings.weight"),
+                    ("bias", f"{head}bias"))]
+
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
         options = self.options(config)
         act = options.need("hidden_act", tuple(ACTIVATIONS), "gelu", "GELU")

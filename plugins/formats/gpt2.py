@@ -95,6 +95,12 @@ class GPT2Format(Format):
             },
         }
 
+    def tied(self, config: dict[str, Any]) -> list[tuple[str, str]]:
+        """The output and the embeddings, unless ``tie_word_embeddings`` is false."""
+        if config.get("tie_word_embeddings", True) is False:
+            return []
+        return [("lm_head.weight", "transformer.wte.weight"), ("lm_head.weight", "wte.weight")]
+
     def weights(self, state: dict[str, torch.Tensor],
                 config: dict[str, Any]) -> dict[str, torch.Tensor]:
         d = config.get("n_embd", 768)

@@ -142,6 +142,11 @@ class LlamaFormat(Format):
             },
         }
 
+    def tied(self, config: dict[str, Any]) -> list[tuple[str, str]]:
+        """The output and the embeddings, under ``tie_word_embeddings``."""
+        tied = bool(config.get("tie_word_embeddings", False))
+        return [("lm_head.weight", "model.embed_tokens.weight")] if tied else []
+
     def weights(self, state: dict[str, torch.Tensor],
                 config: dict[str, Any]) -> dict[str, torch.Tensor]:
         kind = config.get("model_type", "llama")

@@ -84,6 +84,13 @@ class T5Format(Format):
             },
         }
 
+    def tied(self, config: dict[str, Any]) -> list[tuple[str, str]]:
+        """Each stack's embeddings and the shared matrix; the output too, unless untied."""
+        pairs = [("encoder.embed_tokens.weight", "shared.weight"),
+                 ("decoder.embed_tokens.weight", "shared.weight")]
+        return pairs if _untied(Options(config, "t5")) else [
+            *pairs, ("lm_head.weight", "shared.weight")]
+
     def weights(self, state: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
         untied = _untied(Options(config, "t5"))
         gated = config.get("feed_forward_proj", "relu").startswith("gated")
@@ -119,11 +126,8 @@ class T5Format(Format):
             elif key in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
                 continue  # the shared matrix, stored again
             elif key == "lm_head.weight":
-                if untied:
+                if untied:  # tied: the shared matrix, stored again (checked by tied())
                     out["lm_head.weight"] = value
-                elif "shared.weight" in state and not torch.equal(value, state["shared.weight"]):
-                    raise FormatError("t5 weights: lm_head differs from the shared embeddings, "
-                                      "but the config ties them (tie_word_embeddings).")
             else:
                 unknown.append(key)
         return finish(out, kv, unknown, untied=untied)
