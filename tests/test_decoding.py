@@ -496,3 +496,28 @@ def test_beams_sharing_one_cross_attention_cache_equal_beams_with_their_own(grou
         b = model.decode(step, None, mask.repeat_interleave(beams, 0), cache=own)
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert shared[0]["cross"].groups == (beams if groups_queries else 1)
+
+
+def test_a_decoding_past_the_models_positions_is_refused_before_it_starts():
+    """Learned positions hold max_len rows: a prompt and max_new_tokens (or a source, or
+    a translation's length) past them is one RecipeError naming the numbers, up to the
+    last position accepted (the last new token is never read)."""
+    lm = zoo.build("gpt2-tiny", max_len=16).eval()
+    prompt = torch.randint(5, 50, (2, 5), generator=torch.Generator().manual_seed(0))
+    assert zoo.generate(lm, prompt, max_new_tokens=12, min_new_tokens=12).shape == (2, 12)
+    with pytest.raises(zoo.RecipeError, match=r"5 tokens and max_new_tokens=13 need 17 "
+                                              r"positions .* past the 16 this model reads .* "
+                                              r"max_new_tokens=12 at most"):
+        zoo.generate(lm, prompt, max_new_tokens=13)
+    with pytest.raises(zoo.RecipeError, match="the prompt holds 17 tokens, past the 16"):
+        zoo.generate(lm, torch.randint(5, 50, (1, 17)), max_new_tokens=1)
+    assert zoo.build("gpt2-tiny").max_positions == 256
+    assert zoo.build("llama-tiny").max_positions is None  # RoPE: any position
+    s2s = zoo.build("transformer-tiny", positional="learned", max_len=16).eval()
+    source = torch.randint(5, 50, (2, 16), generator=torch.Generator().manual_seed(1))
+    assert zoo.generate(s2s, source, max_new_tokens=16, min_new_tokens=16).shape[1] == 16
+    with pytest.raises(zoo.RecipeError, match="max_new_tokens=17 .* needs 17 positions, past "
+                                              "the 16 this model's decoder reads"):
+        zoo.generate(s2s, source, max_new_tokens=17)
+    with pytest.raises(zoo.RecipeError, match="the sources hold 17 tokens, past the 16"):
+        zoo.generate(s2s, torch.randint(5, 50, (1, 17)), max_new_tokens=2)

@@ -268,10 +268,17 @@ def test_zoo_generate_refuses_numbers_it_cannot_decode_in_its_own_words(with_tok
     folder = with_tokenizer[2]
     for args, says in ((["--beam", "0"], "num_beams"), (["--max-new-tokens", "-5"],
                                                         "max_new_tokens"),
-                       (["--beam", "10000000"], "fewer beams")):
+                       (["--beam", "10000000"], "fewer beams"),
+                       (["--max-new-tokens", "100"], "max_new_tokens=100 need 102 positions "
+                                                     "(the last new token is never read), past "
+                                                     "the 64 this model reads")):
         done = run_zoo("generate", f"local-dir:{folder}", "The cat", *args)
         assert done.returncode != 0 and says in done.stderr, done.stderr[-1500:]
         assert "Traceback" not in done.stderr
+    # a prompt past the model's context (GPT-2's learned positions: 64 here)
+    done = run_zoo("generate", f"local-dir:{folder}", "The cat sat on the mat. " * 40)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-1500:]
+    assert "past the 64 positions this model reads" in done.stderr
 
 
 def test_a_character_split_across_tokens_is_shown_whole(with_tokenizer):

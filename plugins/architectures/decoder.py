@@ -111,6 +111,11 @@ class CausalLM(nn.Module):
         tokens at most, ending at ``eos_id``. An imported model's own settings replace
         these."""
         self.positions_see_padding = parts.parts["positional"].component.capabilities.padding_aware
+        self.max_positions = (s.max_len if parts.parts["positional"].component.capabilities
+                              .max_length else None)
+        """The most positions the model reads (a learned table's rows), prompt and new
+        tokens together; None: any number. ``zoo.generate`` refuses more before it
+        starts."""
         self.embed_scale = s.d_model ** 0.5 if s.scale_embeddings else 1.0
         self.embed = nn.Embedding(s.vocab_size, s.d_model)
         nn.init.normal_(self.embed.weight, std=0.02)

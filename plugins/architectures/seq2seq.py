@@ -182,6 +182,10 @@ class Seq2Seq(nn.Module):
             self.lm_head.weight = self.tgt_embed.weight
         self.output_scale = s.d_model**-0.5 if s.scale_output else None
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
+        self.max_positions = (s.max_len if parts.parts["positional"].component.capabilities
+                              .max_length else None)
+        """The most positions a source, and a translation, may take (a learned table's
+        rows); None: any number. ``zoo.generate`` refuses more before it starts."""
         self.src_positional = (parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
                                if s.separate_positions else None)
         """The encoder's own positions (``separate_positions``); None: it shares the

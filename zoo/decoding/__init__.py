@@ -28,7 +28,7 @@ from ..deprecations import warn_deprecated
 from ..derived import fixed_weights
 from ..errors import RecipeError
 from ..kinds import kind_of
-from .budget import check_decoding_memory
+from .budget import check_decoding_memory, check_positions
 from .rules import Rules, check_vocabulary, filter_logits
 from .search import beam_search as search_beams
 from .search import length_penalty, one_per_row
@@ -172,6 +172,7 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
                 f"the prompts hold {src.shape[1]} tokens, and max_length={limit} counts the "
                 "prompt: no room is left for a new token. Ask for new tokens by "
                 "max_new_tokens (zoo generate --max-new-tokens), or a larger max_length.")
+        check_positions(model, src.shape[1], limit)
         check_decoding_memory(model, src.shape[0], src.shape[1], settings, limit, src.device)
         rules = Rules(settings, start=src.shape[1])
         step = PromptSteps(model, src, padding_mask, use_cache=use_cache, beams=beams,
@@ -185,6 +186,7 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
                           f"serves {' and '.join(GENERATES)} models, and this one is "
                           f"{_kind_said(model)}.")
     rules = Rules(settings, start=1, source=src.shape[1])
+    check_positions(model, 1, rules.max_length, source=src.shape[1])
     check_decoding_memory(model, src.shape[0], src.shape[1], settings, rules.max_length,
                           src.device)
     step = Seq2SeqSteps(model, src, use_cache=use_cache, beams=beams,

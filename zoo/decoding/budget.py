@@ -11,7 +11,7 @@ for a moment (:data:`CACHE_COPIES`, :data:`LOGIT_COPIES`)."""
 from __future__ import annotations
 
 from .._text import format_bytes
-from ..errors import MemoryBudgetError
+from ..errors import MemoryBudgetError, RecipeError
 from ..hardware import memory_available
 from ..kinds import kind_of
 from .settings import GenerationSettings
@@ -27,6 +27,36 @@ MARGIN = 1.25
 """Room for the allocator and the smaller buffers: measured peaks (``transformer-tiny``,
 ``llama-tiny``; 200 beams x 200 tokens to 20,000 beams x 4) were 0.58 to 0.83 of the
 estimate with it."""
+
+
+def check_positions(model, start: int, length: int, *, source: int | None = None) -> None:
+    """Refuse, before decoding starts, sequences of ``length`` tokens (``start`` of them
+    given: the prompt, or the start token) and sources of ``source`` tokens past the
+    positions ``model`` reads (``model.max_positions``, a learned table's rows): past
+    them the position table has no row, which the first step past it would find."""
+    limit = getattr(model, "max_positions", None)
+    if not isinstance(limit, int):
+        return
+    if source is not None and source > limit:
+        raise RecipeError(f"the sources hold {source} tokens, past the {limit} positions this "
+                          "model reads (its learned positions, max_len): shorten them (a "
+                          f"tokenizer's truncation=True, max_length={limit})")
+    if start > limit:
+        raise RecipeError(f"the prompt holds {start} tokens, past the {limit} positions this "
+                          "model reads (its context: learned positions, max_len): keep its "
+                          f"last {limit} tokens at most")
+    fed = length - 1  # the last new token is chosen, never read
+    if fed > limit and source is None:
+        raise RecipeError(f"the prompt's {start} tokens and max_new_tokens={length - start} "
+                          f"need {fed} positions (the last new token is never read), past "
+                          f"the {limit} this model reads (its context: learned positions, "
+                          f"max_len): ask for max_new_tokens={limit + 1 - start} at most (zoo "
+                          "generate --max-new-tokens), or give a shorter prompt")
+    if fed > limit:
+        raise RecipeError(f"max_new_tokens={length - 1} (max_length={length}, the start token "
+                          f"counted) needs {fed} positions, past the {limit} this model's "
+                          "decoder reads (learned positions, max_len): ask for "
+                          f"max_new_tokens={limit} at most")
 
 
 def decoding_bytes(model, sources: int, source_len: int, beams: int, length: int) -> int | None:
