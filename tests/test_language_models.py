@@ -169,6 +169,32 @@ def test_the_window_and_the_rope_scaling_are_what_gives_transformers_logits(fold
         assert (other - ref).abs().max() > 1e-2, variant
 
 
+def test_llama3_scaling_without_its_original_context_takes_the_configs_as_transformers(
+        folders, tmp_path):
+    """transformers 5 fills a llama3 scaling's missing original_max_position_embeddings
+    from the config's max_position_embeddings (256 here, against the published 16): zoo
+    reads it so (it took 8192, and logits 3.58 from transformers')."""
+    import transformers as tf
+
+    _, folder = folders["llama-3.2"]
+    mine = tmp_path / "no-original"
+    for f in folder.iterdir():
+        (mine / f.name).parent.mkdir(exist_ok=True)
+        (mine / f.name).symlink_to(f)
+    config = json.loads((folder / "config.json").read_text())
+    scaling = dict(config["rope_scaling"])
+    del scaling["original_max_position_embeddings"]
+    (mine / "config.json").unlink()
+    (mine / "config.json").write_text(json.dumps({**config, "rope_scaling": scaling}))
+    prompts = torch.randint(3, 90, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = tf.AutoModelForCausalLM.from_pretrained(mine).eval()(prompts).logits
+        ours = zoo.build(f"local-dir:{mine}").eval()(prompts)
+        published = zoo.build(f"local-dir:{folder}").eval()(prompts)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-4)
+    assert (published - ref).abs().max() > 1e-2  # the original context matters here
+
+
 def test_grouped_query_attention_caches_only_its_key_value_heads(folders):
     model = zoo.build(f"local-dir:{folders['tinyllama'][1]}").eval()
     attn = model.layers[0].attn
@@ -209,6 +235,14 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("qwen2.5", "use_sliding_window", True, "use_sliding_window"),
     ("mistral", "layer_types", ["full_attention", "sliding_attention"], "layer_types"),
     ("tinyllama", "logits_soft_cap", 30.0, "logits_soft_cap"),
+    # rope_scaling read key by key: what transformers requires is required by name
+    ("llama-3.2", "rope_scaling", {"rope_type": "llama3", "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0}, "'llama3' scaling. lacks factor"),
+    ("llama-3.2", "rope_scaling", {"rope_type": "llama3", "factor": 32.0},
+     "lacks low_freq_factor, high_freq_factor, which transformers requires"),
+    ("tinyllama", "rope_scaling", {"rope_type": "linear"}, "'linear' scaling. lacks factor"),
+    ("llama-3.2", "rope_scaling", {**PUBLISHED["llama-3.2"][2]["rope_scaling"], "beta_fast": 32},
+     "rope_scaling.beta_fast=32 is not one zoo can express"),
 ])
 def test_options_zoo_cannot_express_are_refused_by_name(variant, key, value, says, folders,
                                                         tmp_path):

@@ -49,27 +49,47 @@ ROTARY = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
 """The frequencies older checkpoints saved (computed, not learned)."""
 
 
+SCALING_KEYS = {"default": ((), ()), "linear": (("factor",), ()),
+                "llama3": (("factor", "low_freq_factor", "high_freq_factor"),
+                           ("original_max_position_embeddings",))}
+"""The RoPE scalings zoo computes, each with the keys transformers requires of it and those
+it may leave out (``rope_type`` and ``rope_theta`` aside)."""
+
+
 def _rope(options: Options) -> dict[str, Any]:
     """The rope component's settings: ``rope_parameters`` (transformers 5) or
-    ``rope_theta`` and ``rope_scaling`` (the published configs)."""
+    ``rope_theta`` and ``rope_scaling`` (the published configs), read key by key: a key
+    transformers requires is required by name, and one zoo does not read is refused."""
     params = dict(options.get("rope_parameters", {}) or {})
     scaling = dict(options.get("rope_scaling", {}) or {})
-    theta = params.pop("rope_theta", options.get("rope_theta", 10000.0))
-    merged = {**scaling, **params}
-    kind = merged.pop("rope_type", merged.pop("type", "default"))
-    settings: dict[str, Any] = {"base": theta}
-    if kind == "default":
-        return settings
     key = "rope_parameters" if params else "rope_scaling"
+    merged = {**scaling, **params}
+    top, theta = options.get("rope_theta", 10000.0), merged.pop("rope_theta", None)
+    theta = top if theta is None else theta
+    kind = merged.pop("rope_type", merged.pop("type", "default"))
+    if kind not in SCALING_KEYS:
+        raise options.refuse(key, {"rope_type": kind, **merged},
+                             "RoPE unscaled, or scaled 'linear' or 'llama3'")
+    required, optional = SCALING_KEYS[kind]
+    missing = [k for k in required if merged.get(k) is None]
+    if missing:
+        raise FormatError(f"{options.family} config option {key} ({kind!r} scaling) lacks "
+                          f"{', '.join(missing)}, which transformers requires of it too. "
+                          "Nothing was loaded.")
+    unread = sorted(set(merged) - set(required) - set(optional))
+    if unread:
+        raise options.refuse(f"{key}.{unread[0]}", merged[unread[0]],
+                             f"{kind!r} scaling reads {', '.join(required + optional) or 'no key'}")
+    settings: dict[str, Any] = {"base": theta}
     if kind == "linear":
-        return {**settings, "scaling": "linear", "factor": merged.get("factor", 1.0)}
-    if kind == "llama3":
-        return {**settings, "scaling": "llama3", "factor": merged["factor"],
-                "low_freq_factor": merged.get("low_freq_factor", 1.0),
-                "high_freq_factor": merged.get("high_freq_factor", 4.0),
-                "original_max_len": merged.get("original_max_position_embeddings", 8192)}
-    raise options.refuse(key, {"rope_type": kind, **merged},
-                         "RoPE unscaled, or scaled 'linear' or 'llama3'")
+        settings.update(scaling="linear", factor=merged["factor"])
+    elif kind == "llama3":  # as transformers: the context trained for, else the config's
+        original = merged.get("original_max_position_embeddings") or options.get(
+            "original_max_position_embeddings") or options.get("max_position_embeddings", 2048)
+        settings.update(scaling="llama3", factor=merged["factor"],
+                        low_freq_factor=merged["low_freq_factor"],
+                        high_freq_factor=merged["high_freq_factor"], original_max_len=original)
+    return settings
 
 
 class LlamaFormat(Format):
