@@ -521,3 +521,22 @@ def test_a_decoding_past_the_models_positions_is_refused_before_it_starts():
         zoo.generate(s2s, source, max_new_tokens=17)
     with pytest.raises(zoo.RecipeError, match="the sources hold 17 tokens, past the 16"):
         zoo.generate(s2s, torch.randint(5, 50, (1, 17)), max_new_tokens=2)
+
+
+@pytest.mark.parametrize("setting,value,says", [
+    ("temperature", True, "a bool is never a number"),
+    ("temperature", "0.7", "a number in quotes is text"),
+    ("do_sample", "yes", "do_sample: Input should be a valid boolean"),
+    ("max_new_tokens", 5.0, "an integer is written without a decimal point"),
+    ("top_k", True, "a bool is never a number"),
+])
+def test_a_generation_setting_of_another_type_is_refused(setting, value, says):
+    """Generation settings are typed as recipes are: no bool or quoted number for a
+    number, no word for a bool (temperature=True, '0.7' and do_sample='yes' were taken)."""
+    lm = zoo.build("gpt2-tiny").eval()
+    prompt = torch.randint(5, 50, (1, 4), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(zoo.RecipeError, match=says):
+        zoo.generate(lm, prompt, **{setting: value, "do_sample": True} if setting != "do_sample"
+                     else {setting: value})
+    with pytest.raises(zoo.RecipeError, match=says):
+        zoo.decoding.parse_settings({**lm.generation.model_dump(), setting: value}, "a file's")

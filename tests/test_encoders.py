@@ -243,6 +243,30 @@ def test_a_sentence_transformers_folder_pools_as_its_files_say(minilm, tmp_path)
         zoo.build(f"local-dir:{copy}")
 
 
+def test_embed_takes_any_iterable_of_texts_and_refuses_the_rest_by_name(minilm):
+    """A generator of texts is texts (it was a TypeError); a bare str, texts that are not
+    str, a batch size that is not a count, and standard input that is not UTF-8 are each
+    one zoo error (they were foreign TypeErrors and a UnicodeDecodeError)."""
+    import subprocess
+    import sys
+
+    folder, model = minilm
+    expected = zoo.embed(model, SENTENCES[:2])
+    assert torch.equal(zoo.embed(model, (s for s in SENTENCES[:2])), expected)
+    for texts, says in (("one text", "not one str: give \\[text\\]"),
+                        ([SENTENCES[0], None], "one is None"), (7, "not a int")):
+        with pytest.raises(RecipeError, match=says):
+            zoo.embed(model, texts)
+    for size in ("2", True, 0, 1.5):
+        with pytest.raises(RecipeError, match="batch_size is a whole number of at least 1"):
+            zoo.embed(model, SENTENCES[:2], batch_size=size)
+    done = subprocess.run([sys.executable, "-m", "zoo", "embed", f"local-dir:{folder}", "-"],
+                          input=b"A man is eating food.\n\xff\xfe\n", capture_output=True,
+                          timeout=300)
+    assert done.returncode == 2 and b"Traceback" not in done.stderr, done.stderr[-800:]
+    assert b"standard input's line 2 is not UTF-8 (byte 0xff at 0)" in done.stderr
+
+
 def test_the_real_minilm_in_int8_keeps_its_embeddings_and_their_order(minilm):
     folder, model = minilm
     int8 = zoo.build(f"local-dir:{folder}", quantize="int8")

@@ -235,6 +235,8 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("qwen2.5", "use_sliding_window", True, "use_sliding_window"),
     ("mistral", "layer_types", ["full_attention", "sliding_attention"], "layer_types"),
     ("tinyllama", "logits_soft_cap", 30.0, "logits_soft_cap"),
+    ("mistral", "sliding_window", 0, "sliding_window=0 is not one zoo can express"),
+    ("gpt2", "n_inner", 0, "n_inner=0 is not one zoo can express"),
     # rope_scaling read key by key: what transformers requires is required by name
     ("llama-3.2", "rope_scaling", {"rope_type": "llama3", "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0}, "'llama3' scaling. lacks factor"),
@@ -313,6 +315,33 @@ def test_zoo_generate_refuses_numbers_it_cannot_decode_in_its_own_words(with_tok
     done = run_zoo("generate", f"local-dir:{folder}", "The cat sat on the mat. " * 40)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-1500:]
     assert "past the 64 positions this model reads" in done.stderr
+
+
+def test_stop_strings_and_prompts_are_checked_as_texts(with_tokenizer):
+    """Stop strings are texts (one str is one stop string) and never empty; prompts may
+    come from any iterable; the rest is one RecipeError (they were foreign TypeErrors)."""
+    import subprocess
+    import sys
+
+    folder = with_tokenizer[2]
+    model = zoo.build(f"local-dir:{folder}")
+    whole = zoo.complete(model, PROMPTS[:2], max_new_tokens=8)
+    assert zoo.complete(model, (p for p in PROMPTS[:2]), max_new_tokens=8) == whole
+    stop = whole[0][2:4]
+    assert zoo.complete(model, PROMPTS[0], max_new_tokens=8, stop=stop) == zoo.complete(
+        model, PROMPTS[0], max_new_tokens=8, stop=[stop])
+    for stops, says in (([5], "one is 5 .of type int"), ([None], "one is None"),
+                        (b"x", "not one bytes"), ([""], "a stop string is empty")):
+        with pytest.raises(zoo.RecipeError, match=says):
+            zoo.complete(model, PROMPTS[0], max_new_tokens=4, stop=stops)
+        with pytest.raises(zoo.RecipeError, match=says):
+            next(iter(zoo.stream_text(model, PROMPTS[0], max_new_tokens=4, stop=stops)))
+    with pytest.raises(zoo.RecipeError, match="prompts are texts"):
+        zoo.complete(model, ["The cat", 3], max_new_tokens=4)
+    done = subprocess.run([sys.executable, "-m", "zoo", "generate", f"local-dir:{folder}", "-"],
+                          input=b"The cat\n\xc3(\n", capture_output=True, timeout=300)
+    assert done.returncode == 2 and b"Traceback" not in done.stderr, done.stderr[-800:]
+    assert b"standard input's line 2 is not UTF-8 (byte 0xc3 at 0)" in done.stderr
 
 
 def test_a_character_split_across_tokens_is_shown_whole(with_tokenizer):

@@ -151,11 +151,30 @@ def add_generate(sub) -> None:
     p.set_defaults(func=cmd_generate)
 
 
+def _standard_input_lines() -> list[str]:
+    """Standard input's lines, read as UTF-8; a line that is not is one RecipeError naming
+    it (not a UnicodeDecodeError)."""
+    from .errors import RecipeError
+
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:  # a text stream put in its place (a caller's own)
+        return [line.rstrip("\n") for line in sys.stdin]
+    lines = []
+    for number, line in enumerate(raw, 1):
+        try:
+            lines.append(line.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as exc:
+            raise RecipeError(f"standard input's line {number} is not UTF-8 (byte "
+                              f"0x{line[exc.start]:02x} at {exc.start}): give the texts as "
+                              "UTF-8") from None
+    return lines
+
+
 def _prompts(given: list[str], command: str = "generate") -> list[str]:
     prompts = []
     for prompt in given:
         if prompt == "-":
-            prompts += [line.rstrip("\n") for line in sys.stdin if line.strip()]
+            prompts += [line for line in _standard_input_lines() if line.strip()]
         else:
             prompts.append(prompt)
     if not prompts:

@@ -20,7 +20,7 @@ from typing import Any, Literal, Sequence
 
 import torch
 
-from .decoding.text import own_tokenizer
+from .decoding.text import as_texts, count_of, own_tokenizer
 from .derived import fixed_weights
 from .errors import FormatError, RecipeError
 from .files import read_json
@@ -125,10 +125,8 @@ def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int
         raise RecipeError(f"a {type(model).__name__} does not embed texts: zoo.embed pools "
                           "the hidden states of an encoder (architecture encoder; a BERT "
                           "or sentence-transformers folder)")
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise RecipeError("texts are a list of strings")
-    if batch_size < 1:
-        raise RecipeError(f"batch_size is {batch_size}; at least 1")
+    texts = as_texts(texts)
+    count_of(batch_size, "batch_size")
     tokenizer = own_tokenizer(model, tokenizer)
     if pooling is None:
         pooling = pooling_of(model)  # the one zoo.build read

@@ -121,6 +121,10 @@ class LlamaFormat(Format):
         else:
             bias = out_bias = options.get("attention_bias", False)
         window = options.get("sliding_window") if kind == "mistral" else None
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                                   or window < 1):
+            raise options.refuse("sliding_window", window, "a window of at least 1 key, or "
+                                 "null for every key")
         layer_types = options.get("layer_types", [])
         expected = "sliding_attention" if window else "full_attention"
         if any(t != expected for t in layer_types):

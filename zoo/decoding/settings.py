@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .._text import describe_validation_error, did_you_mean
+from .._text import describe_validation_error, did_you_mean, validate_plain
 from ..errors import RecipeError
 from ..registry import Component, registry
 
@@ -196,7 +196,7 @@ def settings_with(settings: GenerationSettings, changes: dict[str, Any],
         rules.update({k: changes.pop(k) for k in unknown})
         changes["rule_settings"] = rules
     try:
-        return GenerationSettings.model_validate({**settings.model_dump(), **changes})
+        return validate_plain(GenerationSettings, {**settings.model_dump(), **changes})
     except ValidationError as exc:
         raise RecipeError(describe_validation_error(exc, where, GenerationSettings)) from None
 
@@ -207,6 +207,6 @@ def parse_settings(data: Any, where: str) -> GenerationSettings:
     if isinstance(data, GenerationSettings):
         return data
     try:
-        return GenerationSettings.model_validate(data)
+        return validate_plain(GenerationSettings, data)
     except ValidationError as exc:
         raise RecipeError(describe_validation_error(exc, where, GenerationSettings)) from None

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .._text import short_repr
 from ..errors import FormatError, RecipeError
 from ..kinds import kind_of
 from . import generate, id_outside, input_vocabulary, settings_for, stream
@@ -64,21 +65,54 @@ def check_ids(ids: torch.Tensor, model, tokenizer: Any) -> None:
                           "this model")
 
 
+def as_texts(texts: Any, what: str = "texts") -> list[str]:
+    """``texts`` (a list, a tuple, a generator: any iterable of ``str``) as a list; one
+    RecipeError naming what is not a text. A bare ``str`` is refused (give ``[text]``):
+    it would be read as its characters."""
+    if isinstance(texts, (str, bytes)):
+        raise RecipeError(f"{what} are a list of texts, not one {type(texts).__name__}: "
+                          f"give [text] for one")
+    try:
+        items = list(texts)
+    except TypeError:
+        raise RecipeError(f"{what} are a list of texts, not a {type(texts).__name__}") from None
+    for item in items:
+        if not isinstance(item, str):
+            raise RecipeError(f"{what} are texts (str); one is {short_repr(item, 60)} (of type "
+                              f"{type(item).__name__})")
+    return items
+
+
+def count_of(value: Any, name: str) -> int:
+    """``value`` as a count of at least 1, or one RecipeError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RecipeError(f"{name} is a whole number of at least 1, not {short_repr(value, 60)}")
+    return value
+
+
+def stop_strings(stop: Any) -> tuple[str, ...]:
+    """``stop`` (one text or a list of texts) as the stop strings; an empty one, or one
+    that is not text, is refused by name."""
+    stops = tuple(as_texts([stop] if isinstance(stop, str) else stop, "stop strings"))
+    if "" in stops:
+        raise RecipeError("a stop string is empty: it would end every text before its first "
+                          "character")
+    return stops
+
+
 @torch.no_grad()
 def translate(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int = 64,
               **changes: Any) -> list[str]:
     """Each of ``texts`` decoded by a sequence-to-sequence ``model`` (its own tokenizer and
     generation settings, with ``changes``: ``num_beams=1``, ``max_new_tokens=64``, ...),
     ``batch_size`` sources at a time; the new tokens as text, special tokens left out."""
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise RecipeError("texts are a list of strings")
+    texts = as_texts(texts)
     if kind_of(model) != "seq2seq":
         raise RecipeError(f"a {type(model).__name__} does not translate: zoo.translate "
                           f"decodes sequence-to-sequence models, and this one is a "
                           f"{kind_of(model) or 'model of no kind'} model (zoo.complete "
                           "continues a language model's prompts)")
-    if batch_size < 1:
-        raise RecipeError(f"batch_size is {batch_size}; at least 1")
+    count_of(batch_size, "batch_size")
     tokenizer = own_tokenizer(model, tokenizer)
     settings = settings_for(model, None, **changes)  # a wrong setting: one error, first
     device = next(model.parameters()).device
@@ -96,7 +130,8 @@ def encode_prompts(tokenizer, prompts: Sequence[str], device=None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompts as (B, L) token ids padded on the left, and their padding mask (True at
     padding)."""
-    if isinstance(prompts, str) or not prompts:
+    prompts = as_texts(prompts, "prompts")
+    if not prompts:
         raise RecipeError("prompts are a list of one or more texts")
     batch = tokenizer(list(prompts), return_tensors="pt", padding=True)
     ids, mask = batch["input_ids"], batch["attention_mask"] == 0
@@ -150,12 +185,13 @@ class TextPieces:
 
 
 def _rows(model, tokenizer, prompts, stops, changes):
+    prompts, stops = as_texts(prompts, "prompts"), stop_strings(stops)
     tokenizer = model_tokenizer(model, tokenizer)
     device = next(model.parameters()).device
     ids, mask = encode_prompts(tokenizer, prompts, device)
     check_ids(ids, model, tokenizer)
     settings = settings_for(model, None, **changes)
-    rows = [TextPieces(tokenizer, tuple(stops), set(settings.eos_ids)) for _ in prompts]
+    rows = [TextPieces(tokenizer, stops, set(settings.eos_ids)) for _ in prompts]
     return ids, mask, settings, rows
 
 
@@ -195,7 +231,7 @@ def complete(model, prompts: str | Sequence[str], *, tokenizer: Any = None,
     (greedy, sampled or beam search), each cut right after a ``stop`` string: for one
     prompt (a ``str``) its text, for a list one text per prompt."""
     single = isinstance(prompts, str)
-    ids, mask, settings, rows = _rows(model, tokenizer, [prompts] if single else list(prompts),
+    ids, mask, settings, rows = _rows(model, tokenizer, [prompts] if single else prompts,
                                       stop, changes)
     if settings.num_beams == 1:  # step by step, so that stop strings end it early
         for tokens in stream(model.eval(), ids, settings, padding_mask=mask):
