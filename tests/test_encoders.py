@@ -241,6 +241,17 @@ def test_a_sentence_transformers_folder_pools_as_its_files_say(minilm, tmp_path)
     os.mkfifo(copy / "modules.json")  # never waited on
     with pytest.raises(zoo.ArtifactError, match="modules.json"):
         zoo.build(f"local-dir:{copy}")
+    # nor is any other file of the folder (1_Pooling/config.json hung zoo embed)
+    (copy / "modules.json").unlink()
+    (copy / "modules.json").write_text(json.dumps(modules[:-1]))  # without the Dense
+    for name in ("1_Pooling/config.json", "sentence_bert_config.json"):
+        kept = (copy / name).read_bytes()
+        (copy / name).unlink()
+        os.mkfifo(copy / name)
+        with pytest.raises(zoo.ArtifactError, match=f"{name} is a FIFO"):
+            zoo.build(f"local-dir:{copy}")
+        (copy / name).unlink()
+        (copy / name).write_bytes(kept)
 
 
 def test_embed_takes_any_iterable_of_texts_and_refuses_the_rest_by_name(minilm):

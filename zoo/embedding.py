@@ -83,7 +83,7 @@ def read_pooling(folder: Path, source: str, longest: int | None) -> Pooling:
         raise FormatError(f"{source}: modules.json holds modules zoo does not run: {unknown} "
                           "(zoo embeds with a Transformer, a Pooling and a Normalize)")
     st_config = folder / "sentence_bert_config.json"
-    if st_config.is_file():
+    if os.path.lexists(st_config):  # absent: no bound of its own; anything else is read
         data = read_json(st_config, source)
         limit = data.get("max_seq_length") if isinstance(data, dict) else None
         if isinstance(limit, int) and limit > 0:

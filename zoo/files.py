@@ -20,6 +20,7 @@ import ctypes
 import errno
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import json
@@ -292,6 +293,17 @@ MAX_JSON_BYTES = 1 << 20
 """The largest JSON file of a model folder zoo reads (a config is a few KiB)."""
 
 
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` (``os.stat``'s) is when it is not a regular file, said with
+    its article: ``"a FIFO (named pipe)"``, ``"a folder"``, ``"a character device"``."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def read_json(path: Path, source: str, holds: type = dict) -> Any:
     """A JSON object (``holds``: a list, say) from a regular file of at most 1 MiB, or one
     ArtifactError naming the file: zoo's one reader of ``config.json`` (its own and
@@ -299,6 +311,9 @@ def read_json(path: Path, source: str, holds: type = dict) -> Any:
     sentence-transformers' modules and pooling). A FIFO or a folder is no file: it is
     refused, never waited on."""
     if not path.is_file():
+        if os.path.lexists(path) and path.exists():
+            raise ArtifactError(f"{source}: {path} is {file_kind(path.stat().st_mode)}, not a "
+                                "file; zoo reads it only from a regular file.")
         raise ArtifactError(f"{source} has no {path.name}.")
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:

@@ -39,7 +39,7 @@ from ._text import (
     short_repr,
 )
 from .errors import RecipeError, UnknownNameError
-from .files import atomic_write_text
+from .files import atomic_write_text, file_kind
 from .recipe_inheritance import extend
 from .registry import RecipeEntry, registry
 
@@ -326,15 +326,6 @@ MAX_FILE_BYTES = MAX_TEXT
 """Bytes read from a recipe or training recipe file, at most (1 MiB)."""
 
 
-def _kind_of(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "named pipe (FIFO)"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
-                       (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return kind
-    return "special file"
-
-
 def read_text(path: Path, what: str) -> str:
     """A regular file's text, read as UTF-8, at most 1 MiB of it; anything else (a FIFO,
     a device such as ``/dev/zero``, a folder, a file past the bound, bytes that are not
@@ -347,7 +338,7 @@ def read_text(path: Path, what: str) -> str:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise RecipeError(f"{what} {path} is a {_kind_of(mode)}, not a regular file; zoo "
+            raise RecipeError(f"{what} {path} is {file_kind(mode)}, not a regular file; zoo "
                               f"reads a {what} only from a regular file. Save it as one.")
         with os.fdopen(os.dup(fd), "rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ._text import short_repr
 from .errors import FormatError
+from .files import file_kind
 
 JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json",
               "special_tokens_map.json", "added_tokens.json")
@@ -27,15 +28,6 @@ LARGEST = 1 << 30
 """The largest tokenizer file read (1 GiB; real ones are at most tens of MB)."""
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _raw(path: Path, source: str) -> bytes:
     """The bytes of ``path``, a regular file of a sensible size, or one FormatError."""
     try:
@@ -44,7 +36,7 @@ def _raw(path: Path, source: str) -> bytes:
         raise FormatError(f"{source}: {path.name} cannot be read ({short_repr(exc, 200)})") \
             from None
     if not stat.S_ISREG(info.st_mode):
-        raise FormatError(f"{source}: {path.name} is {_kind(info.st_mode)}, not a file; a "
+        raise FormatError(f"{source}: {path.name} is {file_kind(info.st_mode)}, not a file; a "
                           "tokenizer's files are regular files saved by save_pretrained")
     if info.st_size == 0:
         raise FormatError(f"{source}: {path.name} is empty; save the tokenizer again")
