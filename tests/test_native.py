@@ -370,6 +370,8 @@ def test_a_library_cut_short_or_replaced_is_not_loaded_and_is_built_again(tmp_pa
         cut.truncate(products.stat().st_size // 2)
     for check in (_in_a_fresh_process(env), _zoo(["native", "status", "llama-tiny"], env)):
         assert check.returncode in (0, 1) and "Traceback" not in check.stderr, check.stderr
+    assert "llama-tiny: the native step does not run this model: its library is damaged " \
+           "here" in check.stdout
     after = _in_a_fresh_process(env)
     assert after.returncode == 0 and "available False" in after.stdout, after.stderr
     assert after.stderr.count("RuntimeWarning") == 1

@@ -15,7 +15,7 @@ the text right after it, as transformers' ``stop_strings`` do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -72,6 +72,8 @@ def as_texts(texts: Any, what: str = "texts") -> list[str]:
     if isinstance(texts, (str, bytes)):
         raise RecipeError(f"{what} are a list of texts, not one {type(texts).__name__}: "
                           f"give [text] for one")
+    if isinstance(texts, Mapping):  # its keys would be taken for the texts
+        raise RecipeError(f"{what} are a list of texts, not a {type(texts).__name__}")
     try:
         items = list(texts)
     except TypeError:
