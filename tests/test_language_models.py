@@ -243,6 +243,7 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("llama-3.2", "rope_scaling", {"rope_type": "llama3", "factor": 32.0},
      "lacks low_freq_factor, high_freq_factor, which transformers requires"),
     ("tinyllama", "rope_scaling", {"rope_type": "linear"}, "'linear' scaling. lacks factor"),
+    ("tinyllama", "rope_scaling", "linear", "an object of RoPE's keys"),
     ("llama-3.2", "rope_scaling", {**PUBLISHED["llama-3.2"][2]["rope_scaling"], "beta_fast": 32},
      "rope_scaling.beta_fast=32 is not one zoo can express"),
 ])

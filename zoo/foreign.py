@@ -303,7 +303,8 @@ def check_tied(state: Mapping[str, torch.Tensor], pairs: list[tuple[str, str]],
     with different values: a tied model keeps one of them, and which one is a guess."""
     for alias, original in pairs:
         a, b = state.get(alias), state.get(original)
-        if a is None or b is None or (a.shape == b.shape and torch.equal(a, b)):
+        if a is None or b is None or (a.shape == b.shape and (
+                torch.equal(a, b) if a.dtype == b.dtype else torch.equal(a.double(), b.double()))):
             continue
         how = (f"shapes {tuple(a.shape)} and {tuple(b.shape)}" if a.shape != b.shape else
                f"values up to {float((a.double() - b.double()).abs().max()):.4g} apart")

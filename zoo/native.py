@@ -286,13 +286,17 @@ class NativeLibrary:
         try:
             self._run_compiler(torch, cxx, folder, say)
         except OSError as exc:  # a full disk, a folder made read-only meanwhile
-            say(f"compiling {self.name} in {folder} failed: {exc.strerror or exc}; free some "
-                "space there, or set ZOO_NATIVE_CACHE to another folder")
+            where = f" ({exc.filename})" if exc.filename else ""
+            say(f"compiling {self.name} in {folder} failed: {exc.strerror or exc}{where}; free "
+                "some space there or mend that path, or set ZOO_NATIVE_CACHE to another folder")
 
     def _run_compiler(self, torch, cxx: str, folder: Path, say) -> None:
         damaged = self._state(folder) == "damaged"
         (folder / "SOURCES").unlink(missing_ok=True)
-        self.file(folder).unlink(missing_ok=True)  # linked again, never trusted as it was
+        library = self.file(folder)  # linked again, never trusted as it was
+        if library.is_dir() and not library.is_symlink():
+            shutil.rmtree(library)  # a folder in its place, inside zoo's own cache folder
+        library.unlink(missing_ok=True)
         if damaged:  # its objects may be cut short too: all compiled again
             for stale in (*folder.glob("*.o"), folder / ".ninja_deps", folder / ".ninja_log"):
                 stale.unlink(missing_ok=True)
@@ -380,7 +384,9 @@ class NativeLibrary:
 def _read_manifest(path: Path) -> dict | None:
     """What a build recorded of its library (its sources' digest, its size and its
     SHA-256), or None where there is no such record (none, or an older zoo's)."""
-    try:
+    try:  # a few hundred bytes of a regular file: anything else is no record
+        if not path.is_file() or path.stat().st_size > 4096:
+            return None
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None

@@ -60,8 +60,11 @@ def _rope(options: Options) -> dict[str, Any]:
     """The rope component's settings: ``rope_parameters`` (transformers 5) or
     ``rope_theta`` and ``rope_scaling`` (the published configs), read key by key: a key
     transformers requires is required by name, and one zoo does not read is refused."""
-    params = dict(options.get("rope_parameters", {}) or {})
-    scaling = dict(options.get("rope_scaling", {}) or {})
+    params, scaling = (options.get(k, {}) or {} for k in ("rope_parameters", "rope_scaling"))
+    for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if not isinstance(value, dict):
+            raise options.refuse(key, value, "an object of RoPE's keys (rope_type, factor, ...)")
+    params, scaling = dict(params), dict(scaling)
     key = "rope_parameters" if params else "rope_scaling"
     merged = {**scaling, **params}
     top, theta = options.get("rope_theta", 10000.0), merged.pop("rope_theta", None)
