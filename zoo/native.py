@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Callable
 
 from .deprecations import warn_deprecated
+from .native_record import matches, read_record, write_record
 
 CSRC = Path(__file__).with_name("csrc")
 """zoo's C++ sources, and the headers a plugin's library includes to call them."""
@@ -198,9 +199,9 @@ class NativeLibrary:
     def _state(self, folder: Path) -> str:
         stamp, failed = folder / "SOURCES", folder / "FAILED"
         current = self.sources_key()
-        built = _read_manifest(stamp)
+        built = read_record(stamp)
         if built is not None and built.get("sources") == current:
-            if not _matches(self.file(folder), built):
+            if not matches(self.file(folder), built):
                 return "damaged"
             return "loaded" if self._loaded else "built"
         if failed.is_file() and failed.read_text() == current:
@@ -329,7 +330,7 @@ class NativeLibrary:
             return
         (folder / "build.log").write_text(output or "", encoding="utf-8")
         (folder / "FAILED").unlink(missing_ok=True)
-        _write_manifest(folder / "SOURCES", self.sources_key(), self.file(folder))
+        write_record(folder / "SOURCES", self.sources_key(), self.file(folder))
 
     # -- load -------------------------------------------------------------------------------
     def available(self, *, quiet: bool = False) -> bool:
@@ -379,40 +380,6 @@ class NativeLibrary:
         except Exception as exc:  # a library that loads but is not this one's build
             return _off(quiet, f"{self.file(folder)} did not load ({type(exc).__name__}: "
                         f"{exc}); `zoo native build` builds it again")
-
-
-def _read_manifest(path: Path) -> dict | None:
-    """What a build recorded of its library (its sources' digest, its size and its
-    SHA-256), or None where there is no such record (none, or an older zoo's)."""
-    try:  # a few hundred bytes of a regular file: anything else is no record
-        if not path.is_file() or path.stat().st_size > 4096:
-            return None
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write_manifest(path: Path, sources: str, library: Path) -> None:
-    record = {"sources": sources, "bytes": library.stat().st_size, "sha256": _digest(library)}
-    part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps(record), encoding="utf-8")
-    part.replace(path)  # whole or absent, never half a record
-
-
-def _matches(library: Path, record: dict) -> bool:
-    """True when ``library`` is, byte for byte, the file its build recorded: checked
-    before it is loaded, because a library cut short (a full disk, a kill while linking)
-    is a signal inside ``dlopen``, not an error."""
-    try:
-        return (library.is_file() and library.stat().st_size == record.get("bytes")
-                and _digest(library) == record.get("sha256"))
-    except OSError:
-        return False
 
 
 def compile_spec() -> None:
