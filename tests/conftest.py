@@ -175,3 +175,12 @@ def small_disk(tmp_path):
     yield mount
     for path in mounted:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def with_tokenizer(tmp_path_factory):
+    """A GPT-2 and its own byte-level BPE tokenizer: (transformers model, tokenizer, folder)."""
+    from .language_models import gpt2_with_tokenizer
+
+    folder = tmp_path_factory.mktemp("gpt2-text") / "gpt2"
+    return (*gpt2_with_tokenizer(folder), folder)
