@@ -1,6 +1,7 @@
 """Decoder-only folders made by transformers from the Hub's published configs at small
 widths: gpt2, TinyLlama-1.1B, Llama-3.2-1B (GQA, llama3 RoPE scaling, tied),
-Qwen2.5-0.5B (q/k/v biases, tied) and Mistral-7B-v0.1 (GQA, a sliding window). Every
+Qwen2.5-0.5B (q/k/v biases, tied), Qwen3-0.6B (each head's queries and keys normed,
+heads wider than the width's share, tied) and Mistral-7B-v0.1 (GQA, a sliding window). Every
 key of each published config is kept (the widths, vocabulary and token ids shrunk),
 and config.json is written as published (``rope_theta``/``rope_scaling``), not as
 transformers 5 rewrites it."""
@@ -42,6 +43,13 @@ PUBLISHED = {
         hidden_act="silu", initializer_range=0.02, max_position_embeddings=128,
         max_window_layers=2, num_key_value_heads=2, rms_norm_eps=1e-06, rope_theta=1000000.0,
         sliding_window=128, tie_word_embeddings=True, use_sliding_window=False,
+        vocab_size=VOCAB)),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(  # Qwen3-0.6B's: heads of 16 in 64
+        SMALL, attention_bias=False, attention_dropout=0.0, bos_token_id=VOCAB - 2,
+        eos_token_id=VOCAB - 1, head_dim=16, hidden_act="silu", initializer_range=0.02,
+        max_position_embeddings=128, max_window_layers=2, num_key_value_heads=2,
+        rms_norm_eps=1e-06, rope_scaling=None, rope_theta=1000000, sliding_window=None,
+        tie_word_embeddings=True, use_cache=True, use_sliding_window=False,
         vocab_size=VOCAB)),
     "mistral": ("MistralForCausalLM", "MistralConfig", dict(
         SMALL, attention_dropout=0.0, bos_token_id=1, eos_token_id=2, hidden_act="silu",

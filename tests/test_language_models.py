@@ -214,6 +214,10 @@ def test_grouped_query_attention_caches_only_its_key_value_heads(folders):
     ("llama-110m-shape", ("LlamaForCausalLM", "LlamaConfig", dict(
         vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
         num_attention_heads=12, num_key_value_heads=12, tie_word_embeddings=True))),
+    ("qwen3-0.6b-shape", ("Qwen3ForCausalLM", "Qwen3Config", dict(
+        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+        tie_word_embeddings=True))),
     ("llama-tiny", ("LlamaForCausalLM", "LlamaConfig", dict(
         vocab_size=1000, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256))),
@@ -322,8 +326,8 @@ def test_lm_english_learns_in_a_minute_and_the_run_generates_text(tmp_path):
     assert done.stdout.startswith("The weather") and len(done.stdout) > len("The weather\n")
 
 
-@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen2.5", "mistral", "gpt2-tiny",
-                                    "llama-tiny"])
+@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen2.5", "qwen3", "mistral",
+                                    "gpt2-tiny", "llama-tiny"])
 def test_export_to_transformers_gives_a_folder_it_loads_with_zoos_logits(source, folders,
                                                                          tmp_path):
     import transformers as tf
@@ -355,6 +359,18 @@ def test_an_export_transformers_cannot_express_is_refused_by_name(tmp_path):
     with pytest.raises(ExportError, match="norm_placement 'post'"):
         export(model, tmp_path / "out", format="transformers")
     assert not (tmp_path / "out").exists()
+    # queries and keys normed (Qwen3's): only Qwen3 writes them, nothing drops them
+    normed = {"attention.qk_norm": True}
+    with pytest.raises(ExportError, match="(?s)gpt2: .*norms no query or key"):
+        export(zoo.build("gpt2-tiny", **normed), tmp_path / "out", format="transformers")
+    with pytest.raises(ExportError, match="(?s)marian: .*its queries and keys not normed"):
+        export(zoo.build("transformer-tiny", **normed), tmp_path / "out", format="transformers")
+    with pytest.raises(ExportError, match="attention qk_norm: zoo writes CTranslate2's"):
+        export(zoo.build("transformer-tiny", **normed), tmp_path / "out", format="ctranslate2")
+    with pytest.raises(ExportError, match="qk_norm_eps 0.001: Qwen3's query and key norms"):
+        export(zoo.build("llama-tiny", **normed, **{"attention.qk_norm_eps": 1e-3}),
+               tmp_path / "out", format="transformers")
+    assert not (tmp_path / "out").exists()
 
 
 def _model_of(source, folders):
@@ -363,7 +379,8 @@ def _model_of(source, folders):
     return zoo.build(source, dropout=0.0, attention_dropout=0.0).eval()
 
 
-@pytest.mark.parametrize("source", ["gpt2", "tinyllama", "qwen2.5", "mistral", "llama-tiny"])
+@pytest.mark.parametrize("source", ["gpt2", "tinyllama", "qwen2.5", "qwen3", "mistral",
+                                    "llama-tiny"])
 def test_ctranslate2_generator_export_decodes_zoos_greedy_tokens(source, folders, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from zoo.export import default_vocabulary, export
@@ -411,7 +428,7 @@ def test_ctranslate2_export_refuses_llama3_scaled_rope_by_name(folders, tmp_path
     assert not (tmp_path / "ct2").exists()
 
 
-@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "mistral"])
+@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen3", "mistral"])
 def test_onnx_export_gives_zoos_logits_on_left_padded_prompts(source, folders, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     from zoo.export import export
@@ -500,7 +517,8 @@ def test_imported_language_models_decode_through_the_native_step(beams, folders,
                                                                  monkeypatch):
     """GPT-2, TinyLlama, Llama 3.2 (its scaled RoPE as the step's rotation) and Qwen2.5
     (q/k/v biases) decode their steps after the prompts in zoo's native step with
-    transformers' tokens; Mistral's sliding window keeps the general path."""
+    transformers' tokens; Mistral's sliding window and Qwen3's normed queries and keys
+    keep the general path, with the same tokens."""
     from zoo.ops import Linear
     from zoo.plugins.architectures.static_lm import StaticLM
 
@@ -521,5 +539,5 @@ def test_imported_language_models_decode_through_the_native_step(beams, folders,
                               do_sample=False, pad_token_id=END[variant])[:, prompts.shape[1]:]
         out = model.generate(prompts, padding_mask=mask == 0, max_new_tokens=12,
                              num_beams=beams)
-        assert ran == ([] if variant == "mistral" else [True]), variant
+        assert ran == ([] if variant in ("mistral", "qwen3") else [True]), variant
         assert out.tolist() == ref.tolist(), variant

@@ -83,6 +83,8 @@ def test_what_the_native_step_cannot_run_takes_the_general_path(monkeypatch):
     torch.manual_seed(0)
     windowed = zoo.build("llama-tiny", **{"attention.window": 3}).eval()
     assert refusal(windowed) == "layer 0 attends through a sliding window"
+    normed = zoo.build("llama-tiny", **{"attention.qk_norm": True}).eval()  # Qwen3's
+    assert refusal(normed) == "layer 0's VanillaAttention norms its queries and keys"
     model = zoo.build("llama-tiny").eval()
     model.layers[1].ffn.act = torch.nn.Tanh()  # no activation code of the step's
     assert refusal(model) is None

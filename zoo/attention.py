@@ -18,7 +18,7 @@ from torch import nn
 
 from .cache import KVCache
 from .errors import RecipeError
-from .ops import Linear
+from .ops import Linear, rms_norm
 
 
 class AttentionSettings(BaseModel):
@@ -30,6 +30,22 @@ class AttentionSettings(BaseModel):
     out_bias: bool | None = None
     """A bias in the output projection; None: as ``bias`` (Qwen2 has biases on q, k and v
     only)."""
+
+
+class HeadNorm(nn.Module):
+    """RMSNorm of each head's queries or keys over the head's own features, with a
+    learned weight per feature: QK-norm (Dehghani et al. 2023, "Scaling Vision
+    Transformers to 22 Billion Parameters", sec. 3.1), in the RMS form of Qwen3, OLMo 2
+    and Gemma 3. It keeps q·k bounded however large the projections grow."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., head_dim), each head's vector normed over its own features."""
+        return rms_norm(x, self.weight, self.eps)
 
 
 def relative_positions(lq: int, lk: int, offset: int, device) -> torch.Tensor:
@@ -168,6 +184,10 @@ class MultiHeadAttention(nn.Module):
         self.last_weights: torch.Tensor | None = None
         self.q_proj = Linear(d_model, self.inner_dim, bias=settings.bias)
         self.kv_proj = Linear(d_model, 2 * n_kv_heads * self.head_dim, bias=settings.bias)
+        self.q_norm: nn.Module | None = None
+        self.k_norm: nn.Module | None = None
+        """Norms of each head's queries and keys (:class:`HeadNorm`), applied before
+        positions act on them; None: none (a subclass sets them)."""
         out_bias = settings.bias if settings.out_bias is None else settings.out_bias
         self.out_proj = Linear(self.inner_dim, d_model, bias=out_bias)
 
@@ -182,7 +202,8 @@ class MultiHeadAttention(nn.Module):
 
     def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k, v = self.kv_proj(source).chunk(2, dim=-1)
-        return self._heads(k), self._heads(v)
+        k = self._heads(k)
+        return (k if self.k_norm is None else self.k_norm(k)), self._heads(v)
 
     def _shared_heads(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``n_kv_heads`` (B, Hkv, L, D) given to every query head of
@@ -204,6 +225,8 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """Queries, keys, values (B, H, L, D) and the position of x's first token."""
         q = self._heads(self.q_proj(x))
+        if self.q_norm is not None:
+            q = self.q_norm(q)
         if self.cross:
             if cache is not None and not cache.empty:
                 return q, cache.k, cache.v, 0

@@ -291,3 +291,12 @@ def plain_linears():
         yield
     finally:
         Linear.fast_inference = previous
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm (Zhang & Sennrich 2019) over the last dimension, x / sqrt(mean(x^2) + eps)
+    * weight, its statistics in float32 and the result in x's dtype: what the norm
+    plugin's ``rmsnorm`` and attention's per-head query and key norms compute."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * weight).to(x.dtype)

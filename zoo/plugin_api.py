@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .attention import (
     AttentionSettings,
+    HeadNorm,
     InsideAttention,
     MultiHeadAttention,
     boolean_mask,
@@ -77,7 +78,8 @@ from .kinds import Encoder, ImageClassifier, LanguageModel, Seq2SeqModel, kind_o
 from .native import PRODUCTS as NATIVE_PRODUCTS
 from .native import NativeLibrary
 from .native import available as native_available
-from .ops import Dropout, DropPath, Linear, drop_path, dropout, layer_dropped, plain_linears
+from .ops import (Dropout, DropPath, Linear, drop_path, dropout, layer_dropped, plain_linears,
+                  rms_norm)
 from .quantization import QuantizedLinear, is_quantized
 from .task import Task, TaskDataError, missing_debian_package
 
@@ -89,7 +91,7 @@ __all__ = [
     "relative_positions", "KVCache", "DecoderCache", "LanguageModelCache",
     # layers
     "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
-    "QuantizedLinear", "is_quantized", "plain_linears",
+    "QuantizedLinear", "is_quantized", "plain_linears", "rms_norm", "HeadNorm",
     # copies derived from weights (packed, joined), checked against them
     "derived_copy", "private_copy", "fixed_weights",
     # native code of a plugin's own

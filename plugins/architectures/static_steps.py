@@ -25,6 +25,8 @@ def layer_refusal(i: int, block: nn.Module, attentions: tuple) -> str | None:
                     "key, or records its maps")
         if getattr(attn, "window", None) is not None:
             return f"layer {i} attends through a sliding window"
+        if attn.q_norm is not None or attn.k_norm is not None:
+            return f"layer {i}'s {type(attn).__name__} norms its queries and keys"
     return None
 
 

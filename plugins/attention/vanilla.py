@@ -13,7 +13,8 @@ import torch
 
 from pydantic import Field
 
-from zoo.plugin_api import AttentionSettings, MultiHeadAttention, boolean_mask, relative_positions
+from zoo.plugin_api import (AttentionSettings, HeadNorm, MultiHeadAttention, boolean_mask,
+                            relative_positions)
 
 
 class VanillaSettings(AttentionSettings):
@@ -25,6 +26,11 @@ class VanillaSettings(AttentionSettings):
     """Causal self-attention over the ``window`` most recent keys only, the query's own
     included (Mistral's sliding window, Jiang et al. 2023; Child et al. 2019's local
     attention); None: every key."""
+    qk_norm: bool = False
+    """RMS-normalise each head's queries and keys, with a learned weight per feature,
+    before positions act on them (QK-norm, Dehghani et al. 2023; Qwen3)."""
+    qk_norm_eps: float = Field(1e-6, gt=0, allow_inf_nan=False)
+    """The ``eps`` of those norms."""
 
 
 class VanillaAttention(MultiHeadAttention):
@@ -40,6 +46,9 @@ class VanillaAttention(MultiHeadAttention):
         self.scale = settings.scale
         self.window = settings.window if self.causal and not self.cross else None
         """The sliding window of a causal self-attention, or None (every key)."""
+        if settings.qk_norm:
+            self.q_norm = HeadNorm(self.head_dim, settings.qk_norm_eps)
+            self.k_norm = HeadNorm(self.head_dim, settings.qk_norm_eps)
 
     def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask) -> torch.Tensor:
         lq, lk = q.shape[-2], k.shape[-2]

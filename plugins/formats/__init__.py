@@ -39,9 +39,10 @@ def register_formats(register):
     register(
         "llama",
         "zoo.plugins.formats.llama:LlamaFormat",
-        description="transformers' LlamaForCausalLM, MistralForCausalLM and "
-                    "Qwen2ForCausalLM (Llama 2 and 3, TinyLlama, Mistral, Qwen2.5)",
-        capabilities={"model_types": ("llama", "mistral", "qwen2"), "writes": "transformers"},
+        description="transformers' LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM "
+                    "and Qwen3ForCausalLM (Llama 2 and 3, TinyLlama, Mistral, Qwen2.5, Qwen3)",
+        capabilities={"model_types": ("llama", "mistral", "qwen2", "qwen3"),
+                      "writes": "transformers"},
     )
     register(
         "bert",

@@ -58,6 +58,9 @@ def ctranslate2_problems(model: nn.Module) -> list[str]:
         if ref is not None and ref.name == "vanilla" and ref.settings.get("scale") is not None:
             problems.append(f"{slot} scale {ref.settings['scale']}: CTranslate2 scales q·k by "
                             "1/sqrt(d_k) only")
+        if ref is not None and ref.settings.get("qk_norm"):
+            problems.append(f"{slot} qk_norm: zoo writes CTranslate2's Transformer without "
+                            "norms of the queries and keys")
     s = recipe.architecture.settings
     pre = s.get("norm_placement", "post") == "pre"
     final = s.get("final_norm")

@@ -167,8 +167,9 @@ class GPT2Format(Format):
                              "key/value head each")
         name, settings = part(recipe, "attention")
         if settings.get("bias") is False or settings.get("out_bias") is False \
-                or settings.get("window"):
-            found.append(f"attention {settings}: GPT-2's has biases and sees every key")
+                or settings.get("window") or settings.get("qk_norm"):
+            found.append(f"attention {settings}: GPT-2's has biases, sees every key and norms "
+                         "no query or key")
         name, settings = part(recipe, "positional")
         if name != "learned" or settings.get("offset", 0):
             found.append(f"positional {name} {settings}: GPT-2's positions are learned, "

@@ -1,7 +1,8 @@
 """transformers' Llama (Touvron et al. 2023, ``LlamaForCausalLM``) and the models of its
-layout: Mistral (Jiang et al. 2023, ``MistralForCausalLM``) and Qwen2 (Yang et al.
-2024, ``Qwen2ForCausalLM``); TinyLlama, Llama 2 and 3, Mistral-7B and Qwen2.5 load
-through it.
+layout: Mistral (Jiang et al. 2023, ``MistralForCausalLM``), Qwen2 (Yang et al. 2024,
+``Qwen2ForCausalLM``) and Qwen3 (Yang et al. 2025, ``Qwen3ForCausalLM``: each head's
+queries and keys RMS-normed, ``head_dim`` free of the width, no biases); TinyLlama,
+Llama 2 and 3, Mistral-7B, Qwen2.5 and Qwen3 load through it.
 
 Llama in zoo's components: the ``decoder`` architecture with RoPE (``rope_theta``,
 and the ``linear`` and ``llama3`` scalings of ``rope_scaling``), RMSNorm pre-norm with
@@ -14,6 +15,7 @@ biases (Qwen2: on q, k and v only), an output of its own or tied. Mistral's
 | model.embed_tokens | embed |
 | model.layers.i.input_layernorm, post_attention_layernorm | layers.i.norm1, norm2 |
 | model.layers.i.self_attn.q_proj, k_proj + v_proj, o_proj | layers.i.attn.q_proj, kv_proj, out_proj |
+| model.layers.i.self_attn.q_norm, k_norm (Qwen3) | layers.i.attn.q_norm, k_norm |
 | model.layers.i.mlp.gate_proj, up_proj, down_proj | layers.i.ffn.fc1_g, fc1_x, fc2 |
 | model.norm, lm_head | norm, lm_head |
 """
@@ -43,6 +45,8 @@ Qwen2's ``max_window_layers`` matters only with ``use_sliding_window`` (refused)
 are read by no transformers class."""
 LAYER = re.compile(r"^model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)_proj\.(weight|bias)$")
 NORMS = re.compile(r"^model\.layers\.(\d+)\.(input_layernorm|post_attention_layernorm)\.weight$")
+HEAD_NORMS = re.compile(r"^model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight$")
+"""Qwen3's norms of each head's queries and keys."""
 PROJ = {"q": "attn.q_proj", "o": "attn.out_proj", "gate": "ffn.fc1_g", "up": "ffn.fc1_x",
         "down": "ffn.fc2"}
 ROTARY = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
@@ -115,8 +119,10 @@ class LlamaFormat(Format):
         head_dim = options.get("head_dim", d_model // heads)
         act = options.need("hidden_act", tuple(GATED), "silu")
         ffn, ffn_settings = GATED[act]
-        if kind == "qwen2":
-            bias, out_bias = True, False  # Qwen2: q, k and v only
+        if kind in ("qwen2", "qwen3"):
+            # Qwen2: biases on q, k and v only; Qwen3: as attention_bias says (none)
+            bias = True if kind == "qwen2" else options.get("attention_bias", False)
+            out_bias = False if kind == "qwen2" else bias
             if options.get("use_sliding_window", False):
                 raise options.refuse("use_sliding_window", True,
                                      "attention over every key in every layer")
@@ -138,6 +144,8 @@ class LlamaFormat(Format):
             attention["out_bias"] = out_bias
         if window:
             attention["window"] = window
+        if kind == "qwen3":
+            attention.update(qk_norm=True, qk_norm_eps=options.get("rms_norm_eps", 1e-6))
         eos = options.get("eos_token_id", 2)
         eos = eos[0] if isinstance(eos, list) else eos
         settings = {
@@ -182,8 +190,11 @@ class LlamaFormat(Format):
         kv = KeysValues(kind, ("k", "v"))
         unknown = []
         for key, value in state.items():
-            layer, norm = LAYER.match(key), NORMS.match(key)
-            if layer:
+            layer, norm, head_norm = LAYER.match(key), NORMS.match(key), HEAD_NORMS.match(key)
+            if head_norm and kind == "qwen3":
+                i, which = head_norm.groups()
+                out[f"layers.{i}.attn.{which}_norm.weight"] = value
+            elif layer:
                 i, _, proj, part = layer.groups()
                 if proj in ("k", "v"):
                     kv.add(f"layers.{i}.attn.kv_proj.{part}", proj, value)
@@ -220,8 +231,9 @@ class LlamaFormat(Format):
     def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
                generation: dict[str, Any]):
         """A zoo decoder recipe as LlamaForCausalLM's config.json (Qwen2's with biases on
-        q, k and v only, Mistral's with a window), generation_config.json and state dict;
-        what they cannot express is refused by name."""
+        q, k and v only, Mistral's with a window, Qwen3's with its queries and keys
+        normed), generation_config.json and state dict; what they cannot express is
+        refused by name."""
         found = common_problems(recipe, "llama")
         if found and found[0].startswith("architecture"):
             refuse(found, "llama")
@@ -229,12 +241,13 @@ class LlamaFormat(Format):
         _, attention = part(recipe, "attention")
         bias, out_bias = attention.get("bias", True), attention.get("out_bias")
         out_bias = bias if out_bias is None else out_bias
-        kind = "qwen2" if (bias, out_bias) == (True, False) else (
-            "mistral" if attention.get("window") else "llama")
+        kind = "qwen3" if attention.get("qk_norm") else "qwen2" if (bias, out_bias) == (
+            True, False) else "mistral" if attention.get("window") else "llama"
         if kind != "qwen2" and bias != out_bias:
             found.append(f"attention {attention}: Llama's projections all have biases or none")
-        if kind == "qwen2" and attention.get("window"):
-            found.append("attention window with Qwen2's biases: no transformers family has both")
+        if kind in ("qwen2", "qwen3") and attention.get("window"):
+            found.append(f"attention window with {kind}'s layout: transformers' {kind} slides "
+                         "only over its upper layers")
         name, rope = part(recipe, "positional")
         if name != "rope" or rope.get("layout", "half") != "half":
             found.append(f"positional {name} {rope}: Llama's positions are RoPE, halves paired")
@@ -247,12 +260,17 @@ class LlamaFormat(Format):
             (ffn, ffn_settings.get("approximate")))
         if act is None:
             found.append(f"ffn {ffn}: Llama's network is gated (swiglu, geglu)")
+        if kind == "qwen3" and attention.get("qk_norm_eps", 1e-6) != norm_settings.get(
+                "eps", 1e-6):
+            found.append(f"attention qk_norm_eps {attention.get('qk_norm_eps', 1e-6)}: Qwen3's "
+                         f"query and key norms take the layers' eps, {norm_settings.get('eps')}")
         refuse(found, "llama")
         heads = s.get("n_heads", 32)
         d = s.get("d_model", 4096)
         config = {
             "architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                               "qwen2": "Qwen2ForCausalLM"}[kind]], "model_type": kind,
+                               "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[kind]],
+            "model_type": kind,
             "vocab_size": s["vocab_size"], "hidden_size": d, "num_attention_heads": heads,
             "num_key_value_heads": s.get("n_kv_heads") or heads,
             "head_dim": s.get("head_dim") or d // heads,
@@ -266,7 +284,9 @@ class LlamaFormat(Format):
         }
         if kind == "llama":
             config.update(attention_bias=bias, mlp_bias=ffn_settings.get("bias", False))
-        elif ffn_settings.get("bias", False):
+        elif kind == "qwen3":
+            config["attention_bias"] = bias
+        if kind != "llama" and ffn_settings.get("bias", False):
             raise FormatError(f"this model cannot be written as {kind}: its feed-forward "
                               f"network has biases, which {kind}'s has not")
         if kind == "mistral":
@@ -295,6 +315,8 @@ def _to_llama(state: dict[str, torch.Tensor], config: dict) -> dict[str, torch.T
         if name in ("norm1", "norm2"):
             which = "input_layernorm" if name == "norm1" else "post_attention_layernorm"
             return {f"model.layers.{i}.{which}.{kind}": value}
+        if name in ("attn.q_norm", "attn.k_norm"):  # Qwen3's
+            return {f"model.layers.{i}.self_attn.{name[5:]}.{kind}": value}
         if name == "attn.kv_proj":
             k, v = value.chunk(2, dim=0)
             return {f"model.layers.{i}.self_attn.k_proj.{kind}": k.contiguous(),

@@ -39,9 +39,10 @@ def problems(recipe: dict[str, Any]) -> list[str]:
 
     for slot in ("attention", "cross_attention"):
         name, settings = part(slot, "vanilla")
-        if name != "vanilla" or settings.get("scale") is not None or settings.get("bias") is False:
+        if name != "vanilla" or settings.get("scale") is not None or settings.get(
+                "bias") is False or settings.get("qk_norm"):
             found.append(f"{slot} {name} {settings}: Marian's attention is 'vanilla' with "
-                         "biases and the paper's scale")
+                         "biases and the paper's scale, its queries and keys not normed")
     name, settings = part("positional", "sinusoidal")
     if name != "sinusoidal" or settings.get("base", 10000.0) != 10000.0:
         found.append(f"positional {name} {settings}: Marian's positions are the paper's "

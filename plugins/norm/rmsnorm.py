@@ -6,6 +6,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
+from zoo.plugin_api import rms_norm
+
 
 class RMSNorm(nn.Module):
     """RMSNorm over the last dimension; statistics in float32."""
@@ -25,6 +27,4 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (h * self.weight).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
