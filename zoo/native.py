@@ -212,8 +212,8 @@ class NativeLibrary:
         """Where this library stands, without compiling: ``state`` is ``loaded`` (in
         this process), ``built``, ``stale`` (built from other sources), ``damaged`` (the
         file is not the one built: cut short by a full disk or a kill, or replaced),
-        ``not built``, ``failed`` (see ``log``), ``off`` (ZOO_NATIVE=0), ``unsupported`` (not Linux
-        with AVX2) or ``no compiler``; with its ``folder``."""
+        ``not built``, ``failed`` (see ``log``), ``off`` (ZOO_NATIVE=0), ``unsupported``
+        (not Linux with AVX2) or ``no compiler``; with its ``folder``."""
         import torch
 
         out: dict = {"name": self.name, "state": None, "folder": None, "log": None,
@@ -273,8 +273,9 @@ class NativeLibrary:
                 "ZOO_NATIVE_CACHE to a writable folder")
             return False
         try:
-            if self._state(folder) not in ("built", "loaded"):
-                self._compile(torch, cxx, folder, say)
+            state = self._state(folder)
+            if state not in ("built", "loaded"):
+                self._compile(torch, cxx, folder, say, damaged=state == "damaged")
         finally:
             lock.release()
         self._loaded = None
@@ -283,16 +284,15 @@ class NativeLibrary:
         self._failed_here = self.sources_key()
         return False
 
-    def _compile(self, torch, cxx: str, folder: Path, say) -> None:
+    def _compile(self, torch, cxx: str, folder: Path, say, *, damaged: bool) -> None:
         try:
-            self._run_compiler(torch, cxx, folder, say)
+            self._run_compiler(torch, cxx, folder, say, damaged)
         except OSError as exc:  # a full disk, a folder made read-only meanwhile
             where = f" ({exc.filename})" if exc.filename else ""
             say(f"compiling {self.name} in {folder} failed: {exc.strerror or exc}{where}; free "
                 "some space there or mend that path, or set ZOO_NATIVE_CACHE to another folder")
 
-    def _run_compiler(self, torch, cxx: str, folder: Path, say) -> None:
-        damaged = self._state(folder) == "damaged"
+    def _run_compiler(self, torch, cxx: str, folder: Path, say, damaged: bool) -> None:
         (folder / "SOURCES").unlink(missing_ok=True)
         library = self.file(folder)  # linked again, never trusted as it was
         if library.is_dir() and not library.is_symlink():
@@ -301,8 +301,8 @@ class NativeLibrary:
         if damaged:  # its objects may be cut short too: all compiled again
             for stale in (*folder.glob("*.o"), folder / ".ninja_deps", folder / ".ninja_log"):
                 stale.unlink(missing_ok=True)
-            say(f"{self.file(folder)} is not the library that was built (cut short or "
-                "replaced); building it again")
+            say(f"{library} is not the library that was built (cut short or replaced); "
+                "building it again")
         (folder / ".builder").write_text(f"process {os.getpid()}", encoding="utf-8")
         say(f"compiling {self.name} for torch {torch.__version__} (once; kept in {folder})")
         spec = {"name": self.name, "sources": [str(s) for s in self.sources],
@@ -321,16 +321,15 @@ class NativeLibrary:
             os.killpg(child.pid, signal.SIGKILL)
             output, _ = child.communicate()
             why = f"stopped after {_timeout():.0f} s (ZOO_NATIVE_BUILD_TIMEOUT)"
-        if not why and not self.file(folder).is_file():
-            why = f"no {self.file(folder).name} was made"
+        if not why and not library.is_file():
+            why = f"no {library.name} was made"
+        (folder / "build.log").write_text(output or "", encoding="utf-8")
         if why:
             (folder / "FAILED").write_text(self.sources_key(), encoding="utf-8")
-            (folder / "build.log").write_text(output or "", encoding="utf-8")
             say(f"compiling {self.name} failed: {why}; see {folder / 'build.log'}")
             return
-        (folder / "build.log").write_text(output or "", encoding="utf-8")
         (folder / "FAILED").unlink(missing_ok=True)
-        write_record(folder / "SOURCES", self.sources_key(), self.file(folder))
+        write_record(folder / "SOURCES", self.sources_key(), library)
 
     # -- load -------------------------------------------------------------------------------
     def available(self, *, quiet: bool = False) -> bool:

@@ -146,10 +146,11 @@ def new_plan(attentions: list[nn.Module]) -> dict | None:
     :func:`refused`) when the native step is not built here or cannot rotate them all by
     one rotation."""
     if not STEP.available():
-        states = [library.status()["state"] for library in (*STEP.needs, STEP)]
-        state = next((s for s in states if s not in ("loaded", "built")), None)
-        refused(f"its library is {state} here (zoo native status)" if state else
-                "its library does not load here (zoo native status)")
+        if LOG.isEnabledFor(logging.DEBUG):  # the libraries' states read only to be said
+            states = [library.status()["state"] for library in (*STEP.needs, STEP)]
+            state = next((s for s in states if s not in ("loaded", "built")), None)
+            refused(f"its library is {state} here (zoo native status)" if state else
+                    "its library does not load here (zoo native status)")
         return None
     rotary = _one_rotation(attentions)
     if rotary is False:

@@ -120,7 +120,7 @@ def translate(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size:
     device = next(model.parameters()).device
     out: list[str] = []
     for start in range(0, len(texts), batch_size):
-        batch = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt",
+        batch = tokenizer(texts[start:start + batch_size], return_tensors="pt",
                           padding=True)["input_ids"]
         check_ids(batch, model, tokenizer)
         ids = generate(model.eval(), batch.to(device), settings)
@@ -135,7 +135,7 @@ def encode_prompts(tokenizer, prompts: Sequence[str], device=None
     prompts = as_texts(prompts, "prompts")
     if not prompts:
         raise RecipeError("prompts are a list of one or more texts")
-    batch = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
     ids, mask = batch["input_ids"], batch["attention_mask"] == 0
     if ids.shape[1] == 0:
         raise RecipeError("the prompts hold no tokens: give each prompt some text")
@@ -187,13 +187,13 @@ class TextPieces:
 
 
 def _rows(model, tokenizer, prompts, stops, changes):
-    prompts, stops = as_texts(prompts, "prompts"), stop_strings(stops)
+    stops = stop_strings(stops)
     tokenizer = model_tokenizer(model, tokenizer)
     device = next(model.parameters()).device
     ids, mask = encode_prompts(tokenizer, prompts, device)
     check_ids(ids, model, tokenizer)
     settings = settings_for(model, None, **changes)
-    rows = [TextPieces(tokenizer, stops, set(settings.eos_ids)) for _ in prompts]
+    rows = [TextPieces(tokenizer, stops, set(settings.eos_ids)) for _ in range(ids.shape[0])]
     return ids, mask, settings, rows
 
 
