@@ -4,7 +4,8 @@
 :func:`embed` reads the model's own tokenizer and the pooling ``zoo.build`` read once
 from an imported folder's sentence-transformers files: ``modules.json`` (is there a
 ``Normalize`` module), ``1_Pooling/config.json`` (mean of the real tokens, the first
-token, their maximum, or their mean times sqrt(length)) and ``sentence_bert_config.json`` (the longest text, in tokens, before truncation). A model
+token, their maximum, or their mean times sqrt(length)) and
+``sentence_bert_config.json`` (the longest text, in tokens, before truncation). A model
 without them pools by the mean and normalises to length 1, sentence-transformers' most
 common setting. Texts are encoded in batches of similar length (sorted, as
 sentence-transformers does), so that little is padding; the vectors come back in the

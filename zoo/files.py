@@ -311,7 +311,7 @@ def read_json(path: Path, source: str, holds: type = dict) -> Any:
     sentence-transformers' modules and pooling). A FIFO or a folder is no file: it is
     refused, never waited on."""
     if not path.is_file():
-        if os.path.lexists(path) and path.exists():
+        if path.exists():
             raise ArtifactError(f"{source}: {path} is {file_kind(path.stat().st_mode)}, not a "
                                 "file; zoo reads it only from a regular file.")
         raise ArtifactError(f"{source} has no {path.name}.")

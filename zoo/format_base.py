@@ -87,6 +87,16 @@ class Options:
             raise self.refuse(key, value, f"zoo maps {allowed!r}" + (f" ({why})" if why else ""))
         return value
 
+    def count(self, key: str, what: str) -> int | None:
+        """The value of ``key``: a whole number of at least 1, or None where it is absent
+        or null; anything else (0, a bool, a float, text) refused by name, saying
+        ``what`` zoo expresses."""
+        value = self.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise self.refuse(key, value, what)
+        return value
+
     def refuse(self, key: str, value: Any, what: str) -> FormatError:
         """The error that refuses ``key=value`` by name, saying what zoo expresses."""
         return FormatError(f"{self.family} config option {key}={value!r} is not one zoo can "

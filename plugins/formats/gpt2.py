@@ -65,11 +65,9 @@ class GPT2Format(Format):
         layers = options.get("num_hidden_layers", layers)  # transformers' alias, which wins
         eos = options.get("eos_token_id", 50256)
         bos = options.get("bos_token_id", eos)
-        inner = options.get("n_inner")  # null: 4 x n_embd; 0 is a width, not unset
-        if inner is not None and (isinstance(inner, bool) or not isinstance(inner, int)
-                                  or inner < 1):
-            raise options.refuse("n_inner", inner, "a feed-forward width of at least 1, or "
-                                 "null for 4 x n_embd")
+        # null: 4 x n_embd; 0 is a width, not unset
+        inner = options.count("n_inner", "a feed-forward width of at least 1, or null for "
+                              "4 x n_embd")
         settings = {
             "vocab_size": options.get("vocab_size", 50257), "d_model": d_model,
             "n_heads": options.get("n_head", 12),

@@ -129,11 +129,8 @@ class LlamaFormat(Format):
             options.get("sliding_window")  # inert without use_sliding_window
         else:
             bias = out_bias = options.get("attention_bias", False)
-        window = options.get("sliding_window") if kind == "mistral" else None
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int)
-                                   or window < 1):
-            raise options.refuse("sliding_window", window, "a window of at least 1 key, or "
-                                 "null for every key")
+        window = options.count("sliding_window", "a window of at least 1 key, or null for "
+                               "every key") if kind == "mistral" else None
         layer_types = options.get("layer_types", [])
         expected = "sliding_attention" if window else "full_attention"
         if any(t != expected for t in layer_types):
