@@ -41,8 +41,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import (add_layer, fused_qkv, may_run, new_plan, outdated, refused, run,
-                          seal)
+from .native_plan import add_layer, fused_qkv, may_run, new_plan, refused, run, seal
 from .static_steps import StaticSteps, layer_refusal
 
 
@@ -125,10 +124,9 @@ class StaticDecoder(StaticSteps):
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         m, pos = self.model, self.next_step()
         x = m._embed(m.tgt_embed, m.decoder, m.positional, tokens, pos)
-        if self.native is not None and outdated(self.native):  # a weight changed: copies again
-            self.native = native_plan(self.layers, self.rows, self.keep)
-        if self.native is not None and may_run(x):
-            x = run(self.native, x, pos)
+        plan = self.current_plan()
+        if plan is not None and may_run(x):
+            x = run(plan, x, pos)
         else:
             for layer in self.layers:
                 x = self._layer(layer, x, pos)
@@ -174,6 +172,9 @@ class StaticDecoder(StaticSteps):
         q = attn.q_proj(h).view(s, g, heads, width).transpose(1, 2)
         out = attn._dense(q, layer.cross_k, layer.cross_v, self.keep)  # (s, heads, g, width)
         return attn.out_proj(out.transpose(1, 2).reshape(self.rows, 1, attn.inner_dim))
+
+    def sealed_again(self) -> dict | None:
+        return native_plan(self.layers, self.rows, self.keep)
 
     def buffers(self) -> list[torch.Tensor]:
         return [buf for layer in self.layers for buf in (layer.k, layer.v)]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, may_run, new_plan, outdated, run, seal
+from .native_plan import add_layer, may_run, new_plan, run, seal
 from .static_steps import StaticSteps, layer_refusal
 
 
@@ -83,9 +83,9 @@ class StaticLM(StaticSteps):
             self.keep[:, :self.start] = ~cache.padding
         self.counts = cache.real_counts(self.rows, first.k.device)  # each row's real positions
 
-    def _sealed_again(self) -> dict:
-        """A plan made again over the same buffers, after a weight changed between two
-        steps (:func:`.native_plan.outdated`)."""
+    def sealed_again(self) -> dict:
+        """A plan made again over the same buffers; one ValueError where the native step
+        cannot run the layers now (StaticLM has no Python steps to fall back on)."""
         plan = _layers_plan(self.model, self.rows)
         if plan is None:
             raise ValueError("a weight of the model changed during this decoding so that the "
@@ -99,9 +99,7 @@ class StaticLM(StaticSteps):
         if not may_run(x):
             raise RuntimeError("StaticLM runs without autograd in fp32 (torch.no_grad(), "
                                "no autocast): decode through zoo.generate, which does")
-        if outdated(self.native):  # a weight changed between two steps: its copies again
-            self.native = self._sealed_again()
-        x = run(self.native, x, pos, self_keep=self.keep)
+        x = run(self.current_plan(), x, pos, self_keep=self.keep)
         self.filled += 1
         self.counts = self.counts + 1
         if m.norm is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import declares
+from .native_plan import declares, outdated
 
 
 def layer_refusal(i: int, block: nn.Module, attentions: tuple) -> str | None:
@@ -51,6 +51,19 @@ class StaticSteps:
 
     def buffers(self) -> list[torch.Tensor]:
         """Every buffer of keys and values, (rows, heads, positions, head width)."""
+        raise NotImplementedError
+
+    def current_plan(self) -> dict | None:
+        """The sealed plan of this step, made again over the same buffers
+        (:meth:`sealed_again`) when a weight it was made from changed since, as torch
+        counts changes (:func:`.native_plan.outdated`: ``w.mul_(3)`` between two steps)."""
+        if self.native is not None and outdated(self.native):
+            self.native = self.sealed_again()
+        return self.native
+
+    def sealed_again(self) -> dict | None:
+        """A plan of the model's layers as they are now, over the same buffers, sealed (or
+        None where the native step cannot run them now)."""
         raise NotImplementedError
 
     @property
