@@ -50,6 +50,7 @@ _LAZY = {
     "load": "zoo.loading",
     "embed": "zoo.embedding",
     "cosine": "zoo.embedding",
+    "rerank": "zoo.reranking",
     "stream_text": "zoo.decoding.text",
     "GenerationSettings": "zoo.decoding",
     "quantize": "zoo.quantization",

@@ -42,6 +42,7 @@ from .quantization import MODES as QUANTIZE_MODES
 from .quantization import quantize as quantize_model
 from .recipe import PretrainedWeights, Recipe, list_recipes
 from .recipe import catalogue_recipe
+from .reranking import read_activation
 from .resolver import Resolved, resolve
 
 HF_HUB_PREFIX = "hf-hub:"
@@ -135,6 +136,7 @@ def _instantiate(resolved: Resolved) -> nn.Module:
     model.tokenizer = None  # its text: an imported folder's or a run's task's (zoo.load)
     if model.kind == "encoder":
         model.pooling = pooling_of(model)  # an imported folder's own files: read below
+        model.score_activation = None  # a cross-encoder's: its folder's, or the default
     return model
 
 
@@ -274,6 +276,9 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
         model.generation = imported.generation
         if model.kind == "encoder":  # its sentence-transformers files, read once
             model.pooling = read_pooling(imported.folder, saved.name, model.pooling.max_tokens)
+            if model.settings.head == "classification":
+                model.score_activation = read_activation(imported.config,
+                                                         model.settings.num_labels, saved.name)
         if model.generation is not None:
             try:
                 fits_vocabulary(model, model.generation)

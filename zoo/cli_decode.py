@@ -1,6 +1,6 @@
 """The commands that run a model on text: ``zoo translate`` (a source to its translation),
-``zoo generate`` (a prompt to its continuation, streamed) and ``zoo embed`` (texts to
-sentence embeddings)."""
+``zoo generate`` (a prompt to its continuation, streamed), ``zoo embed`` (texts to
+sentence embeddings) and ``zoo rerank`` (documents by their relevance to a query)."""
 
 from __future__ import annotations
 
@@ -262,4 +262,46 @@ def cmd_embed(args: argparse.Namespace) -> int:
     vectors = embed(model, texts, batch_size=args.batch_size)
     for text, vector in zip(texts, vectors.tolist()):
         print(json.dumps({"text": text, "embedding": [round(v, 7) for v in vector]}))
+    return 0
+
+
+# -- zoo rerank ----------------------------------------------------------------------------------
+def add_rerank(sub) -> None:
+    """``zoo rerank MODEL QUERY DOCUMENT ...``."""
+    p = sub.add_parser("rerank", help="documents by their relevance to a query, scored by a "
+                       "cross-encoder (ms-marco-MiniLM-L6-v2, bge-reranker), as JSON lines")
+    p.add_argument("model", help="a cross-encoder folder: an encoder with a classification "
+                   "head (local-dir:PATH, hf-hub:OWNER/NAME)")
+    p.add_argument("query", help="the query")
+    p.add_argument("document", nargs="+", help="one or more documents; - reads one document "
+                   "per line of standard input")
+    p.add_argument("--top-k", type=int, help="print only the best K documents")
+    p.add_argument("--batch-size", type=int, default=32, help="pairs encoded together, of "
+                   "similar length (32)")
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_rerank)
+
+
+def cmd_rerank(args: argparse.Namespace) -> int:
+    """One JSON line per document, the most relevant first: ``{"rank": 1, "index": i,
+    "score": s, "text": ...}`` (``index``: its place among the documents given, from 0);
+    a head of several labels prints ``scores``, in the order given."""
+    import json
+
+    from .loading import load
+    from .reranking import rerank
+
+    documents = _prompts(args.document, "rerank")
+    if args.top_k is not None and args.top_k < 1:
+        raise SystemExit(f"zoo rerank: --top-k is at least 1, not {args.top_k}")
+    model = load(args.model, device=args.device)
+    scores = rerank(model, args.query, documents, batch_size=args.batch_size)
+    if scores.ndim > 1:
+        for i, (text, row) in enumerate(zip(documents, scores.tolist())):
+            print(json.dumps({"index": i, "scores": [round(v, 7) for v in row], "text": text}))
+        return 0
+    order = sorted(range(len(documents)), key=lambda i: -scores[i].item())[:args.top_k]
+    for rank, i in enumerate(order, 1):
+        print(json.dumps({"rank": rank, "index": i, "score": round(scores[i].item(), 7),
+                          "text": documents[i]}))
     return 0

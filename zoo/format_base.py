@@ -26,6 +26,7 @@ from .decoding.settings import plugin_rule_settings
 from .errors import ExportError, FormatError
 from .kinds import kind_of
 from .quantization import is_quantized
+from .reranking import CONFIG_KEYS as SCORE_KEYS
 from .tied import weights_to_save
 
 BOOKKEEPING = {
@@ -103,8 +104,10 @@ class Options:
                            f"express: {what}. Nothing was loaded.")
 
     def done(self, known: set[str] = frozenset()) -> None:
-        """Refuse, by name, the keys that were neither read nor known to change nothing."""
-        left = sorted(set(self.config) - self.read - BOOKKEEPING - GENERATION_KEYS - set(known))
+        """Refuse, by name, the keys that were neither read nor known to change nothing
+        (a cross-encoder's score activation is :func:`zoo.reranking.read_activation`'s)."""
+        left = sorted(set(self.config) - self.read - BOOKKEEPING - GENERATION_KEYS - SCORE_KEYS
+                      - set(known))
         if left:
             raise FormatError(
                 f"{self.family} config options zoo does not know: {left}. zoo maps only "
