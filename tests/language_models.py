@@ -130,3 +130,66 @@ def gpt2_with_tokenizer(folder: Path, vocab_size: int = 320):
     model.eval().save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, tokenizer
+
+
+CHATML = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}{%- for message in messages %}{%- if (message.role == 'user') or "
+    "(message.role == 'system' and not loop.first) or (message.role == 'assistant') %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+"""Qwen2.5-Instruct's chat template (ChatML) without its tools part."""
+ZEPHYR = (
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
+    "{{ '<|user|>\\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'system' %}\n{{ '<|system|>\\n' + message['content'] + "
+    "eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\\n'  + "
+    "message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and "
+    "add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}")
+"""TinyLlama-1.1B-Chat-v1.0's chat template (Zephyr's): a turn ends with the end token."""
+
+
+def chat_model(folder: Path, template: str, stop_after: int | None = None):
+    """A Qwen2.5-Instruct-shaped chat model (Qwen2, untied output) with a byte-level BPE
+    tokenizer trained on :data:`TEXT`, its special tokens <|endoftext|> (the end token),
+    <|im_start|> and <|im_end|>, and ``template``, saved in ``folder``. With
+    ``stop_after``, <|im_end|>'s output row is made 1.1 times that of the token greedy
+    decoding picks at that step of the reply to a first message, so that the reply ends
+    there at the end of the turn. Returns (model, tokenizer)."""
+    import transformers as tf
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(TEXT * 4, vocab_size=300, min_frequency=1, show_progress=False)
+    bpe.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tokenizer = tf.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer,
+                                           eos_token="<|endoftext|>",
+                                           pad_token="<|endoftext|>")
+    tokenizer.chat_template = template
+    end = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = dict(PUBLISHED["qwen2.5"][2], vocab_size=len(tokenizer), bos_token_id=end,
+                  eos_token_id=end, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**config)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(std=0.5 if "embed" in name else 0.25)
+        if stop_after is not None:
+            ids = tokenizer.apply_chat_template(FIRST, add_generation_prompt=True,
+                                                return_dict=False)
+            out = model.generate(torch.tensor([ids]), max_new_tokens=stop_after + 1,
+                                 do_sample=False, eos_token_id=[end])
+            chosen = out[0, len(ids) + stop_after]
+            head = model.lm_head.weight
+            head[tokenizer.convert_tokens_to_ids("<|im_end|>")] = 1.1 * head[chosen]
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, tokenizer
+
+
+FIRST = [{"role": "user", "content": "The cat sat on the mat."}]
+"""A conversation's first message."""

@@ -52,6 +52,8 @@ _LAZY = {
     "cosine": "zoo.embedding",
     "rerank": "zoo.reranking",
     "stream_text": "zoo.decoding.text",
+    "chat": "zoo.decoding.chat",
+    "stream_chat": "zoo.decoding.chat",
     "GenerationSettings": "zoo.decoding",
     "quantize": "zoo.quantization",
     "KVCache": "zoo.cache",

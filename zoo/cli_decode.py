@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 
 from .kinds import kind_of
 
@@ -119,6 +120,16 @@ def add_generate(sub) -> None:
                    "or a run folder trained on text")
     p.add_argument("prompt", nargs="+", help="one or more prompts; - reads one prompt per "
                    "line of standard input")
+    add_generation_options(p)
+    p.add_argument("--only-new", action="store_true", help="print only the new text, not "
+                   "the prompt before it")
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_generate)
+
+
+def add_generation_options(p) -> None:
+    """The generation settings ``zoo generate`` and ``zoo chat`` take (read back by
+    :func:`generation_changes`)."""
     p.add_argument("--max-new-tokens", type=int, help="default the model's own settings")
     p.add_argument("--temperature", type=float, help="sample at this temperature")
     p.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
@@ -145,36 +156,31 @@ def add_generate(sub) -> None:
                         "step, whatever the model's own settings say")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="end a continuation right after this text (repeatable)")
-    p.add_argument("--only-new", action="store_true", help="print only the new text, not "
-                   "the prompt before it")
-    p.add_argument("--device")
-    p.set_defaults(func=cmd_generate)
 
 
-def _standard_input_lines() -> list[str]:
-    """Standard input's lines, read as UTF-8; a line that is not is one RecipeError naming
-    it (not a UnicodeDecodeError)."""
+def input_lines() -> Iterator[str]:
+    """Standard input's lines as they come, read as UTF-8; a line that is not is one
+    RecipeError naming it (not a UnicodeDecodeError)."""
     from .errors import RecipeError
 
     raw = getattr(sys.stdin, "buffer", None)
     if raw is None:  # a text stream put in its place (a caller's own)
-        return [line.rstrip("\n") for line in sys.stdin]
-    lines = []
-    for number, line in enumerate(raw, 1):
+        yield from (line.rstrip("\n") for line in sys.stdin)
+        return
+    for number, line in enumerate(iter(raw.readline, b""), 1):
         try:
-            lines.append(line.decode("utf-8").rstrip("\r\n"))
+            yield line.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as exc:
             raise RecipeError(f"standard input's line {number} is not UTF-8 (byte "
                               f"0x{line[exc.start]:02x} at {exc.start}): give the texts as "
                               "UTF-8") from None
-    return lines
 
 
 def _prompts(given: list[str], command: str = "generate") -> list[str]:
     prompts = []
     for prompt in given:
         if prompt == "-":
-            prompts += [line for line in _standard_input_lines() if line.strip()]
+            prompts += [line for line in input_lines() if line.strip()]
         else:
             prompts.append(prompt)
     if not prompts:
@@ -182,7 +188,8 @@ def _prompts(given: list[str], command: str = "generate") -> list[str]:
     return prompts
 
 
-def _generation_changes(args: argparse.Namespace) -> dict:
+def generation_changes(args: argparse.Namespace) -> dict:
+    """The generation settings :func:`add_generation_options`' arguments give."""
     changes = {name: getattr(args, name) for name in (*SAMPLING, "repetition_penalty", "seed",
                                                       "max_new_tokens")
                if getattr(args, name) is not None}
@@ -196,13 +203,13 @@ def _generation_changes(args: argparse.Namespace) -> dict:
     return changes
 
 
-def _language_model(name: str, device):
+def language_model(name: str, device, command: str = "generate"):
     """The language model ``name`` names (:func:`zoo.loading.load`), carrying its text."""
     from .loading import load
 
     model = load(name, device=device)
     if kind_of(model) != "language-model":
-        raise SystemExit(f"zoo generate: {name} is not a language model (a "
+        raise SystemExit(f"zoo {command}: {name} is not a language model (a "
                          f"{kind_of(model) or 'model of no kind'} model); zoo translate "
                          "decodes sequence-to-sequence models")
     return model
@@ -216,8 +223,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .derived import fixed_weights
 
     prompts = _prompts(args.prompt)
-    model = _language_model(args.model, args.device)
-    changes = _generation_changes(args)
+    model = language_model(args.model, args.device)
+    changes = generation_changes(args)
     settings_for(model, None, **changes)  # a setting out of range: one zoo error, first
     with fixed_weights(model):  # the weights checked once for all the prompts
         for prompt in prompts:

@@ -235,7 +235,8 @@ def file_patterns(config: dict[str, Any], source: str) -> list[str]:
     _, reader = _reader(config, source)
     files = getattr(reader, "files", ())
     return sorted({CONFIG_NAME, GENERATION_NAME, WEIGHTS_NAME, INDEX_NAME,
-                   "model-*.safetensors", *(files() if callable(files) else files)})
+                   "model-*.safetensors", *CHAT_TEMPLATE_FILES,
+                   *(files() if callable(files) else files)})
 
 
 def convert_command(folder: str) -> str:
@@ -315,6 +316,9 @@ def check_tied(state: Mapping[str, torch.Tensor], pairs: list[tuple[str, str]],
             f"uses {alias} as stored, or store it equal to {original}. Nothing was loaded.")
 
 
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+"""Where an instruct model's chat template may be, beside tokenizer_config.json's
+``chat_template`` (:mod:`zoo.decoding.chat`)."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt",
                    "source.spm", "spiece.model", "sentencepiece.bpe.model")
 """The files of which a transformers tokenizer has at least one."""

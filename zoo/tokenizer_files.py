@@ -20,10 +20,10 @@ from .errors import FormatError
 from .files import file_kind
 
 JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json",
-              "special_tokens_map.json", "added_tokens.json")
+              "special_tokens_map.json", "added_tokens.json", "chat_template.json")
 SENTENCEPIECE_FILES = ("source.spm", "target.spm", "spiece.model", "sentencepiece.bpe.model",
                        "tokenizer.model")
-TEXT_FILES = ("vocab.txt", "merges.txt")
+TEXT_FILES = ("vocab.txt", "merges.txt", "chat_template.jinja")
 LARGEST = 1 << 30
 """The largest tokenizer file read (1 GiB; real ones are at most tens of MB)."""
 

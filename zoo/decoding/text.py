@@ -187,14 +187,47 @@ class TextPieces:
 
 
 def _rows(model, tokenizer, prompts, stops, changes):
-    stops = stop_strings(stops)
     tokenizer = model_tokenizer(model, tokenizer)
-    device = next(model.parameters()).device
-    ids, mask = encode_prompts(tokenizer, prompts, device)
-    check_ids(ids, model, tokenizer)
+    ids, mask = encode_prompts(tokenizer, prompts, next(model.parameters()).device)
     settings = settings_for(model, None, **changes)
-    rows = [TextPieces(tokenizer, stops, set(settings.eos_ids)) for _ in range(ids.shape[0])]
-    return ids, mask, settings, rows
+    return ids, mask, settings, text_rows(model, tokenizer, ids, settings, stops)
+
+
+def text_rows(model, tokenizer, ids: torch.Tensor, settings, stop: Any) -> list[TextPieces]:
+    """One :class:`TextPieces` for each row of prompt ``ids`` (checked against the model's
+    vocabulary), ending at ``settings``' end tokens or a ``stop`` string."""
+    stops = stop_strings(stop)
+    check_ids(ids, model, tokenizer)
+    return [TextPieces(tokenizer, stops, set(settings.eos_ids)) for _ in range(ids.shape[0])]
+
+
+def stream_rows(model, ids: torch.Tensor, mask: torch.Tensor | None, settings,
+                rows: list[TextPieces]) -> Iterator[list[str]]:
+    """The new text of each row as it comes, one list of pieces a step ("" where a row
+    has none new), the pieces held back at the length limit last; ends once every row
+    is done."""
+    for tokens in stream(model.eval(), ids, settings, padding_mask=mask):
+        yield [row.add(int(t)) for row, t in zip(rows, tokens.tolist())]
+        if all(row.done for row in rows):
+            return
+    tails = [row.rest() for row in rows]  # the length limit: what was held back
+    if any(tails):
+        yield tails
+
+
+def complete_rows(model, ids: torch.Tensor, mask: torch.Tensor | None, settings,
+                  rows: list[TextPieces]) -> list[str]:
+    """Each row's whole new text: step by step (so that stop strings end it early), or at
+    once for beam search."""
+    if settings.num_beams == 1:
+        for _ in stream_rows(model, ids, mask, settings, rows):
+            pass
+    else:
+        out = generate(model.eval(), ids, settings, padding_mask=mask)
+        for row, tokens in zip(rows, out.tolist()):
+            for t in tokens:
+                row.add(t)
+    return [row.text for row in rows]
 
 
 @torch.no_grad()
@@ -209,21 +242,11 @@ def stream_text(model, prompts: str | Sequence[str], *, tokenizer: Any = None,
     single = isinstance(prompts, str)
     ids, mask, settings, rows = _rows(model, tokenizer, [prompts] if single else prompts,
                                       stop, changes)
-    for tokens in stream(model.eval(), ids, settings, padding_mask=mask):
-        pieces = [row.add(int(t)) for row, t in zip(rows, tokens.tolist())]
-        if single:
-            if pieces[0]:
-                yield pieces[0]
-        else:
+    for pieces in stream_rows(model, ids, mask, settings, rows):
+        if not single:
             yield pieces
-        if all(row.done for row in rows):
-            return
-    tails = [row.rest() for row in rows]  # the length limit: what was held back
-    if single:
-        if tails[0]:
-            yield tails[0]
-    elif any(tails):
-        yield tails
+        elif pieces[0]:
+            yield pieces[0]
 
 
 @torch.no_grad()
@@ -235,15 +258,5 @@ def complete(model, prompts: str | Sequence[str], *, tokenizer: Any = None,
     single = isinstance(prompts, str)
     ids, mask, settings, rows = _rows(model, tokenizer, [prompts] if single else prompts,
                                       stop, changes)
-    if settings.num_beams == 1:  # step by step, so that stop strings end it early
-        for tokens in stream(model.eval(), ids, settings, padding_mask=mask):
-            for row, t in zip(rows, tokens.tolist()):
-                row.add(int(t))
-            if all(row.done for row in rows):
-                break
-    else:
-        out = generate(model.eval(), ids, settings, padding_mask=mask)
-        for row, tokens in zip(rows, out.tolist()):
-            for t in tokens:
-                row.add(t)
-    return rows[0].text if single else [row.text for row in rows]
+    texts = complete_rows(model, ids, mask, settings, rows)
+    return texts[0] if single else texts
