@@ -1,7 +1,8 @@
 """Decoder-only folders made by transformers from the Hub's published configs at small
 widths: gpt2, TinyLlama-1.1B, Llama-3.2-1B (GQA, llama3 RoPE scaling, tied),
 Qwen2.5-0.5B (q/k/v biases, tied), Qwen3-0.6B (each head's queries and keys normed,
-heads wider than the width's share, tied) and Mistral-7B-v0.1 (GQA, a sliding window). Every
+heads wider than the width's share, tied), Mistral-7B-v0.1 (GQA, a sliding window) and
+Phi-3-mini-4k (fused q/k/v and gate/up, a window of half the context less one). Every
 key of each published config is kept (the widths, vocabulary and token ids shrunk),
 and config.json is written as published (``rope_theta``/``rope_scaling``), not as
 transformers 5 rewrites it."""
@@ -56,6 +57,15 @@ PUBLISHED = {
         initializer_range=0.02, max_position_embeddings=128, num_key_value_heads=2,
         rms_norm_eps=1e-05, rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False,
         vocab_size=VOCAB)),
+    "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(  # Phi-3-mini-4k-instruct's
+        SMALL, attention_bias=False, attention_dropout=0.0, bos_token_id=1, embd_pdrop=0.0,
+        eos_token_id=VOCAB - 1, hidden_act="silu", initializer_range=0.02,
+        max_position_embeddings=64, num_key_value_heads=8,
+        original_max_position_embeddings=64, pad_token_id=VOCAB - 1, resid_pdrop=0.0,
+        rms_norm_eps=1e-05, rope_scaling=None, rope_theta=10000.0, sliding_window=31,
+        tie_word_embeddings=False, use_cache=True, vocab_size=VOCAB,
+        auto_map={"AutoConfig": "configuration_phi3.Phi3Config",
+                  "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"})),
 }
 """Each variant's transformers class, config class and published config (small)."""
 END = {name: config["eos_token_id"] for name, (_, _, config) in PUBLISHED.items()}

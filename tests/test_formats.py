@@ -318,7 +318,7 @@ def test_an_unknown_model_type_names_the_formats_zoo_reads(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "pegasus"}))
     with pytest.raises(zoo.FormatError, match=r"pegasus.*'bart', 'bert', 'gpt2', 'llama', "
-                       r"'m2m_100', 'marian', 'mbart', 'mistral', 'qwen2', 'qwen3', "
+                       r"'m2m_100', 'marian', 'mbart', 'mistral', 'phi3', 'qwen2', 'qwen3', "
                        r"'roberta', 't5', 'vit'"):
         zoo.build(f"local-dir:{tmp_path / 'm'}")
 

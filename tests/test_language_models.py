@@ -214,6 +214,9 @@ def test_grouped_query_attention_caches_only_its_key_value_heads(folders):
     ("llama-110m-shape", ("LlamaForCausalLM", "LlamaConfig", dict(
         vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
         num_attention_heads=12, num_key_value_heads=12, tie_word_embeddings=True))),
+    ("phi3-mini-shape", ("Phi3ForCausalLM", "Phi3Config", dict(
+        vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, pad_token_id=32000))),
     ("qwen3-0.6b-shape", ("Qwen3ForCausalLM", "Qwen3Config", dict(
         vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
         num_attention_heads=16, num_key_value_heads=8, head_dim=128,
@@ -241,6 +244,11 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("tinyllama", "logits_soft_cap", 30.0, "logits_soft_cap"),
     ("mistral", "sliding_window", 0, "sliding_window=0 is not one zoo can express"),
     ("gpt2", "n_inner", 0, "n_inner=0 is not one zoo can express"),
+    ("phi3", "rope_scaling", {"type": "longrope", "long_factor": [1.0] * 4,
+                              "short_factor": [1.0] * 4}, "rope_type.: .longrope"),
+    ("phi3", "partial_rotary_factor", 1.5, "partial_rotary_factor=1.5"),
+    ("phi3", "attention_bias", True, "Phi-3's projections have no biases"),
+    ("tinyllama", "partial_rotary_factor", 0.5, "partial_rotary_factor"),
     # rope_scaling read key by key: what transformers requires is required by name
     ("llama-3.2", "rope_scaling", {"rope_type": "llama3", "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0}, "'llama3' scaling. lacks factor"),
@@ -327,7 +335,7 @@ def test_lm_english_learns_in_a_minute_and_the_run_generates_text(tmp_path):
 
 
 @pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen2.5", "qwen3", "mistral",
-                                    "gpt2-tiny", "llama-tiny"])
+                                    "phi3", "gpt2-tiny", "llama-tiny"])
 def test_export_to_transformers_gives_a_folder_it_loads_with_zoos_logits(source, folders,
                                                                          tmp_path):
     import transformers as tf
@@ -350,6 +358,56 @@ def test_export_to_transformers_gives_a_folder_it_loads_with_zoos_logits(source,
     again = zoo.build(f"local-dir:{tmp_path / 'out'}").eval()  # and zoo reads it back
     with torch.no_grad():
         torch.testing.assert_close(again(prompts, padding_mask=mask == 0)[real], ours[real])
+
+
+def test_phi3_rotating_a_share_of_each_head_gives_transformers_logits_and_exports(tmp_path):
+    """partial_rotary_factor (Phi-4-mini's 0.75; here 0.5 of heads of 8): transformers'
+    logits and tokens; the transformers export is a Phi-3 folder again, the CTranslate2
+    export is refused by name (its Phi-3 rotates every feature), the ONNX one computes it."""
+    import transformers as tf
+
+    from zoo.export import ExportError, export
+
+    published = dict(PUBLISHED["phi3"][2], partial_rotary_factor=0.5)
+    torch.manual_seed(0)
+    hf = tf.Phi3ForCausalLM(tf.Phi3Config(**published)).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if p.dim() == 2:
+                p.normal_(std=0.5 if "embed" in name or "lm_head" in name else 0.25)
+    hf.save_pretrained(tmp_path / "phi")
+    model = zoo.build(f"local-dir:{tmp_path / 'phi'}").eval()
+    assert model.recipe.components["positional"].settings["fraction"] == 0.5
+    prompts, mask = left_padded()
+    real = mask.bool()
+    with torch.no_grad():
+        ref = hf(prompts, attention_mask=mask, position_ids=_positions(mask)).logits
+        torch.testing.assert_close(model(prompts, padding_mask=mask == 0)[real], ref[real],
+                                   rtol=0, atol=1e-5 * max(1.0, ref[real].abs().max().item()))
+        tokens = hf.generate(prompts, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                             pad_token_id=END["phi3"])[:, prompts.shape[1]:]
+    assert model.generate(prompts, padding_mask=mask == 0, max_new_tokens=8).tolist() == \
+        tokens.tolist()
+    full = zoo.build(f"local-dir:{tmp_path / 'phi'}", **{"positional.fraction": 1.0}).eval()
+    with torch.no_grad():  # the unrotated half matters
+        assert not torch.allclose(full(prompts[:1]), model(prompts[:1]), atol=1e-3)
+    export(model, tmp_path / "out", format="transformers")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["model_type"], config["partial_rotary_factor"]) == ("phi3", 0.5)
+    back = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert "self_attn.qkv_proj.weight" in " ".join(back.state_dict())
+    with torch.no_grad():
+        again = back(prompts, attention_mask=mask, position_ids=_positions(mask)).logits
+    torch.testing.assert_close(again[real], ref[real], rtol=0, atol=1e-4)
+    with pytest.raises(ExportError, match="rope fraction 0.5: CTranslate2's converter"):
+        export(model, tmp_path / "ct2", format="ctranslate2")
+    with pytest.raises(ExportError, match="Phi-3 alone rotates a share"):
+        export(zoo.build("llama-tiny", **{"positional.fraction": 0.5,
+                                          "attention.qk_norm": True}),
+               tmp_path / "x", format="transformers")
+    with pytest.raises(ExportError, match="Phi-3's projections have no biases"):
+        export(zoo.build("llama-tiny", **{"positional.fraction": 0.5, "attention.bias": True}),
+               tmp_path / "x", format="transformers")
 
 
 def test_an_export_transformers_cannot_express_is_refused_by_name(tmp_path):
@@ -380,7 +438,7 @@ def _model_of(source, folders):
 
 
 @pytest.mark.parametrize("source", ["gpt2", "tinyllama", "qwen2.5", "qwen3", "mistral",
-                                    "llama-tiny"])
+                                    "phi3", "llama-tiny"])
 def test_ctranslate2_generator_export_decodes_zoos_greedy_tokens(source, folders, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from zoo.export import default_vocabulary, export
@@ -517,8 +575,8 @@ def test_imported_language_models_decode_through_the_native_step(beams, folders,
                                                                  monkeypatch):
     """GPT-2, TinyLlama, Llama 3.2 (its scaled RoPE as the step's rotation) and Qwen2.5
     (q/k/v biases) decode their steps after the prompts in zoo's native step with
-    transformers' tokens; Mistral's sliding window and Qwen3's normed queries and keys
-    keep the general path, with the same tokens."""
+    transformers' tokens; Mistral's and Phi-3's sliding windows and Qwen3's normed
+    queries and keys keep the general path, with the same tokens."""
     from zoo.ops import Linear
     from zoo.plugins.architectures.static_lm import StaticLM
 
@@ -539,5 +597,5 @@ def test_imported_language_models_decode_through_the_native_step(beams, folders,
                               do_sample=False, pad_token_id=END[variant])[:, prompts.shape[1]:]
         out = model.generate(prompts, padding_mask=mask == 0, max_new_tokens=12,
                              num_beams=beams)
-        assert ran == ([] if variant in ("mistral", "qwen3") else [True]), variant
+        assert ran == ([] if variant in ("mistral", "qwen3", "phi3") else [True]), variant
         assert out.tolist() == ref.tolist(), variant

@@ -39,9 +39,10 @@ def register_formats(register):
     register(
         "llama",
         "zoo.plugins.formats.llama:LlamaFormat",
-        description="transformers' LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM "
-                    "and Qwen3ForCausalLM (Llama 2 and 3, TinyLlama, Mistral, Qwen2.5, Qwen3)",
-        capabilities={"model_types": ("llama", "mistral", "qwen2", "qwen3"),
+        description="transformers' LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                    "Qwen3ForCausalLM and Phi3ForCausalLM (Llama 2 and 3, TinyLlama, Mistral, "
+                    "Qwen2.5, Qwen3, Phi-3)",
+        capabilities={"model_types": ("llama", "mistral", "qwen2", "qwen3", "phi3"),
                       "writes": "transformers"},
     )
     register(

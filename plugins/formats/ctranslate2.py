@@ -289,6 +289,11 @@ def _converted(model: nn.Module, folder: Path, export: Callable[..., Path], *,
         raise ExportError("positional rope scaling 'llama3': CTranslate2's converter does not "
                           "carry Llama 3's frequency scaling (its model would compute RoPE "
                           "unscaled); export with --format onnx or transformers")
+    if positional is not None and positional.settings.get("fraction", 1.0) < 1:
+        # CTranslate2's Phi-3 loader rotates every feature of a head (its rotary_dim 0)
+        raise ExportError(f"positional rope fraction {positional.settings['fraction']}: "
+                          "CTranslate2's converter rotates every feature of a Phi-3 head; "
+                          "export with --format onnx or transformers")
     size = model.settings.vocab_size
     tokens = list(vocabulary) if vocabulary is not None else (
         _tokenizer_vocabulary(model, size) or default_vocabulary(size))

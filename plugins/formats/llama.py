@@ -1,8 +1,10 @@
 """transformers' Llama (Touvron et al. 2023, ``LlamaForCausalLM``) and the models of its
 layout: Mistral (Jiang et al. 2023, ``MistralForCausalLM``), Qwen2 (Yang et al. 2024,
-``Qwen2ForCausalLM``) and Qwen3 (Yang et al. 2025, ``Qwen3ForCausalLM``: each head's
-queries and keys RMS-normed, ``head_dim`` free of the width, no biases); TinyLlama,
-Llama 2 and 3, Mistral-7B, Qwen2.5 and Qwen3 load through it.
+``Qwen2ForCausalLM``), Qwen3 (Yang et al. 2025, ``Qwen3ForCausalLM``: each head's
+queries and keys RMS-normed, ``head_dim`` free of the width, no biases) and Phi-3
+(Abdin et al. 2024, ``Phi3ForCausalLM``: q, k and v in one matrix, gate and up in one,
+a share of each head rotated where ``partial_rotary_factor`` says, a sliding window);
+TinyLlama, Llama 2 and 3, Mistral-7B, Qwen2.5, Qwen3 and Phi-3-mini-4k load through it.
 
 Llama in zoo's components: the ``decoder`` architecture with RoPE (``rope_theta``,
 and the ``linear`` and ``llama3`` scalings of ``rope_scaling``), RMSNorm pre-norm with
@@ -16,7 +18,9 @@ biases (Qwen2: on q, k and v only), an output of its own or tied. Mistral's
 | model.layers.i.input_layernorm, post_attention_layernorm | layers.i.norm1, norm2 |
 | model.layers.i.self_attn.q_proj, k_proj + v_proj, o_proj | layers.i.attn.q_proj, kv_proj, out_proj |
 | model.layers.i.self_attn.q_norm, k_norm (Qwen3) | layers.i.attn.q_norm, k_norm |
+| model.layers.i.self_attn.qkv_proj (Phi-3) | layers.i.attn.q_proj, kv_proj |
 | model.layers.i.mlp.gate_proj, up_proj, down_proj | layers.i.ffn.fc1_g, fc1_x, fc2 |
+| model.layers.i.mlp.gate_up_proj (Phi-3) | layers.i.ffn.fc1_g, fc1_x |
 | model.norm, lm_head | norm, lm_head |
 """
 
@@ -38,12 +42,16 @@ GATED = {"silu": ("swiglu", {}), "swish": ("swiglu", {}),
          "gelu": ("geglu", {}), "gelu_pytorch_tanh": ("geglu", {"approximate": "tanh"}),
          "gelu_new": ("geglu", {"approximate": "tanh"})}
 """``hidden_act`` of the gated network down(act(gate(x)) * up(x)), as zoo's networks."""
-INERT = {"pretraining_tp", "max_window_layers", "is_llama_config", "rope_interleaved"}
+INERT = {"pretraining_tp", "max_window_layers", "is_llama_config", "rope_interleaved",
+         "auto_map"}
 """``pretraining_tp`` splits the products into slices whose sum is the same product;
 Qwen2's ``max_window_layers`` matters only with ``use_sliding_window`` (refused);
 ``is_llama_config`` and ``rope_interleaved`` (SmolLM2's config, written by nanotron)
-are read by no transformers class."""
+are read by no transformers class; ``auto_map`` names remote code that transformers runs
+only for a family it does not have (Phi-3's configs keep it)."""
 LAYER = re.compile(r"^model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)_proj\.(weight|bias)$")
+FUSED = {"qkv", "gate_up"}
+"""Phi-3's fused projections: q, k and v stacked; the gate's rows, then the up's."""
 NORMS = re.compile(r"^model\.layers\.(\d+)\.(input_layernorm|post_attention_layernorm)\.weight$")
 HEAD_NORMS = re.compile(r"^model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight$")
 """Qwen3's norms of each head's queries and keys."""
@@ -60,10 +68,11 @@ SCALING_KEYS = {"default": ((), ()), "linear": (("factor",), ()),
 it may leave out (``rope_type`` and ``rope_theta`` aside)."""
 
 
-def _rope(options: Options) -> dict[str, Any]:
+def _rope(options: Options, partial: bool = False) -> dict[str, Any]:
     """The rope component's settings: ``rope_parameters`` (transformers 5) or
     ``rope_theta`` and ``rope_scaling`` (the published configs), read key by key: a key
-    transformers requires is required by name, and one zoo does not read is refused."""
+    transformers requires is required by name, and one zoo does not read is refused.
+    With ``partial`` (Phi-3's), ``partial_rotary_factor`` is the share of a head rotated."""
     params, scaling = (options.get(k, {}) or {} for k in ("rope_parameters", "rope_scaling"))
     for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):
         if not isinstance(value, dict):
@@ -74,6 +83,11 @@ def _rope(options: Options) -> dict[str, Any]:
     top, theta = options.get("rope_theta", 10000.0), merged.pop("rope_theta", None)
     theta = top if theta is None else theta
     kind = merged.pop("rope_type", merged.pop("type", "default"))
+    fraction = None
+    if partial:  # rope_parameters' own, else the top level's (as transformers reads them)
+        top_fraction = options.get("partial_rotary_factor")
+        fraction = merged.pop("partial_rotary_factor", None)
+        fraction = top_fraction if fraction is None else fraction
     if kind not in SCALING_KEYS:
         raise options.refuse(key, {"rope_type": kind, **merged},
                              "RoPE unscaled, or scaled 'linear' or 'llama3'")
@@ -88,6 +102,12 @@ def _rope(options: Options) -> dict[str, Any]:
         raise options.refuse(f"{key}.{unread[0]}", merged[unread[0]],
                              f"{kind!r} scaling reads {', '.join(required + optional) or 'no key'}")
     settings: dict[str, Any] = {"base": theta}
+    if fraction is not None and fraction != 1:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+                0 < fraction < 1):
+            raise options.refuse("partial_rotary_factor", fraction, "a share of each head "
+                                 "above 0 and at most 1")
+        settings["fraction"] = fraction
     if kind == "linear":
         settings.update(scaling="linear", factor=merged["factor"])
     elif kind == "llama3":  # as transformers: the context trained for, else the config's
@@ -119,7 +139,14 @@ class LlamaFormat(Format):
         head_dim = options.get("head_dim", d_model // heads)
         act = options.need("hidden_act", tuple(GATED), "silu")
         ffn, ffn_settings = GATED[act]
-        if kind in ("qwen2", "qwen3"):
+        dropout = 0.0
+        if kind == "phi3":  # q, k, v and the network without biases, in fused matrices
+            bias = out_bias = options.need("attention_bias", False, False,
+                                           "Phi-3's projections have no biases")
+            dropout = options.get("resid_pdrop", 0.0)
+            options.get("embd_pdrop")  # read by no module of transformers' Phi-3
+            options.get("original_max_position_embeddings")  # longrope's, refused with it
+        elif kind in ("qwen2", "qwen3"):
             # Qwen2: biases on q, k and v only; Qwen3: as attention_bias says (none)
             bias = True if kind == "qwen2" else options.get("attention_bias", False)
             out_bias = False if kind == "qwen2" else bias
@@ -130,7 +157,7 @@ class LlamaFormat(Format):
         else:
             bias = out_bias = options.get("attention_bias", False)
         window = options.count("sliding_window", "a window of at least 1 key, or null for "
-                               "every key") if kind == "mistral" else None
+                               "every key") if kind in ("mistral", "phi3") else None
         layer_types = options.get("layer_types", [])
         expected = "sliding_attention" if window else "full_attention"
         if any(t != expected for t in layer_types):
@@ -151,7 +178,7 @@ class LlamaFormat(Format):
             "head_dim": None if head_dim * heads == d_model else head_dim,
             "d_ff": options.get("intermediate_size", 11008),
             "layers": options.get("num_hidden_layers", 32),
-            "dropout": 0.0, "attention_dropout": options.get("attention_dropout", 0.0),
+            "dropout": dropout, "attention_dropout": options.get("attention_dropout", 0.0),
             "max_len": options.get("max_position_embeddings", 2048),
             "norm_placement": "pre", "final_norm": True,
             "tie_output": options.get("tie_word_embeddings", False), "bos_id":
@@ -159,7 +186,7 @@ class LlamaFormat(Format):
             "pad_id": options.get("pad_token_id"),
         }
         ffn_settings = {**ffn_settings, "bias": options.get("mlp_bias", False)}
-        rope = _rope(options)
+        rope = _rope(options, partial=kind == "phi3")
         eps = options.get("rms_norm_eps", 1e-6)
         options.done(self.legacy | DECODER_FLAGS)
         return {
@@ -191,6 +218,9 @@ class LlamaFormat(Format):
             if head_norm and kind == "qwen3":
                 i, which = head_norm.groups()
                 out[f"layers.{i}.attn.{which}_norm.weight"] = value
+            elif layer and layer.group(3) in FUSED and kind == "phi3":
+                i, _, proj, part = layer.groups()
+                out.update(_unfused(config, i, proj, part, value))
             elif layer:
                 i, _, proj, part = layer.groups()
                 if proj in ("k", "v"):
@@ -238,14 +268,20 @@ class LlamaFormat(Format):
         _, attention = part(recipe, "attention")
         bias, out_bias = attention.get("bias", True), attention.get("out_bias")
         out_bias = bias if out_bias is None else out_bias
+        name, rope = part(recipe, "positional")
         kind = "qwen3" if attention.get("qk_norm") else "qwen2" if (bias, out_bias) == (
-            True, False) else "mistral" if attention.get("window") else "llama"
+            True, False) else "phi3" if rope.get("fraction", 1.0) < 1 else "mistral" if (
+            attention.get("window")) else "llama"
         if kind != "qwen2" and bias != out_bias:
             found.append(f"attention {attention}: Llama's projections all have biases or none")
         if kind in ("qwen2", "qwen3") and attention.get("window"):
             found.append(f"attention window with {kind}'s layout: transformers' {kind} slides "
                          "only over its upper layers")
-        name, rope = part(recipe, "positional")
+        if rope.get("fraction", 1.0) < 1 and kind != "phi3":
+            found.append(f"positional rope fraction {rope['fraction']} with {kind}'s layout: "
+                         "of transformers' Llama family, Phi-3 alone rotates a share of a head")
+        if kind == "phi3" and bias:
+            found.append(f"attention {attention}: Phi-3's projections have no biases")
         if name != "rope" or rope.get("layout", "half") != "half":
             found.append(f"positional {name} {rope}: Llama's positions are RoPE, halves paired")
         norm, norm_settings = part(recipe, "norm")
@@ -266,7 +302,8 @@ class LlamaFormat(Format):
         d = s.get("d_model", 4096)
         config = {
             "architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                               "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[kind]],
+                               "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                               "phi3": "Phi3ForCausalLM"}[kind]],
             "model_type": kind,
             "vocab_size": s["vocab_size"], "hidden_size": d, "num_attention_heads": heads,
             "num_key_value_heads": s.get("n_kv_heads") or heads,
@@ -286,9 +323,50 @@ class LlamaFormat(Format):
         if kind != "llama" and ffn_settings.get("bias", False):
             raise FormatError(f"this model cannot be written as {kind}: its feed-forward "
                               f"network has biases, which {kind}'s has not")
-        if kind == "mistral":
-            config["sliding_window"] = attention["window"]
+        if kind in ("mistral", "phi3"):
+            config["sliding_window"] = attention.get("window")
+        if kind == "phi3":
+            config.update(partial_rotary_factor=rope["fraction"], pad_token_id=s.get("pad_id"),
+                          resid_pdrop=s.get("dropout", 0.0), embd_pdrop=0.0)
         return config, generation_json(generation), _to_llama(state, config)
+
+
+def _unfused(config: dict[str, Any], i: str, proj: str, part: str,
+             value: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Phi-3's ``qkv_proj`` as zoo's ``q_proj`` and ``kv_proj`` (its rows: every query
+    head's, then the keys', then the values'), or its ``gate_up_proj`` as ``fc1_g`` and
+    ``fc1_x``; a matrix of another height refused by name."""
+    if proj == "gate_up":
+        if value.shape[0] % 2:
+            raise FormatError(f"phi3 layer {i}'s gate_up_proj has {value.shape[0]} rows; it "
+                              "stacks the gate's and the up projection's, as many each")
+        gate, up = value.chunk(2, dim=0)
+        return {f"layers.{i}.ffn.fc1_g.{part}": gate, f"layers.{i}.ffn.fc1_x.{part}": up}
+    heads = config.get("num_attention_heads") or 32
+    kv_heads = config.get("num_key_value_heads") or heads
+    width = config.get("head_dim") or (config.get("hidden_size") or 3072) // heads
+    queries = heads * width
+    if value.shape[0] != queries + 2 * kv_heads * width:
+        raise FormatError(f"phi3 layer {i}'s qkv_proj has {value.shape[0]} rows; its config "
+                          f"asks for {queries} of queries and {kv_heads * width} each of keys "
+                          "and values. Nothing was loaded.")
+    return {f"layers.{i}.attn.q_proj.{part}": value[:queries],
+            f"layers.{i}.attn.kv_proj.{part}": value[queries:]}
+
+
+def _fused(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with each layer's q_proj and kv_proj as one ``attn.qkv_proj``, and its
+    fc1_g and fc1_x as one ``ffn.gate_up_proj``: :func:`_unfused` backwards."""
+    out = dict(state)
+    for key in state:
+        match = re.match(r"^layers\.(\d+)\.attn\.q_proj\.weight$", key)
+        if match:
+            i = match.group(1)
+            out[f"layers.{i}.attn.qkv_proj.weight"] = torch.cat(
+                [out.pop(key), out.pop(f"layers.{i}.attn.kv_proj.weight")])
+            out[f"layers.{i}.ffn.gate_up_proj.weight"] = torch.cat(
+                [out.pop(f"layers.{i}.ffn.fc1_g.weight"), out.pop(f"layers.{i}.ffn.fc1_x.weight")])
+    return out
 
 
 def _scaling(rope: dict[str, Any]) -> dict[str, Any] | None:
@@ -305,7 +383,10 @@ def _scaling(rope: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _to_llama(state: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
-    """zoo's decoder state dict in Llama's names (kv_proj split into k_proj and v_proj)."""
+    """zoo's decoder state dict in Llama's names (kv_proj split into k_proj and v_proj;
+    Phi-3's q, k and v in qkv_proj, its gate and up in gate_up_proj)."""
+    if config["model_type"] == "phi3":
+        state = _fused(state)
     back = {v: k for k, v in PROJ.items()}
 
     def layer(i: str, name: str, kind: str, value: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -314,6 +395,9 @@ def _to_llama(state: dict[str, torch.Tensor], config: dict) -> dict[str, torch.T
             return {f"model.layers.{i}.{which}.{kind}": value}
         if name in ("attn.q_norm", "attn.k_norm"):  # Qwen3's
             return {f"model.layers.{i}.self_attn.{name[5:]}.{kind}": value}
+        if name in ("attn.qkv_proj", "ffn.gate_up_proj"):  # Phi-3's, fused by _fused
+            module = "self_attn" if name.startswith("attn.") else "mlp"
+            return {f"model.layers.{i}.{module}.{name.split('.')[1]}.{kind}": value}
         if name == "attn.kv_proj":
             k, v = value.chunk(2, dim=0)
             return {f"model.layers.{i}.self_attn.k_proj.{kind}": k.contiguous(),

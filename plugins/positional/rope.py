@@ -12,6 +12,10 @@ Hub's configs ask (``rope_scaling``): ``linear`` divides every frequency by ``fa
 frequencies, those whose wavelength exceeds ``original_max_len / low_freq_factor``,
 keeps those shorter than ``original_max_len / high_freq_factor`` and blends linearly
 in between (Llama 3.1, Dubey et al. 2024).
+
+``fraction`` rotates only the first share of each head's features, the rest passing
+unrotated, with the frequencies of a head that narrow (partial rotary: transformers'
+``partial_rotary_factor`` of Phi-3 and Phi-4, GPT-NeoX's ``rotary_pct``).
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ class RotaryPositions(InsideAttention):
         high_freq_factor: float = Field(4.0, gt=0.0)
         original_max_len: int = Field(8192, gt=0)
         """llama3: the length the model was first trained for."""
+        fraction: float = Field(1.0, gt=0.0, le=1.0)
+        """The share of each head's features rotated, from the first (partial rotary)."""
 
         @model_validator(mode="after")
         def _bands(self):
@@ -74,17 +80,24 @@ class RotaryPositions(InsideAttention):
         super().__init__()
         settings = settings or self.Settings()
         head_dim = d_model // n_heads
-        if head_dim % 2:
+        rotated = int(head_dim * settings.fraction)
+        if rotated % 2 or rotated == 0:
             raise RecipeError(
-                f"rope rotates pairs of features, and the head size {head_dim} "
-                f"(d_model {d_model} / n_heads {n_heads}) is odd; pick an even head size."
+                f"rope rotates pairs of features, and the features it rotates, {rotated} "
+                f"(head size {head_dim} = d_model {d_model} / n_heads {n_heads}, times "
+                f"fraction {settings.fraction}), are not a whole number of pairs; pick an "
+                "even head size, or a fraction that leaves one."
             )
-        self.layout = settings.layout
-        inv_freq = settings.base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        self.layout, self.rotated = settings.layout, rotated
+        inv_freq = settings.base ** (-torch.arange(0, rotated, 2, dtype=torch.float32) / rotated)
         self.register_buffer("inv_freq", scaled(inv_freq, settings), persistent=False)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x (B, H, L, D) at ``positions`` (L,) -> x rotated, same dtype."""
+        """x (B, H, L, D) at ``positions`` (L,) -> x rotated, same dtype (its first
+        ``rotated`` features; the others as they are)."""
+        if self.rotated < x.shape[-1]:
+            kept = x[..., self.rotated:]
+            return torch.cat([self.rotate(x[..., :self.rotated], positions), kept], dim=-1)
         angles = positions.to(torch.float32)[:, None] * self.inv_freq[None]  # (L, D/2)
         cos, sin = angles.cos(), angles.sin()
         xf = x.float()
