@@ -175,3 +175,26 @@ def marian_with_tokenizer(folder: Path, lines: list[str], vocab_size: int = 120)
     model.eval().save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, tokenizer
+
+
+def xlm_roberta_tokenizer(folder: Path):
+    """XLM-RoBERTa's tokenizer over a SentencePiece unigram model trained here on
+    :data:`tests.language_models.TEXT`, its ids in XLM-RoBERTa's order (<s> <pad> </s>
+    <unk>, the pieces, <mask>), saved in ``folder``; returns it (58 tokens)."""
+    import sentencepiece as spm
+    import transformers as tf
+
+    from .language_models import TEXT
+
+    work = folder.parent / (folder.name + "-spm")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "text.txt").write_text("\n".join(TEXT * 3) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(work / "text.txt"), model_prefix=str(work / "sp"),
+                                   vocab_size=56, character_coverage=1.0,
+                                   model_type="unigram", minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(work / "sp.model"))
+    vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
+    vocab += [(sp.id_to_piece(i), sp.get_score(i)) for i in range(3, sp.get_piece_size())]
+    tokenizer = tf.XLMRobertaTokenizer(vocab=[*vocab, ("<mask>", 0.0)])
+    tokenizer.save_pretrained(folder)
+    return tokenizer

@@ -82,13 +82,17 @@ def test_a_bert_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_pat
 
 
 @pytest.mark.parametrize("cls", ["RobertaModel", "RobertaForMaskedLM",
-                                 "RobertaForSequenceClassification"])
+                                 "RobertaForSequenceClassification", "XLMRobertaModel",
+                                 "XLMRobertaForMaskedLM",
+                                 "XLMRobertaForSequenceClassification"])
 def test_a_roberta_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_path):
     """RoBERTa's positions count the real tokens from row padding_idx + 1 (its pad is 1):
-    two rows padded differently put the same token at different places."""
+    two rows padded differently put the same token at different places. XLM-RoBERTa's
+    folders are the same layer under other names."""
     torch.manual_seed(0)
-    config = tf.RobertaConfig(**dict(TINY, type_vocab_size=1, max_position_embeddings=66),
-                              num_labels=3, architectures=[cls], pad_token_id=1)
+    config_class = tf.XLMRobertaConfig if cls.startswith("XLM") else tf.RobertaConfig
+    config = config_class(**dict(TINY, type_vocab_size=1, max_position_embeddings=66),
+                          num_labels=3, architectures=[cls], pad_token_id=1)
     model = getattr(tf, cls)(config).eval()
     ours = _saved(model, tmp_path)
     tokens, mask, _ = _batch()
@@ -97,10 +101,45 @@ def test_a_roberta_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_
     with torch.no_grad():
         out = model(input_ids=tokens, attention_mask=mask)
         got = ours(tokens, padding_mask=mask == 0)
-    expected = out.last_hidden_state if cls == "RobertaModel" else out.logits
+    expected = out.last_hidden_state if cls.endswith("RobertaModel") else out.logits
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert sum(p.numel() for p in ours.parameters()) == sum(
         p.numel() for p in model.parameters())
+
+
+def test_a_multilingual_e5_shaped_folder_embeds_as_sentence_transformers(tmp_path):
+    """An XLM-RoBERTa body (made by transformers, a SentencePiece tokenizer trained here)
+    in sentence-transformers' layout, mean-pooled and normalised as multilingual-e5 is:
+    zoo.embed gives SentenceTransformer.encode's vectors."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.base.modules.normalize import Normalize
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling as STPooling
+
+    from .formats import xlm_roberta_tokenizer
+
+    body = tmp_path / "body"
+    tokenizer = xlm_roberta_tokenizer(body)
+    torch.manual_seed(0)
+    tf.XLMRobertaModel(tf.XLMRobertaConfig(**dict(
+        TINY, vocab_size=len(tokenizer), type_vocab_size=1, max_position_embeddings=66),
+        pad_token_id=1)).eval().save_pretrained(body)
+    reference = st.SentenceTransformer(modules=[
+        Transformer(str(body), max_seq_length=64), STPooling(32, "mean"), Normalize()],
+        device="cpu")
+    reference.save(str(tmp_path / "e5"))
+    texts = ["query: The cat sat on the mat.", "passage: Über den Fluss führt eine Brücke.",
+             "query: Zoë"]
+    ours = zoo.embed(zoo.build(f"local-dir:{tmp_path / 'e5'}"), texts)
+    expected = reference.encode(texts, convert_to_tensor=True)
+    assert ours.shape == (3, 32)
+    assert (ours - expected).abs().max() < 1e-5
+    # sentence-transformers 6 names the pooling (pooling_mode), older ones switch it on
+    path = tmp_path / "e5" / "1_Pooling" / "config.json"
+    assert json.loads(path.read_text())["pooling_mode"] == "mean"
+    path.write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "lasttoken"}))
+    with pytest.raises(FormatError, match="asks for pooling \\['lasttoken'\\]; zoo pools"):
+        zoo.build(f"local-dir:{tmp_path / 'e5'}")
 
 
 @pytest.mark.parametrize("key,value,words", [

@@ -107,6 +107,28 @@ def test_the_folders_activation_and_a_head_of_several_labels(tmp_path):
         zoo.rerank(model, [QUERY], DOCUMENTS)
 
 
+def test_a_bge_reranker_shaped_folder_scores_as_cross_encoder(tmp_path):
+    """XLM-RoBERTa with a head of one label (bge-reranker's layout): the pair read as
+    <s> query </s></s> document </s>, no token types, fairseq's positions."""
+    from .formats import xlm_roberta_tokenizer
+    from .test_encoders import TINY
+
+    folder = tmp_path / "bge"
+    tokenizer = xlm_roberta_tokenizer(folder)
+    torch.manual_seed(0)
+    model = tf.XLMRobertaForSequenceClassification(tf.XLMRobertaConfig(**dict(
+        TINY, vocab_size=len(tokenizer), type_vocab_size=1, max_position_embeddings=130),
+        num_labels=1, pad_token_id=1)).eval()
+    with torch.no_grad():  # weights wide enough that the pairs score apart
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(std=0.3)
+    model.save_pretrained(folder)
+    ours = zoo.rerank(zoo.build(f"local-dir:{folder}"), QUERY, DOCUMENTS)
+    assert (ours - _reference(folder)).abs().max() < BOUND
+    assert ours.std() > 0.01
+
+
 def test_zoo_rerank_prints_the_documents_most_relevant_first(reranker):
     folder, model = reranker
     done = run_zoo("rerank", f"local-dir:{folder}", QUERY, DOCUMENTS[0], "-", "--top-k", "3",

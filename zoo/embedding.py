@@ -29,7 +29,10 @@ from .kinds import kind_of
 
 MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
          "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len"}
-"""sentence-transformers' pooling switches, and zoo's names for them."""
+"""sentence-transformers' pooling switches (before its version 6), and zoo's names."""
+NAMED_MODES = {"mean": "mean", "cls": "cls", "max": "max",
+               "mean_sqrt_len_tokens": "mean_sqrt_len"}
+"""sentence-transformers 6's ``pooling_mode`` values, and zoo's names for them."""
 
 
 @dataclass(frozen=True)
@@ -71,14 +74,8 @@ def read_pooling(folder: Path, source: str, longest: int | None) -> Pooling:
     if pooling is not None:
         config = read_json(_inside(folder, str(pooling.get("path", "")), source) /
                            "config.json", source)
-        chosen = [MODES[k] for k in MODES if isinstance(config, dict) and config.get(k)]
-        others = [k for k, v in (config.items() if isinstance(config, dict) else ())
-                  if k.startswith("pooling_mode_") and k not in MODES and v]
-        if len(chosen) != 1 or others:
-            raise FormatError(f"{source}: {pooling.get('path')}/config.json asks for pooling "
-                              f"{chosen + others or 'none'}; zoo pools by one of "
-                              f"{sorted(MODES.values())}")
-        mode = chosen[0]
+        mode = _pooling_mode(config if isinstance(config, dict) else {},
+                             f"{source}: {pooling.get('path')}/config.json")
     unknown = [t for t in types if not t.endswith((".Transformer", ".Pooling", ".Normalize"))]
     if unknown:
         raise FormatError(f"{source}: modules.json holds modules zoo does not run: {unknown} "
@@ -90,6 +87,27 @@ def read_pooling(folder: Path, source: str, longest: int | None) -> Pooling:
         if isinstance(limit, int) and limit > 0:
             longest = min(limit, longest or limit)
     return Pooling(mode, any(t.endswith(".Normalize") for t in types), longest)
+
+
+def _pooling_mode(config: dict, where: str) -> str:
+    """The one pooling a Pooling module's config asks for: sentence-transformers 6's
+    ``pooling_mode`` (a name, or a list of one), else the older ``pooling_mode_*``
+    switches; several, or one zoo does not pool by, refused by name."""
+    if "pooling_mode" in config:
+        asked = config["pooling_mode"]
+        asked = asked if isinstance(asked, list) else [asked]
+        chosen = [NAMED_MODES.get(m) for m in asked]
+        if len(chosen) == 1 and chosen[0] is not None:
+            return chosen[0]
+        raise FormatError(f"{where} asks for pooling {asked}; zoo pools by one of "
+                          f"{sorted(NAMED_MODES)}")
+    chosen = [MODES[k] for k in MODES if config.get(k)]
+    others = [k for k, v in config.items()
+              if k.startswith("pooling_mode_") and k not in MODES and v]
+    if len(chosen) != 1 or others:
+        raise FormatError(f"{where} asks for pooling {chosen + others or 'none'}; zoo pools "
+                          f"by one of {sorted(MODES.values())}")
+    return chosen[0]
 
 
 def _inside(folder: Path, path: str, source: str) -> Path:

@@ -61,6 +61,14 @@ def register_formats(register):
         capabilities={"model_types": ("roberta",)},
     )
     register(
+        "xlm-roberta",
+        "zoo.plugins.formats.roberta:XLMRobertaFormat",
+        description="transformers' XLMRobertaModel, XLMRobertaForMaskedLM and "
+                    "XLMRobertaForSequenceClassification (Conneau et al. 2020): "
+                    "xlm-roberta, multilingual-e5, bge-m3, bge-reranker",
+        capabilities={"model_types": ("xlm-roberta",)},
+    )
+    register(
         "m2m100",
         "zoo.plugins.formats.m2m_100:M2M100Format",
         description="transformers' M2M100ForConditionalGeneration: M2M100 (Fan et al. 2021) "

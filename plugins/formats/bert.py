@@ -70,6 +70,8 @@ class BertFormat(Format):
     generates = False
     heads = HEADS
     """The transformers classes of this family zoo's encoder holds, and its head for each."""
+    body = "bert"
+    """The name under which a class with a head keeps the encoder (``bert.encoder...``)."""
 
     def head(self, config: dict[str, Any]) -> str | None:
         """The encoder's head for the folder's class (``architectures``), None for a class
@@ -82,7 +84,7 @@ class BertFormat(Format):
             return []
         return [(f"{head}decoder.{kind}", original) for head in ("cls.predictions.", "lm_head.")
                 for kind, original in (
-                    ("weight", f"{self.family}.embeddings.word_embeddings.weight"),
+                    ("weight", f"{self.body}.embeddings.word_embeddings.weight"),
                     ("weight", "embeddings.word_embeddings.weight"),
                     ("bias", f"{head}bias"))]
 

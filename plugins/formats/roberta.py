@@ -1,6 +1,9 @@
 """transformers' RoBERTa (Liu et al. 2019, "RoBERTa: A Robustly Optimized BERT Pretraining
 Approach"): ``RobertaModel``, ``RobertaForMaskedLM`` and ``RobertaForSequenceClassification``
-folders (roberta-base, distilroberta, and the sentence encoders built on them).
+folders (roberta-base, distilroberta, and the sentence encoders built on them); and
+XLM-RoBERTa (Conneau et al. 2020, "Unsupervised Cross-lingual Representation Learning at
+Scale"), the same layer over a SentencePiece vocabulary of 250,002 tokens in 100
+languages (xlm-roberta-base, multilingual-e5, bge-m3, bge-reranker).
 
 BERT's layer (the ``bert`` format's mapping) with fairseq's positions: they count the real
 tokens only and start after the padding token's row (``padding_idx + 1``, so row 2 for
@@ -49,18 +52,19 @@ class RobertaFormat(BertFormat):
              "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
              "config_sentence_transformers.json", "1_Pooling/config.json")
     heads = HEADS
+    body = "roberta"
 
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
         pad = config.get("pad_token_id", 1)
         if pad is None or pad < 0:
-            raise FormatError(f"roberta config option pad_token_id={pad!r}: RoBERTa's "
+            raise FormatError(f"{self.family} config option pad_token_id={pad!r}: RoBERTa's "
                               "positions start after the padding token's row; zoo needs it")
         recipe = super().recipe(config)
         s = recipe["architecture"]["settings"]
         # fairseq's table holds padding_idx + 1 rows before position 0's
         s["max_len"] -= pad + 1
         if s["max_len"] < 1:
-            raise FormatError(f"roberta config option max_position_embeddings="
+            raise FormatError(f"{self.family} config option max_position_embeddings="
                               f"{config.get('max_position_embeddings')!r} leaves no position "
                               f"after the {pad + 1} rows before the first")
         if s["head"] == "masked_lm":
@@ -76,3 +80,15 @@ class RobertaFormat(BertFormat):
             name = key.removeprefix("roberta.")
             renamed[NAMES.get(name, name)] = value
         return super().weights(renamed, config)
+
+
+class XLMRobertaFormat(RobertaFormat):
+    """Reads transformers' XLM-RoBERTa folders: RoBERTa's, under XLM-RoBERTa's classes,
+    with a SentencePiece tokenizer."""
+
+    family = "xlm-roberta"
+    files = ("sentencepiece.bpe.model", "tokenizer.json", "tokenizer_config.json",
+             "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
+             "config_sentence_transformers.json", "1_Pooling/config.json")
+    heads = {"XLMRobertaModel": "hidden", "XLMRobertaForMaskedLM": "masked_lm",
+             "XLMRobertaForSequenceClassification": "classification"}
