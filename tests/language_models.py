@@ -57,6 +57,12 @@ PUBLISHED = {
         initializer_range=0.02, max_position_embeddings=128, num_key_value_heads=2,
         rms_norm_eps=1e-05, rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False,
         vocab_size=VOCAB)),
+    "gemma": ("GemmaForCausalLM", "GemmaConfig", dict(  # gemma-2b's: one key/value head
+        SMALL, attention_bias=False, attention_dropout=0.0, bos_token_id=2, eos_token_id=1,
+        head_dim=16, hidden_act="gelu", hidden_activation="gelu_pytorch_tanh",
+        initializer_range=0.02,
+        max_position_embeddings=128, num_key_value_heads=1, pad_token_id=0,
+        rms_norm_eps=1e-06, rope_scaling=None, rope_theta=10000.0, vocab_size=VOCAB)),
     "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(  # Phi-3-mini-4k-instruct's
         SMALL, attention_bias=False, attention_dropout=0.0, bos_token_id=1, embd_pdrop=0.0,
         eos_token_id=VOCAB - 1, hidden_act="silu", initializer_range=0.02,
@@ -73,8 +79,8 @@ END = {name: config["eos_token_id"] for name, (_, _, config) in PUBLISHED.items(
 
 def save_language_model(variant: str, folder: Path):
     """The variant's transformers model (eval mode, seeded, weights wide enough that
-    greedy decoding wanders and sometimes ends) saved in ``folder`` with its published
-    config.json; returns the model."""
+    greedy decoding wanders and sometimes ends, each norm's scale its own) saved in
+    ``folder`` with its published config.json; returns the model."""
     import transformers as tf
 
     model_class, config_class, published = PUBLISHED[variant]
@@ -87,6 +93,8 @@ def save_language_model(variant: str, folder: Path):
                           else 0.25)
             elif name.endswith("bias"):
                 p.normal_(std=0.1)
+            elif "norm" in name:  # a scale of its own about each norm's start
+                p.add_(torch.randn_like(p) * 0.1)
     model.eval().save_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())
     as_published = {"architectures": [model_class], "model_type": config["model_type"],

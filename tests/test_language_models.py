@@ -217,6 +217,9 @@ def test_grouped_query_attention_caches_only_its_key_value_heads(folders):
     ("phi3-mini-shape", ("Phi3ForCausalLM", "Phi3Config", dict(
         vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=32, pad_token_id=32000))),
+    ("gemma-2b-shape", ("GemmaForCausalLM", "GemmaConfig", dict(
+        vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
+        num_attention_heads=8, num_key_value_heads=1, head_dim=256))),
     ("qwen3-0.6b-shape", ("Qwen3ForCausalLM", "Qwen3Config", dict(
         vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
         num_attention_heads=16, num_key_value_heads=8, head_dim=128,
@@ -335,7 +338,7 @@ def test_lm_english_learns_in_a_minute_and_the_run_generates_text(tmp_path):
 
 
 @pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen2.5", "qwen3", "mistral",
-                                    "phi3", "gpt2-tiny", "llama-tiny"])
+                                    "phi3", "gemma", "gpt2-tiny", "llama-tiny"])
 def test_export_to_transformers_gives_a_folder_it_loads_with_zoos_logits(source, folders,
                                                                          tmp_path):
     import transformers as tf
@@ -438,7 +441,7 @@ def _model_of(source, folders):
 
 
 @pytest.mark.parametrize("source", ["gpt2", "tinyllama", "qwen2.5", "qwen3", "mistral",
-                                    "phi3", "llama-tiny"])
+                                    "phi3", "gemma", "llama-tiny"])
 def test_ctranslate2_generator_export_decodes_zoos_greedy_tokens(source, folders, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from zoo.export import default_vocabulary, export
@@ -486,7 +489,7 @@ def test_ctranslate2_export_refuses_llama3_scaled_rope_by_name(folders, tmp_path
     assert not (tmp_path / "ct2").exists()
 
 
-@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen3", "mistral"])
+@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen3", "mistral", "gemma"])
 def test_onnx_export_gives_zoos_logits_on_left_padded_prompts(source, folders, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     from zoo.export import export

@@ -293,10 +293,15 @@ def plain_linears():
         Linear.fast_inference = previous
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             offset: float = 0.0) -> torch.Tensor:
     """RMSNorm (Zhang & Sennrich 2019) over the last dimension, x / sqrt(mean(x^2) + eps)
-    * weight, its statistics in float32 and the result in x's dtype: what the norm
-    plugin's ``rmsnorm`` and attention's per-head query and key norms compute."""
+    * (weight + offset), its statistics in float32 and the result in x's dtype: what the
+    norm plugin's ``rmsnorm`` and attention's per-head query and key norms compute.
+    Gemma's norms store weight - 1 (``offset`` 1: a weight of zeros is the identity), and
+    scale in float32 before the cast."""
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if offset:
+        return (h * (weight.float() + offset)).to(x.dtype)
     return (h * weight).to(x.dtype)

@@ -106,7 +106,8 @@ def _plain_vector(t: torch.Tensor | None, width: int) -> bool:
 
 def _norm_kind(norm: nn.Module, width: int) -> int | None:
     """0 for a LayerNorm the native step may run (it says ``plain_layer_norm``), 1 for an
-    RMSNorm (``plain_rms_norm``, no bias), None otherwise; their weight (and bias) are
+    RMSNorm (``plain_rms_norm``, no bias; Gemma's offset taken by :func:`_norm_scale`),
+    None otherwise; their weight (and bias) are
     contiguous fp32 CPU vectors of the model's width (a strided or short one stays in
     Python, which reads it as torch does, or refuses it)."""
     if not all(_plain_vector(t, width) for t in (norm.weight, getattr(norm, "bias", None))):
@@ -222,7 +223,7 @@ def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tupl
         plan["params"] += [None, None] if part is None else [_product_weight(part), part.bias]
         plan["packed"].append(empty if part is None else part.native_weight())
     for part in norms:
-        plan["params"] += [None, None] if part is None else [part.weight,
+        plan["params"] += [None, None] if part is None else [_norm_scale(part),
                                                              getattr(part, "bias", None)]
     plan["eps"] += [0.0 if n is None else float(n.eps) for n in norms]
     plan["self_scale"].append(attn.head_dim ** -0.5 if attn.scale is None else attn.scale)
@@ -233,6 +234,17 @@ def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tupl
     plan["gated"].append(gated)
     plan["rms_norm"].append(rms_norm)
     plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
+
+
+def _norm_scale(norm: nn.Module) -> torch.Tensor:
+    """What a norm multiplies by: its weight, or weight + offset for an RMSNorm that
+    stores its scale less one (Gemma's), kept as a copy made again when the weight
+    changes."""
+    offset = float(getattr(norm, "offset", 0.0))
+    if not offset:
+        return norm.weight
+    return derived_copy(norm, "_native_scale", (norm.weight,),
+                        lambda: (norm.weight.detach() + offset).contiguous(), tag=offset)
 
 
 def may_run(x: torch.Tensor) -> bool:

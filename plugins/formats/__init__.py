@@ -46,6 +46,12 @@ def register_formats(register):
                       "writes": "transformers"},
     )
     register(
+        "gemma",
+        "zoo.plugins.formats.gemma:GemmaFormat",
+        description="transformers' GemmaForCausalLM (Gemma Team 2024): gemma-2b, gemma-7b",
+        capabilities={"model_types": ("gemma",), "writes": "transformers"},
+    )
+    register(
         "bert",
         "zoo.plugins.formats.bert:BertFormat",
         description="transformers' BertModel, BertForMaskedLM and "

@@ -285,8 +285,9 @@ class LlamaFormat(Format):
         if name != "rope" or rope.get("layout", "half") != "half":
             found.append(f"positional {name} {rope}: Llama's positions are RoPE, halves paired")
         norm, norm_settings = part(recipe, "norm")
-        if norm != "rmsnorm":
-            found.append(f"norm {norm}: Llama's is RMSNorm")
+        if norm != "rmsnorm" or norm_settings.get("offset"):
+            found.append(f"norm {norm} {norm_settings}: Llama's is RMSNorm, its weight the "
+                         "scale itself (no offset)")
         ffn, ffn_settings = part(recipe, "ffn")
         act = {("swiglu", None): "silu", ("geglu", "tanh"): "gelu_pytorch_tanh",
                ("geglu", None): "gelu", ("geglu", "none"): "gelu"}.get(
