@@ -63,6 +63,23 @@ PUBLISHED = {
         initializer_range=0.02,
         max_position_embeddings=128, num_key_value_heads=1, pad_token_id=0,
         rms_norm_eps=1e-06, rope_scaling=None, rope_theta=10000.0, vocab_size=VOCAB)),
+    "gemma2": ("Gemma2ForCausalLM", "Gemma2Config", dict(  # gemma-2-2b's; 27b's scalar
+        SMALL, attention_bias=False, attention_dropout=0.0, attn_logit_softcapping=50.0,
+        bos_token_id=2, cache_implementation="hybrid", eos_token_id=[1, VOCAB - 1],
+        final_logit_softcapping=30.0, head_dim=16, hidden_act="gelu_pytorch_tanh",
+        hidden_activation="gelu_pytorch_tanh", initializer_range=0.02,
+        max_position_embeddings=128, num_key_value_heads=4, pad_token_id=0,
+        query_pre_attn_scalar=24, rms_norm_eps=1e-06, rope_theta=10000.0, sliding_window=5,
+        vocab_size=VOCAB)),
+    "gemma3": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(  # gemma-3-1b's; 4b's scaling
+        SMALL, num_hidden_layers=6, attention_bias=False, attention_dropout=0.0,
+        attn_logit_softcapping=None, bos_token_id=2, cache_implementation="hybrid",
+        eos_token_id=[1, VOCAB - 1], final_logit_softcapping=None, head_dim=16,
+        hidden_activation="gelu_pytorch_tanh", initializer_range=0.02,
+        max_position_embeddings=128, num_key_value_heads=1, pad_token_id=0,
+        query_pre_attn_scalar=16, rms_norm_eps=1e-06, rope_local_base_freq=10000,
+        rope_scaling={"factor": 8.0, "rope_type": "linear"}, rope_theta=1000000,
+        sliding_window=4, sliding_window_pattern=6, use_cache=True, vocab_size=VOCAB)),
     "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(  # Phi-3-mini-4k-instruct's
         SMALL, attention_bias=False, attention_dropout=0.0, bos_token_id=1, embd_pdrop=0.0,
         eos_token_id=VOCAB - 1, hidden_act="silu", initializer_range=0.02,
@@ -74,7 +91,8 @@ PUBLISHED = {
                   "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"})),
 }
 """Each variant's transformers class, config class and published config (small)."""
-END = {name: config["eos_token_id"] for name, (_, _, config) in PUBLISHED.items()}
+END = {name: config["eos_token_id"] if isinstance(config["eos_token_id"], int) else
+       config["eos_token_id"][0] for name, (_, _, config) in PUBLISHED.items()}
 
 
 def save_language_model(variant: str, folder: Path):

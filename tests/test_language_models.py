@@ -220,6 +220,9 @@ def test_grouped_query_attention_caches_only_its_key_value_heads(folders):
     ("gemma-2b-shape", ("GemmaForCausalLM", "GemmaConfig", dict(
         vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
         num_attention_heads=8, num_key_value_heads=1, head_dim=256))),
+    ("gemma3-1b-shape", ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(
+        vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=256))),
     ("qwen3-0.6b-shape", ("Qwen3ForCausalLM", "Qwen3Config", dict(
         vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
         num_attention_heads=16, num_key_value_heads=8, head_dim=128,
@@ -252,6 +255,11 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("phi3", "partial_rotary_factor", 1.5, "partial_rotary_factor=1.5"),
     ("phi3", "attention_bias", True, "Phi-3's projections have no biases"),
     ("tinyllama", "partial_rotary_factor", 0.5, "partial_rotary_factor"),
+    ("gemma2", "layer_types", ["sliding_attention", "chunked_attention"], "layer_types"),
+    ("gemma2", "attn_logit_softcapping", -1.0, "attn_logit_softcapping=-1.0"),
+    ("gemma2", "use_bidirectional_attention", True, "use_bidirectional_attention"),
+    ("gemma2", "rope_local_base_freq", 10000, "rope_local_base_freq"),
+    ("gemma3", "sliding_window_pattern", 0, "sliding_window_pattern=0"),
     # rope_scaling read key by key: what transformers requires is required by name
     ("llama-3.2", "rope_scaling", {"rope_type": "llama3", "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0}, "'llama3' scaling. lacks factor"),
@@ -489,7 +497,8 @@ def test_ctranslate2_export_refuses_llama3_scaled_rope_by_name(folders, tmp_path
     assert not (tmp_path / "ct2").exists()
 
 
-@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen3", "mistral", "gemma"])
+@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen3", "mistral", "gemma",
+                                    "gemma2", "gemma3"])
 def test_onnx_export_gives_zoos_logits_on_left_padded_prompts(source, folders, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     from zoo.export import export
@@ -578,8 +587,9 @@ def test_imported_language_models_decode_through_the_native_step(beams, folders,
                                                                  monkeypatch):
     """GPT-2, TinyLlama, Llama 3.2 (its scaled RoPE as the step's rotation) and Qwen2.5
     (q/k/v biases) decode their steps after the prompts in zoo's native step with
-    transformers' tokens; Mistral's and Phi-3's sliding windows and Qwen3's normed
-    queries and keys keep the general path, with the same tokens."""
+    transformers' tokens, Gemma too (its norms' offset); Mistral's, Phi-3's and Gemma 2's
+    and 3's sliding windows and Qwen3's normed queries and keys keep the general path,
+    with the same tokens."""
     from zoo.ops import Linear
     from zoo.plugins.architectures.static_lm import StaticLM
 
@@ -600,5 +610,6 @@ def test_imported_language_models_decode_through_the_native_step(beams, folders,
                               do_sample=False, pad_token_id=END[variant])[:, prompts.shape[1]:]
         out = model.generate(prompts, padding_mask=mask == 0, max_new_tokens=12,
                              num_beams=beams)
-        assert ran == ([] if variant in ("mistral", "qwen3", "phi3") else [True]), variant
+        general = ("mistral", "qwen3", "phi3", "gemma2", "gemma3")
+        assert ran == ([] if variant in general else [True]), variant
         assert out.tolist() == ref.tolist(), variant

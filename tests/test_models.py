@@ -13,8 +13,8 @@ RECIPES = [n for n in zoo.list_recipes()
            if zoo.footprint(zoo.resolve(zoo.get_recipe(n))).parameters < 4 * 10**8]
 """The recipes this machine builds and trains a step of in seconds (the parameters of
 llama-7b-shape's 6.7 billion, phi3-mini-shape's 3.8 billion, gemma-2b-shape's 2.5
-billion and qwen3-0.6b-shape's 596 million are only counted, in
-test_language_models.py)."""
+billion, gemma3-1b-shape's 1.0 billion and qwen3-0.6b-shape's 596 million are only
+counted, in test_language_models.py)."""
 
 
 def batch_for(model, batch=2):

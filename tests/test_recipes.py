@@ -78,6 +78,34 @@ def test_overrides_replace_components_and_settings():
     assert zoo.get_recipe("transformer-base").components["norm"].name == "layernorm"
 
 
+def test_kinds_of_layer_change_their_components_and_nothing_else():
+    """layer_types and layer_variants: each layer built with the recipe's components and
+    its kind's changes (Gemma 2's local and global layers); each kind's positions are its
+    own module, shared by the layers of that kind."""
+    model = zoo.build("llama-tiny", layer_types=["local", "global"], layer_variants={
+        "global": {}, "local": {"attention.window": 3, "positional.base": 500.0,
+                                "norm.eps": 1e-3}})
+    local, full = model.layers
+    assert (local.attn.window, full.attn.window) == (3, None)
+    assert (local.norm1.eps, full.norm1.eps, model.norm.eps) == (1e-3, 1e-6, 1e-6)
+    assert torch.allclose(local.attn.positional.inv_freq[1], torch.tensor(500.0 ** -(2 / 16)))
+    assert full.attn.positional.inv_freq[1] == zoo.build("llama-tiny").layers[0].attn \
+        .positional.inv_freq[1]
+    for settings, says in [
+        (dict(layer_types=["local", "other"], layer_variants={"local": {}}),
+         "layer_types names \\['other'\\], which layer_variants does not define"),
+        (dict(layer_types=["local"], layer_variants={"local": {}}),
+         "layer_types names 1 layers, and the model has 2"),
+        (dict(layer_variants={"local": {}}), "layer_variants without layer_types"),
+        (dict(layer_types=["a", "a"], layer_variants={"a": {"d_model": 8}}),
+         "layer variant 'a' changes 'd_model'; a kind of layer changes its components only"),
+        (dict(layer_types=["a", "a"], layer_variants={"a": {"attention.windw": 8}}),
+         "layer variant 'a': .*unknown key 'windw'. Did you mean 'window'"),
+    ]:
+        with pytest.raises(RecipeError, match=says):
+            zoo.build("llama-tiny", **settings)
+
+
 def test_unknown_override_lists_valid_keys():
     with pytest.raises(RecipeError) as err:
         zoo.build("transformer-base", encoder_layer=3)

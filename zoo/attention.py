@@ -36,16 +36,17 @@ class HeadNorm(nn.Module):
     """RMSNorm of each head's queries or keys over the head's own features, with a
     learned weight per feature: QK-norm (Dehghani et al. 2023, "Scaling Vision
     Transformers to 22 Billion Parameters", sec. 3.1), in the RMS form of Qwen3, OLMo 2
-    and Gemma 3. It keeps q·k bounded however large the projections grow."""
+    and Gemma 3. It keeps q·k bounded however large the projections grow. ``offset`` 1 is
+    Gemma 3's form: the stored weight is the scale less one."""
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, offset: float = 0.0) -> None:
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps, self.offset = eps, offset
+        self.weight = nn.Parameter(torch.ones(dim) - offset)  # the identity at start
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., head_dim), each head's vector normed over its own features."""
-        return rms_norm(x, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps, self.offset)
 
 
 def relative_positions(lq: int, lk: int, offset: int, device) -> torch.Tensor:

@@ -9,7 +9,7 @@ is refused here with one error naming the part, the reason and what would work.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -43,6 +43,13 @@ class Resolved:
     kind: str | None = None
     """What kind of model it builds (:mod:`zoo.kinds`), declared by the architecture;
     None for none of zoo's kinds."""
+    variants: dict[str, "Resolved"] = field(default_factory=dict)
+    """The parts of each kind of layer the architecture's ``layer_variants`` name (Gemma 2's
+    sliding and full layers): the recipe with that variant's changes, resolved."""
+
+    def variant(self, name: str | None) -> "Resolved":
+        """The parts a layer of kind ``name`` is built with (None: the recipe's own)."""
+        return self if name is None else self.variants[name]
 
     def make(self, slot: str, **context: Any) -> Any:
         """Build the component in ``slot`` with ``context`` (what the architecture knows)."""
@@ -224,10 +231,40 @@ def resolve(
         parts[slot_name] = Part(slot_name, component, part_settings)
     resolved = Resolved(recipe, arch, settings, parts, kind)
     _check_together(resolved, device)
+    resolved.variants = _variants(recipe, slots, settings, device)
     check = getattr(arch.load(), "check", None)
     if check is not None:
         check(resolved)
     return resolved
+
+
+LAYER_SLOTS = ("attention", "kernel", "positional", "norm", "ffn", "block")
+"""The slots whose components a kind of layer may change (``layer_variants``)."""
+
+
+def _variants(recipe: Recipe, slots: dict[str, Slot], settings: BaseModel,
+              device: Any) -> dict[str, Resolved]:
+    """Each of the architecture's ``layer_variants`` (name -> changes written as
+    overrides of the layer slots: ``{"attention.window": 4096}``), resolved as the recipe
+    with those changes; a change to anything but a layer's components refused by name."""
+    variants = getattr(settings, "layer_variants", None) or {}
+    out: dict[str, Resolved] = {}
+    for name, changes in variants.items():
+        outside = [k for k in changes if k.partition(".")[0] not in LAYER_SLOTS
+                   or k.partition(".")[0] not in slots]
+        if outside:
+            raise RecipeError(
+                f"Recipe {recipe.name!r}: layer variant {name!r} changes {quoted(outside)}; a "
+                f"kind of layer changes its components only: {quoted(LAYER_SLOTS)}, or "
+                "'slot.setting' such as 'attention.window'.")
+        plain = recipe.model_copy(deep=True)
+        for key in ("layer_variants", "layer_types"):
+            plain.architecture.settings.pop(key, None)
+        try:
+            out[name] = resolve(plain, changes, device=device)
+        except RecipeError as exc:
+            raise RecipeError(f"layer variant {name!r}: {exc}") from None
+    return out
 
 
 def kind_of_architecture(arch: Component) -> str | None:

@@ -16,7 +16,7 @@ row at 0.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -59,9 +59,31 @@ class DecoderSettings(BaseModel):
     """The token a text begins with (GPT-2's <|endoftext|>, Llama's <s>), if any."""
     eos_id: int = Field(0, ge=0)
     """The token that ends a text."""
+    logit_softcap: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Logits soft-capped to (-cap, cap): cap * tanh(logits / cap) (Gemma 2's 30)."""
+    layer_types: list[str] | None = None
+    """Each layer's kind, a name of ``layer_variants`` (Gemma 2 and 3 alternate
+    ``sliding_attention`` and ``full_attention`` layers); None: every layer is built
+    with the recipe's components."""
+    layer_variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Per kind of layer, its changes to the recipe's layer components, written as
+    overrides are (``{"attention.window": 4096, "positional.base": 10000.0}``); ``{}``
+    for a kind built with the recipe's own."""
 
     @model_validator(mode="after")
     def _check(self) -> "DecoderSettings":
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.layers:
+                raise ValueError(f"layer_types names {len(self.layer_types)} layers, and the "
+                                 f"model has {self.layers}: one kind a layer")
+            unknown = sorted(set(self.layer_types) - set(self.layer_variants))
+            if unknown:
+                raise ValueError(f"layer_types names {unknown}, which layer_variants does not "
+                                 f"define (it defines {sorted(self.layer_variants)}); give "
+                                 "each kind its changes, {} for none")
+        elif self.layer_variants:
+            raise ValueError("layer_variants without layer_types: say which kind each layer "
+                             "is")
         if self.head_dim is None and self.d_model % self.n_heads:
             divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads "
@@ -121,17 +143,22 @@ class CausalLM(nn.Module):
         nn.init.normal_(self.embed.weight, std=0.02)
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
         self.drop = Dropout(s.dropout)
-        factories = parts.layer_factories(
-            d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
-            attention_dropout=s.attention_dropout, max_len=s.max_len,
-            activation_dropout=s.activation_dropout, head_dim=s.head_dim,
-            n_kv_heads=s.n_kv_heads)
-        self.layers = nn.ModuleList(
-            parts.make("block", d_model=s.d_model, dropout=s.dropout,
-                       norm_first=s.norm_placement == "pre", **factories)
-            for _ in range(s.layers))
+        made = {}  # each kind of layer's factories, made once (its shared positions)
+
+        def block(kind: str | None) -> nn.Module:
+            variant = parts.variant(kind)
+            if kind not in made:
+                made[kind] = variant.layer_factories(
+                    d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
+                    attention_dropout=s.attention_dropout, max_len=s.max_len,
+                    activation_dropout=s.activation_dropout, head_dim=s.head_dim,
+                    n_kv_heads=s.n_kv_heads)
+            return variant.make("block", d_model=s.d_model, dropout=s.dropout,
+                                norm_first=s.norm_placement == "pre", **made[kind])
+
+        self.layers = nn.ModuleList(block(kind) for kind in s.layer_types or [None] * s.layers)
         final = s.norm_placement == "pre" if s.final_norm is None else s.final_norm
-        self.norm = factories["make_norm"]() if final else None
+        self.norm = parts.make("norm", dim=s.d_model) if final else None
         self.lm_head = Linear(s.d_model, s.vocab_size, bias=s.output_bias)
         if s.output_bias:
             nn.init.zeros_(self.lm_head.bias)
@@ -207,9 +234,16 @@ class CausalLM(nn.Module):
                 # a padded query attends to nothing; what it gives is zeroed, so that no
                 # NaN reaches a real token through the next layer's values
                 x = x.masked_fill(padding_mask[..., None], 0.0)
+        return self.logits(x)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The last layer's output (B, L, d) -> logits: the final norm, the output layer,
+        and the soft cap where the settings set one."""
         if self.norm is not None:
             x = self.norm(x)
-        return self.lm_head(x)
+        logits = self.lm_head(x)
+        cap = self.settings.logit_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
 
     def generate(self, prompt: torch.Tensor, settings: GenerationSettings | None = None,
                  **changes) -> torch.Tensor:

@@ -102,9 +102,7 @@ class StaticLM(StaticSteps):
         x = run(self.current_plan(), x, pos, self_keep=self.keep)
         self.filled += 1
         self.counts = self.counts + 1
-        if m.norm is not None:
-            x = m.norm(x)
-        return m.lm_head(x)
+        return m.logits(x)
 
     def buffers(self) -> list[torch.Tensor]:
         return [*self.native["k"], *self.native["v"]]

@@ -27,6 +27,8 @@ def layer_refusal(i: int, block: nn.Module, attentions: tuple) -> str | None:
             return f"layer {i} attends through a sliding window"
         if attn.q_norm is not None or attn.k_norm is not None:
             return f"layer {i}'s {type(attn).__name__} norms its queries and keys"
+        if getattr(attn, "softcap", None) is not None:
+            return f"layer {i}'s {type(attn).__name__} soft-caps its scores"
     return None
 
 

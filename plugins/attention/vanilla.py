@@ -13,8 +13,8 @@ import torch
 
 from pydantic import Field
 
-from zoo.plugin_api import (AttentionSettings, HeadNorm, MultiHeadAttention, boolean_mask,
-                            relative_positions)
+from zoo.plugin_api import (AttentionSettings, HeadNorm, MultiHeadAttention, RecipeError,
+                            boolean_mask, relative_positions)
 
 
 class VanillaSettings(AttentionSettings):
@@ -31,6 +31,11 @@ class VanillaSettings(AttentionSettings):
     before positions act on them (QK-norm, Dehghani et al. 2023; Qwen3)."""
     qk_norm_eps: float = Field(1e-6, gt=0, allow_inf_nan=False)
     """The ``eps`` of those norms."""
+    qk_norm_offset: float = Field(0.0, allow_inf_nan=False)
+    """Added to those norms' weights (Gemma 3's 1: they store the scale less one)."""
+    softcap: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Scores soft-capped to (-cap, cap) before the softmax, cap * tanh(s / cap) (Gemma
+    2's 50; Bello et al. 2017, "Neural Combinatorial Optimization"); None: as they are."""
 
 
 class VanillaAttention(MultiHeadAttention):
@@ -47,8 +52,14 @@ class VanillaAttention(MultiHeadAttention):
         self.window = settings.window if self.causal and not self.cross else None
         """The sliding window of a causal self-attention, or None (every key)."""
         if settings.qk_norm:
-            self.q_norm = HeadNorm(self.head_dim, settings.qk_norm_eps)
-            self.k_norm = HeadNorm(self.head_dim, settings.qk_norm_eps)
+            self.q_norm = HeadNorm(self.head_dim, settings.qk_norm_eps, settings.qk_norm_offset)
+            self.k_norm = HeadNorm(self.head_dim, settings.qk_norm_eps, settings.qk_norm_offset)
+        self.softcap = settings.softcap
+        """The scores' soft cap, or None."""
+        if self.softcap is not None and self.position_kind in ("bias", "relative"):
+            raise RecipeError(f"attention softcap {self.softcap} caps the content scores, and "
+                              f"{self.position_kind} positions add to them: zoo caps scores "
+                              "with rotary or absolute positions only")
 
     def _attend(self, q, k, v, *, offset, key_padding_mask, attn_mask) -> torch.Tensor:
         lq, lk = q.shape[-2], k.shape[-2]
@@ -56,8 +67,27 @@ class VanillaAttention(MultiHeadAttention):
         if self.window is not None and lk > self.window:
             near = relative_positions(lq, lk, lk - lq, q.device) > -self.window
             attn_mask = near if attn_mask is None else attn_mask & near
+        if self.softcap is not None:
+            return self._capped(q, k, v, boolean_mask(
+                lq, lk, causal=causal, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                device=q.device))
         if causal and attn_mask is None and key_padding_mask is None and lq == lk:
             return self._dense(q, k, v, None, offset=offset, is_causal=True)
         mask = boolean_mask(lq, lk, causal=causal, key_padding_mask=key_padding_mask,
                             attn_mask=attn_mask, device=q.device)
         return self._dense(q, k, v, mask, offset=offset)
+
+    def _capped(self, q, k, v, mask) -> torch.Tensor:
+        """Softmax attention with the scores soft-capped (``softcap``) before the mask,
+        written out: no kernel caps scores. Its weights are recorded when asked."""
+        scale = self.head_dim ** -0.5 if self.scale is None else self.scale
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        scores = torch.tanh(scores / self.softcap) * self.softcap
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        if self.record_weights:
+            self.last_weights = weights.detach()
+        if self.training and self.dropout > 0.0:
+            weights = torch.nn.functional.dropout(weights, p=self.dropout)
+        return torch.matmul(weights, v)

@@ -25,6 +25,13 @@ def register_blocks(register):
         capabilities={"role": "causal"},
     )
     register(
+        "sandwich",
+        "zoo.plugins.blocks.sandwich:SandwichBlock",
+        description="Causal self-attention + feed-forward, each normed before and after, "
+                    "residual: Gemma 2 and 3's layer (Ding et al. 2021's sandwich norms)",
+        capabilities={"role": "causal"},
+    )
+    register(
         "vit",
         "zoo.plugins.blocks.vit:ViTBlock",
         description="The pre-norm encoder block of ViT, with optional LayerScale (CaiT, DeiT III)",

@@ -68,10 +68,13 @@ def common_problems(recipe: dict[str, Any], family: str) -> list[str]:
             found.append(f"{key} {s[key]!r}: {family} has {fine!r}")
     if s.get("final_norm") is False:
         found.append(f"final_norm false: {family} has a final norm")
+    if s.get("layer_types") or s.get("logit_softcap") is not None:
+        found.append(f"layer_types or logit_softcap: {family}'s layers are all one kind, its "
+                     "logits uncapped")
     if part(recipe, "block")[0] != "causal":
         found.append(f"block {part(recipe, 'block')[0]!r}: {family}'s layers are zoo's 'causal'")
     name, settings = part(recipe, "attention")
-    if name != "vanilla" or settings.get("scale") is not None:
+    if name != "vanilla" or settings.get("scale") is not None or settings.get("softcap"):
         found.append(f"attention {name} {settings}: {family}'s is 'vanilla' with the paper's "
                      "scale")
     return found

@@ -83,10 +83,10 @@ class RotaryPositions(InsideAttention):
         rotated = int(head_dim * settings.fraction)
         if rotated % 2 or rotated == 0:
             raise RecipeError(
-                f"rope rotates pairs of features, and the features it rotates, {rotated} "
-                f"(head size {head_dim} = d_model {d_model} / n_heads {n_heads}, times "
-                f"fraction {settings.fraction}), are not a whole number of pairs; pick an "
-                "even head size, or a fraction that leaves one."
+                f"rope rotates pairs of features, and the head size {head_dim} (d_model "
+                f"{d_model} / n_heads {n_heads}) times fraction {settings.fraction} leaves "
+                f"{rotated} features, which is odd or none; pick an even head size, or a "
+                "fraction that leaves pairs."
             )
         self.layout, self.rotated = settings.layout, rotated
         inv_freq = settings.base ** (-torch.arange(0, rotated, 2, dtype=torch.float32) / rotated)
