@@ -346,7 +346,8 @@ def test_lm_english_learns_in_a_minute_and_the_run_generates_text(tmp_path):
 
 
 @pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen2.5", "qwen3", "mistral",
-                                    "phi3", "gemma", "gpt2-tiny", "llama-tiny"])
+                                    "phi3", "gemma", "gemma2", "gemma3", "gpt2-tiny",
+                                    "llama-tiny"])
 def test_export_to_transformers_gives_a_folder_it_loads_with_zoos_logits(source, folders,
                                                                          tmp_path):
     import transformers as tf
@@ -449,7 +450,7 @@ def _model_of(source, folders):
 
 
 @pytest.mark.parametrize("source", ["gpt2", "tinyllama", "qwen2.5", "qwen3", "mistral",
-                                    "phi3", "gemma", "llama-tiny"])
+                                    "phi3", "gemma", "gemma2", "gemma3", "llama-tiny"])
 def test_ctranslate2_generator_export_decodes_zoos_greedy_tokens(source, folders, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from zoo.export import default_vocabulary, export

@@ -55,14 +55,14 @@ def register_formats(register):
         "gemma2",
         "zoo.plugins.formats.gemma2:Gemma2Format",
         description="transformers' Gemma2ForCausalLM (Gemma Team 2024): gemma-2-2b, 9b, 27b",
-        capabilities={"model_types": ("gemma2",)},
+        capabilities={"model_types": ("gemma2",), "writes": "transformers"},
     )
     register(
         "gemma3-text",
         "zoo.plugins.formats.gemma2:Gemma3TextFormat",
         description="transformers' Gemma3ForCausalLM (Gemma Team 2025): gemma-3-1b, the text "
                     "model of gemma 3",
-        capabilities={"model_types": ("gemma3_text",)},
+        capabilities={"model_types": ("gemma3_text",)},  # gemma2's writer writes both
     )
     register(
         "bert",

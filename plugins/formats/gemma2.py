@@ -23,17 +23,22 @@ with:
 | model.layers.i.pre_feedforward_layernorm, post_feedforward_layernorm | layers.i.norm2, norm2_out |
 | model.layers.i.self_attn.q_norm, k_norm (Gemma 3) | layers.i.attn.q_norm, k_norm |
 | the rest | as the ``llama`` format |
+
+``zoo export --format transformers`` writes zoo decoders of this layout back as either
+family: Gemma 3's when the queries and keys are normed, else Gemma 2's.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
 import torch
 
-from zoo.plugin_api import Options
+from zoo.plugin_api import FormatError, Options
 
+from ._decoder import part, refuse
 from .gemma import GemmaFormat
 from .llama import HEAD_NORMS, LlamaFormat
 
@@ -137,6 +142,116 @@ class Gemma2Format(GemmaFormat):
             else:
                 rest[key] = value
         return {**LlamaFormat.weights(self, rest, self._as_llama(config)), **out}
+
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any]):
+        """A zoo decoder of Gemma 2's or 3's layout as its transformers folder: Llama's
+        export of the same layers without what Gemma adds, then Gemma's keys and names;
+        what neither expresses is refused by name."""
+        settings = recipe["architecture"].get("settings", {})
+        _, attention = part(recipe, "attention")
+        kind = "gemma3_text" if attention.get("qk_norm") else "gemma2"
+        local, types, found = _local_kind(settings, attention, kind)
+        norm_name, norm = part(recipe, "norm")
+        if part(recipe, "block")[0] != "sandwich":
+            found.append(f"block {part(recipe, 'block')[0]!r}: {kind}'s layers are 'sandwich'")
+        if not settings.get("scale_embeddings") or norm.get("offset") != 1.0:
+            found.append(f"{kind} scales its embeddings and its RMSNorms store their scale "
+                         "less one (scale_embeddings, norm offset 1)")
+        scale = attention.get("scale")
+        if scale is not None and abs(round(scale ** -2) ** -0.5 - scale) > 1e-9 * scale:
+            found.append(f"attention scale {scale}: {kind}'s is query_pre_attn_scalar ** -0.5, "
+                         "of a whole number")
+        if kind == "gemma3_text" and (attention.get("qk_norm_offset") != 1.0 or attention.get(
+                "qk_norm_eps") != norm.get("eps", 1e-6) or attention.get("softcap")
+                or settings.get("logit_softcap") is not None):
+            found.append("Gemma 3 norms queries and keys as its layers (offset 1, their eps), "
+                         "and caps neither scores nor logits")
+        refuse(found, kind)
+        plain = copy.deepcopy(recipe)
+        s = plain["architecture"]["settings"]
+        for key in ("layer_types", "layer_variants", "logit_softcap"):
+            s.pop(key, None)
+        s["scale_embeddings"] = False
+        plain["components"]["block"] = "causal"
+        plain["components"]["norm"] = {"name": norm_name, "settings": {
+            k: v for k, v in norm.items() if k != "offset"}}
+        plain["components"]["attention"] = {"name": "vanilla", "settings": {
+            k: v for k, v in attention.items() if k in ("bias", "out_bias")}}
+        own = ("norm1_out", "norm2_out", "attn.q_norm", "attn.k_norm")
+        config, generation_file, weights = LlamaFormat.export(
+            self, plain, {k: v for k, v in state.items() if not k.endswith(
+                tuple(f".{name}.weight" for name in own))}, generation)
+        if config["model_type"] != "llama":
+            refuse([f"its attention makes it {config['model_type']}'s (biases on q, k and v "
+                    "alone)"], kind)
+        config = self._as_gemma(config, settings, attention, local, kind)
+        return {**config, "layer_types": types}, generation_file, _gemma_names(weights, state)
+
+    @staticmethod
+    def _as_gemma(config: dict[str, Any], settings: dict[str, Any], attention: dict[str, Any],
+                  local: dict[str, Any], kind: str) -> dict[str, Any]:
+        """Llama's ``config`` as Gemma 2's or 3's."""
+        head_dim = config["head_dim"]
+        scale = attention.get("scale")
+        config = {k: v for k, v in config.items() if k not in ("mlp_bias", "hidden_act")}
+        config.update(
+            model_type=kind, hidden_activation="gelu_pytorch_tanh",
+            architectures=["Gemma2ForCausalLM" if kind == "gemma2" else "Gemma3ForCausalLM"],
+            query_pre_attn_scalar=head_dim if scale is None else round(scale ** -2),
+            sliding_window=local.get("attention.window"), pad_token_id=settings.get("pad_id"),
+            attn_logit_softcapping=attention.get("softcap"),
+            final_logit_softcapping=settings.get("logit_softcap"))
+        if kind == "gemma3_text":
+            config["rope_local_base_freq"] = local.get("positional.base",
+                                                       config["rope_theta"])
+        return config
+
+
+def _local_kind(settings: dict[str, Any], attention: dict[str, Any],
+                kind: str) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The changes of the recipe's local kind of layer (the one with a window), each
+    layer's kind in transformers' names, and what keeps its kinds of layer from being
+    Gemma's: one kind as the recipe's own layers (transformers' ``full_attention``), one
+    with a window (Gemma 3's: and a RoPE base of its own, unscaled)."""
+    variants = settings.get("layer_variants") or {}
+    types = settings.get("layer_types") or []
+    full = [name for name, changes in variants.items() if not changes]
+    local = [name for name, changes in variants.items() if changes]
+    allowed = {"attention.window"} | ({"positional.base", "positional.scaling",
+                                       "positional.factor"} if kind == "gemma3_text" else set())
+    found = []
+    if len(full) != 1 or len(local) != 1 or set(variants[local[0]]) - allowed or \
+            "attention.window" not in variants[local[0]] or attention.get("window"):
+        found.append(f"layer_variants {variants}: {kind} has global layers (the recipe's own "
+                     f"attention, no window) and local ones changing only {sorted(allowed)}, "
+                     "a window among them")
+        return {}, [], found
+    changes = variants[local[0]]
+    if changes.get("positional.scaling", "none") != "none":
+        found.append(f"local layers' RoPE scaling {changes['positional.scaling']!r}: "
+                     f"{kind}'s local layers are unscaled")
+    return changes, [GLOBAL if t == full[0] else LOCAL for t in types], found
+
+
+def _gemma_names(weights: dict[str, torch.Tensor],
+                 state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Llama's names of a Gemma's weights made Gemma's: Llama's post-attention norm is
+    Gemma's pre-feed-forward one; the norms after each sublayer and of the queries and
+    keys added."""
+    out = {}
+    for key, value in weights.items():
+        out[key.replace(".post_attention_layernorm.", ".pre_feedforward_layernorm.")] = value
+    back = {zoo: gemma for gemma, zoo in SANDWICH.items()}
+    for key, value in state.items():
+        match = re.match(r"^layers\.(\d+)\.(norm1_out|norm2_out|attn\.q_norm|attn\.k_norm)"
+                         r"\.weight$", key)
+        if match:
+            i, name = match.groups()
+            where = (f"self_attn.{name[5:]}" if name.startswith("attn.") else back[name])
+            out[f"model.layers.{i}.{where}.weight"] = value.detach().contiguous().clone()
+    return out
 
 
 class Gemma3TextFormat(Gemma2Format):
