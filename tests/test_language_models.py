@@ -561,11 +561,12 @@ def test_fine_tuning_an_imported_language_model_keeps_its_tokenizer(with_tokeniz
         list(range(len(tokenizer))))
 
 
-@pytest.mark.parametrize("source", ["tinyllama", "llama-tiny"])
+@pytest.mark.parametrize("source", ["tinyllama", "gemma3", "llama-tiny"])
 def test_zoo_bench_decodes_a_language_model_beside_transformers_and_ctranslate2(
         source, folders, tmp_path):
-    """An imported folder, and a recipe (whose transformers export's generation settings
-    name max_new_tokens: every peer is still told exactly how many tokens to make)."""
+    """An imported folder (Gemma 3's among them: kinds of layer, each peer through its
+    own conversion), and a recipe (whose transformers export's generation settings name
+    max_new_tokens: every peer is still told exactly how many tokens to make)."""
     pytest.importorskip("ctranslate2")
     out = tmp_path / "bench.json"
     model = f"local-dir:{folders[source][1]}" if source in folders else source
