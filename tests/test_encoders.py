@@ -107,6 +107,29 @@ def test_a_roberta_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_
         p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("cls", ["DistilBertModel", "DistilBertForMaskedLM",
+                                 "DistilBertForSequenceClassification"])
+def test_a_distilbert_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_path):
+    """distilbert-base-uncased's config at small widths: BERT's layer without token
+    types, and a ReLU where BERT's pooler has tanh."""
+    torch.manual_seed(0)
+    config = tf.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4,
+                                 hidden_dim=37, max_position_embeddings=64, dropout=0.0,
+                                 attention_dropout=0.0, activation="gelu", qa_dropout=0.1,
+                                 seq_classif_dropout=0.2, sinusoidal_pos_embds=False,
+                                 tie_weights_=True, num_labels=3, architectures=[cls])
+    model = getattr(tf, cls)(config).eval()
+    ours = _saved(model, tmp_path)
+    tokens, mask, _ = _batch()
+    with torch.no_grad():
+        out = model(input_ids=tokens, attention_mask=mask)
+        got = ours(tokens, padding_mask=mask == 0)
+    expected = out.last_hidden_state if cls == "DistilBertModel" else out.logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert sum(p.numel() for p in ours.parameters()) == sum(
+        p.numel() for p in model.parameters())
+
+
 def test_a_multilingual_e5_shaped_folder_embeds_as_sentence_transformers(tmp_path):
     """An XLM-RoBERTa body (made by transformers, a SentencePiece tokenizer trained here)
     in sentence-transformers' layout, mean-pooled and normalised as multilingual-e5 is:

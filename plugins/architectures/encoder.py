@@ -54,6 +54,8 @@ class EncoderSettings(BaseModel):
     pooler: bool = True
     """BERT's pooler (a dense layer and tanh over the first token); the classification
     head needs it."""
+    pooler_activation: Literal["tanh", "relu"] = "tanh"
+    """The pooler's activation: BERT's tanh, or DistilBERT's ReLU (its pre_classifier)."""
     num_labels: int = Field(2, gt=0, le=2**20)
     """Classes of the classification head."""
     pad_id: int | None = Field(0, ge=0)
@@ -173,10 +175,13 @@ class Encoder(nn.Module):
         return self.norm(x) if self.norm is not None else x
 
     def pooled(self, hidden: torch.Tensor) -> torch.Tensor:
-        """BERT's pooler output (B, d): tanh of a dense layer over the first token."""
+        """BERT's pooler output (B, d): tanh (or ``pooler_activation``) of a dense layer
+        over the first token."""
         if self.pooler is None:
             raise ValueError("this encoder has no pooler (pooler: false)")
-        return torch.tanh(self.pooler(hidden[:, 0]))
+        dense = self.pooler(hidden[:, 0])
+        return torch.relu(dense) if self.settings.pooler_activation == "relu" else \
+            torch.tanh(dense)
 
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None,
                 token_types: torch.Tensor | None = None) -> torch.Tensor:

@@ -80,6 +80,13 @@ def register_formats(register):
         capabilities={"model_types": ("roberta",)},
     )
     register(
+        "distilbert",
+        "zoo.plugins.formats.distilbert:DistilBertFormat",
+        description="transformers' DistilBertModel, DistilBertForMaskedLM and "
+                    "DistilBertForSequenceClassification (Sanh et al. 2019)",
+        capabilities={"model_types": ("distilbert",)},
+    )
+    register(
         "xlm-roberta",
         "zoo.plugins.formats.roberta:XLMRobertaFormat",
         description="transformers' XLMRobertaModel, XLMRobertaForMaskedLM and "
