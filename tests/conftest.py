@@ -178,6 +178,16 @@ def small_disk(tmp_path):
 
 
 @pytest.fixture(scope="session")
+def lm_folders(tmp_path_factory):
+    """Each published decoder variant (tests/language_models.py) saved once by transformers:
+    {variant: (transformers model, folder)}."""
+    from .language_models import PUBLISHED, save_language_model
+
+    root = tmp_path_factory.mktemp("language-models")
+    return {v: (save_language_model(v, root / v), root / v) for v in PUBLISHED}
+
+
+@pytest.fixture(scope="session")
 def with_tokenizer(tmp_path_factory):
     """A GPT-2 and its own byte-level BPE tokenizer: (transformers model, tokenizer, folder)."""
     from .language_models import gpt2_with_tokenizer

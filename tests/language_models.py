@@ -122,6 +122,12 @@ def save_language_model(variant: str, folder: Path):
     return model
 
 
+def positions_of(mask: torch.Tensor) -> torch.Tensor:
+    """The position ids transformers' generate gives left-padded prompts (``mask`` 1 at
+    a real token)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def left_padded(vocab: int = VOCAB, low: int = 3):
     """A (3, 8) batch of prompts padded on the left to three lengths, and its
     attention mask (1: a real token)."""

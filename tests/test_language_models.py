@@ -1,8 +1,10 @@
-"""Decoder-only language models: transformers' GPT-2, Llama, Qwen2 and Mistral folders
-(the published configs at small widths) load into zoo's ``decoder`` architecture with
-transformers' logits on left-padded prompts and its ``generate`` tokens (greedy, beams,
-sampling under one seed); the recipes count the reference models' parameters; options
-zoo cannot express are refused by name."""
+"""Decoder-only language models: transformers' GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3
+and Gemma 1 to 3 folders (the published configs at small widths) load into zoo's
+``decoder`` architecture with transformers' logits on left-padded prompts and its
+``generate`` tokens (greedy, beams, sampling under one seed); the recipes count the
+reference models' parameters; options zoo cannot express are refused by name; training
+on text, fine-tuning an imported model, the bench and the native step. The exports are
+test_language_model_exports.py's."""
 
 from __future__ import annotations
 
@@ -21,30 +23,18 @@ from zoo.builder import footprint, get_recipe
 from zoo.resolver import resolve
 
 from .conftest import run_zoo
-from .language_models import END, PUBLISHED, left_padded, save_language_model
+from .language_models import END, PUBLISHED, left_padded, positions_of, save_language_model
 
 VARIANTS = list(PUBLISHED)
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """Each variant saved once: {variant: (transformers model, folder)}."""
-    root = tmp_path_factory.mktemp("language-models")
-    return {v: (save_language_model(v, root / v), root / v) for v in VARIANTS}
-
-
-def _positions(mask: torch.Tensor) -> torch.Tensor:
-    """The position ids transformers' generate gives left-padded prompts."""
-    return (mask.cumsum(-1) - 1).clamp(min=0)
-
-
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_logits_equal_transformers_on_left_padded_prompts(variant, folders):
-    hf, folder = folders[variant]
+def test_logits_equal_transformers_on_left_padded_prompts(variant, lm_folders):
+    hf, folder = lm_folders[variant]
     model = zoo.build(f"local-dir:{folder}").eval()
     prompts, mask = left_padded()
     with torch.no_grad():
-        ref = hf(prompts, attention_mask=mask, position_ids=_positions(mask)).logits
+        ref = hf(prompts, attention_mask=mask, position_ids=positions_of(mask)).logits
         out = model(prompts, padding_mask=mask == 0)
         whole = model(prompts[:1])  # no padding at all
     real = mask.bool()
@@ -56,8 +46,8 @@ def test_logits_equal_transformers_on_left_padded_prompts(variant, folders):
 
 @pytest.mark.parametrize("beams", [1, 3])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_generate_gives_transformers_tokens(variant, beams, folders):
-    hf, folder = folders[variant]
+def test_generate_gives_transformers_tokens(variant, beams, lm_folders):
+    hf, folder = lm_folders[variant]
     model = zoo.build(f"local-dir:{folder}").eval()
     prompts, mask = left_padded()
     with torch.no_grad():
@@ -69,8 +59,8 @@ def test_generate_gives_transformers_tokens(variant, beams, folders):
 
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama-3.2"])
-def test_sampling_draws_transformers_tokens_under_one_seed(variant, folders):
-    hf, folder = folders[variant]
+def test_sampling_draws_transformers_tokens_under_one_seed(variant, lm_folders):
+    hf, folder = lm_folders[variant]
     model = zoo.build(f"local-dir:{folder}").eval()
     prompts, mask = left_padded()
     sampling = dict(do_sample=True, temperature=0.7, top_k=20, top_p=0.9,
@@ -94,9 +84,9 @@ def test_sampling_draws_transformers_tokens_under_one_seed(variant, folders):
 
 @pytest.mark.parametrize("cutoffs", [dict(typical_p=0.6), dict(epsilon_cutoff=0.02),
                                      dict(eta_cutoff=0.05)], ids=lambda c: next(iter(c)))
-def test_typical_and_truncation_sampling_draw_transformers_tokens(cutoffs, folders):
+def test_typical_and_truncation_sampling_draw_transformers_tokens(cutoffs, lm_folders):
     # the folder's own generation settings may name them too: read, never dropped
-    hf, folder = folders["gpt2"]
+    hf, folder = lm_folders["gpt2"]
     model = zoo.build(f"local-dir:{folder}").eval()
     prompts, mask = left_padded()
     sampling = dict(do_sample=True, temperature=1.2, max_new_tokens=10, **cutoffs)
@@ -116,12 +106,12 @@ def test_typical_and_truncation_sampling_draw_transformers_tokens(cutoffs, folde
     assert plain.tolist() != runs[0]  # the cutoff changed the draws
 
 
-def test_with_no_length_named_both_make_twenty_new_tokens(folders, tmp_path):
+def test_with_no_length_named_both_make_twenty_new_tokens(lm_folders, tmp_path):
     # transformers 5 makes 20 new tokens when the files name no length (zoo made 20 -
     # the prompt's); a max_length the files name, or a call gives, counts the prompt
     import shutil
 
-    hf, folder = folders["gpt2"]
+    hf, folder = lm_folders["gpt2"]
     mine = tmp_path / "m"
     shutil.copytree(folder, mine)
     (mine / "generation_config.json").write_text(json.dumps(
@@ -138,11 +128,11 @@ def test_with_no_length_named_both_make_twenty_new_tokens(folders, tmp_path):
         zoo.generate(model, prompt, max_length=8)
 
 
-def test_smollm2s_nanotron_keys_are_read_as_transformers_reads_them(folders, tmp_path):
+def test_smollm2s_nanotron_keys_are_read_as_transformers_reads_them(lm_folders, tmp_path):
     # SmolLM2-135M's published config.json carries two keys no transformers class reads
     import shutil
 
-    _, folder = folders["llama-3.2"]
+    _, folder = lm_folders["llama-3.2"]
     mine = tmp_path / "smol"
     shutil.copytree(folder, mine)
     config = json.loads((mine / "config.json").read_text())
@@ -154,13 +144,13 @@ def test_smollm2s_nanotron_keys_are_read_as_transformers_reads_them(folders, tmp
                                     max_new_tokens=4))
 
 
-def test_the_window_and_the_rope_scaling_are_what_gives_transformers_logits(folders):
+def test_the_window_and_the_rope_scaling_are_what_gives_transformers_logits(lm_folders):
     # without Mistral's window, or Llama 3's frequency scaling, the logits differ: the
     # equality above holds because zoo reproduces them, not because they change nothing
     prompts = torch.randint(3, 90, (1, 12), generator=torch.Generator().manual_seed(0))
     for variant, change in [("mistral", {"attention.window": None}),
                             ("llama-3.2", {"positional.scaling": "none"})]:
-        hf, folder = folders[variant]
+        hf, folder = lm_folders[variant]
         with torch.no_grad():
             ref = hf(prompts).logits
             same = zoo.build(f"local-dir:{folder}").eval()(prompts)
@@ -170,13 +160,13 @@ def test_the_window_and_the_rope_scaling_are_what_gives_transformers_logits(fold
 
 
 def test_llama3_scaling_without_its_original_context_takes_the_configs_as_transformers(
-        folders, tmp_path):
+        lm_folders, tmp_path):
     """transformers 5 fills a llama3 scaling's missing original_max_position_embeddings
     from the config's max_position_embeddings (256 here, against the published 16): zoo
     reads it so (it took 8192, and logits 3.58 from transformers')."""
     import transformers as tf
 
-    _, folder = folders["llama-3.2"]
+    _, folder = lm_folders["llama-3.2"]
     mine = tmp_path / "no-original"
     for f in folder.iterdir():
         (mine / f.name).parent.mkdir(exist_ok=True)
@@ -195,8 +185,8 @@ def test_llama3_scaling_without_its_original_context_takes_the_configs_as_transf
     assert (published - ref).abs().max() > 1e-2  # the original context matters here
 
 
-def test_grouped_query_attention_caches_only_its_key_value_heads(folders):
-    model = zoo.build(f"local-dir:{folders['tinyllama'][1]}").eval()
+def test_grouped_query_attention_caches_only_its_key_value_heads(lm_folders):
+    model = zoo.build(f"local-dir:{lm_folders['tinyllama'][1]}").eval()
     attn = model.layers[0].attn
     assert (attn.n_heads, attn.n_kv_heads) == (8, 2)
     assert attn.kv_proj.weight.shape == (2 * 2 * 8, 64)
@@ -270,9 +260,9 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("llama-3.2", "rope_scaling", {**PUBLISHED["llama-3.2"][2]["rope_scaling"], "beta_fast": 32},
      "rope_scaling.beta_fast=32 is not one zoo can express"),
 ])
-def test_options_zoo_cannot_express_are_refused_by_name(variant, key, value, says, folders,
+def test_options_zoo_cannot_express_are_refused_by_name(variant, key, value, says, lm_folders,
                                                         tmp_path):
-    folder = folders[variant][1]
+    folder = lm_folders[variant][1]
     changed = tmp_path / variant
     changed.mkdir()
     for f in folder.iterdir():
@@ -345,179 +335,6 @@ def test_lm_english_learns_in_a_minute_and_the_run_generates_text(tmp_path):
     assert done.stdout.startswith("The weather") and len(done.stdout) > len("The weather\n")
 
 
-@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen2.5", "qwen3", "mistral",
-                                    "phi3", "gemma", "gemma2", "gemma3", "gpt2-tiny",
-                                    "llama-tiny"])
-def test_export_to_transformers_gives_a_folder_it_loads_with_zoos_logits(source, folders,
-                                                                         tmp_path):
-    import transformers as tf
-
-    from zoo.export import export
-
-    if source in folders:
-        model = zoo.build(f"local-dir:{folders[source][1]}").eval()
-    else:
-        model = zoo.build(source, dropout=0.0, attention_dropout=0.0).eval()
-    export(model, tmp_path / "out", format="transformers")
-    back = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
-    prompts, mask = left_padded()
-    with torch.no_grad():
-        ours = model(prompts, padding_mask=mask == 0)
-        theirs = back(prompts, attention_mask=mask, position_ids=_positions(mask)).logits
-    real = mask.bool()
-    scale = max(1.0, theirs[real].abs().max().item())
-    torch.testing.assert_close(ours[real], theirs[real], rtol=0, atol=1e-5 * scale)
-    again = zoo.build(f"local-dir:{tmp_path / 'out'}").eval()  # and zoo reads it back
-    with torch.no_grad():
-        torch.testing.assert_close(again(prompts, padding_mask=mask == 0)[real], ours[real])
-
-
-def test_phi3_rotating_a_share_of_each_head_gives_transformers_logits_and_exports(tmp_path):
-    """partial_rotary_factor (Phi-4-mini's 0.75; here 0.5 of heads of 8): transformers'
-    logits and tokens; the transformers export is a Phi-3 folder again, the CTranslate2
-    export is refused by name (its Phi-3 rotates every feature), the ONNX one computes it."""
-    import transformers as tf
-
-    from zoo.export import ExportError, export
-
-    published = dict(PUBLISHED["phi3"][2], partial_rotary_factor=0.5)
-    torch.manual_seed(0)
-    hf = tf.Phi3ForCausalLM(tf.Phi3Config(**published)).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if p.dim() == 2:
-                p.normal_(std=0.5 if "embed" in name or "lm_head" in name else 0.25)
-    hf.save_pretrained(tmp_path / "phi")
-    model = zoo.build(f"local-dir:{tmp_path / 'phi'}").eval()
-    assert model.recipe.components["positional"].settings["fraction"] == 0.5
-    prompts, mask = left_padded()
-    real = mask.bool()
-    with torch.no_grad():
-        ref = hf(prompts, attention_mask=mask, position_ids=_positions(mask)).logits
-        torch.testing.assert_close(model(prompts, padding_mask=mask == 0)[real], ref[real],
-                                   rtol=0, atol=1e-5 * max(1.0, ref[real].abs().max().item()))
-        tokens = hf.generate(prompts, attention_mask=mask, max_new_tokens=8, do_sample=False,
-                             pad_token_id=END["phi3"])[:, prompts.shape[1]:]
-    assert model.generate(prompts, padding_mask=mask == 0, max_new_tokens=8).tolist() == \
-        tokens.tolist()
-    full = zoo.build(f"local-dir:{tmp_path / 'phi'}", **{"positional.fraction": 1.0}).eval()
-    with torch.no_grad():  # the unrotated half matters
-        assert not torch.allclose(full(prompts[:1]), model(prompts[:1]), atol=1e-3)
-    export(model, tmp_path / "out", format="transformers")
-    config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert (config["model_type"], config["partial_rotary_factor"]) == ("phi3", 0.5)
-    back = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
-    assert "self_attn.qkv_proj.weight" in " ".join(back.state_dict())
-    with torch.no_grad():
-        again = back(prompts, attention_mask=mask, position_ids=_positions(mask)).logits
-    torch.testing.assert_close(again[real], ref[real], rtol=0, atol=1e-4)
-    with pytest.raises(ExportError, match="rope fraction 0.5: CTranslate2's converter"):
-        export(model, tmp_path / "ct2", format="ctranslate2")
-    with pytest.raises(ExportError, match="Phi-3 alone rotates a share"):
-        export(zoo.build("llama-tiny", **{"positional.fraction": 0.5,
-                                          "attention.qk_norm": True}),
-               tmp_path / "x", format="transformers")
-    with pytest.raises(ExportError, match="Phi-3's projections have no biases"):
-        export(zoo.build("llama-tiny", **{"positional.fraction": 0.5, "attention.bias": True}),
-               tmp_path / "x", format="transformers")
-
-
-def test_an_export_transformers_cannot_express_is_refused_by_name(tmp_path):
-    from zoo.export import ExportError, export
-
-    model = zoo.build("gpt2-tiny", norm_placement="post")
-    with pytest.raises(ExportError, match="norm_placement 'post'"):
-        export(model, tmp_path / "out", format="transformers")
-    assert not (tmp_path / "out").exists()
-    # queries and keys normed (Qwen3's): only Qwen3 writes them, nothing drops them
-    normed = {"attention.qk_norm": True}
-    with pytest.raises(ExportError, match="(?s)gpt2: .*norms no query or key"):
-        export(zoo.build("gpt2-tiny", **normed), tmp_path / "out", format="transformers")
-    with pytest.raises(ExportError, match="(?s)marian: .*its queries and keys not normed"):
-        export(zoo.build("transformer-tiny", **normed), tmp_path / "out", format="transformers")
-    with pytest.raises(ExportError, match="attention qk_norm: zoo writes CTranslate2's"):
-        export(zoo.build("transformer-tiny", **normed), tmp_path / "out", format="ctranslate2")
-    with pytest.raises(ExportError, match="qk_norm_eps 0.001: Qwen3's query and key norms"):
-        export(zoo.build("llama-tiny", **normed, **{"attention.qk_norm_eps": 1e-3}),
-               tmp_path / "out", format="transformers")
-    assert not (tmp_path / "out").exists()
-
-
-def _model_of(source, folders):
-    if source in folders:
-        return zoo.build(f"local-dir:{folders[source][1]}").eval()
-    return zoo.build(source, dropout=0.0, attention_dropout=0.0).eval()
-
-
-@pytest.mark.parametrize("source", ["gpt2", "tinyllama", "qwen2.5", "qwen3", "mistral",
-                                    "phi3", "gemma", "gemma2", "gemma3", "llama-tiny"])
-def test_ctranslate2_generator_export_decodes_zoos_greedy_tokens(source, folders, tmp_path):
-    ctranslate2 = pytest.importorskip("ctranslate2")
-    from zoo.export import default_vocabulary, export
-
-    model = _model_of(source, folders)
-    export(model, tmp_path / "ct2", format="ctranslate2")
-    names = default_vocabulary(model.settings.vocab_size)
-    prompts, mask = left_padded(model.settings.vocab_size)
-    rows = [[names[int(t)] for t in row[keep.bool()]] for row, keep in zip(prompts, mask)]
-    found = ctranslate2.Generator(str(tmp_path / "ct2")).generate_batch(
-        rows, max_length=10, sampling_topk=1, include_prompt_in_result=False, end_token=[])
-    theirs = [[names.index(t) for t in r.sequences[0]] for r in found]
-    with torch.no_grad():
-        ours = model.generate(prompts, padding_mask=mask == 0, max_new_tokens=10,
-                              min_new_tokens=10, do_sample=False, num_beams=1)
-    assert theirs == ours.tolist()
-
-
-def test_ctranslate2_export_names_the_ids_by_the_models_tokenizer(with_tokenizer, tmp_path):
-    ctranslate2 = pytest.importorskip("ctranslate2")
-    from zoo.export import export
-
-    _, tokenizer, folder = with_tokenizer
-    model = zoo.build(f"local-dir:{folder}").eval()
-    export(model, tmp_path / "ct2", format="ctranslate2")
-    info = json.loads((tmp_path / "ct2" / "zoo-export.json").read_text())
-    assert info["tokens"]["eos"] == "<|endoftext|>"
-    prompt = tokenizer("Zoë bought a")["input_ids"]
-    found = ctranslate2.Generator(str(tmp_path / "ct2")).generate_batch(
-        [tokenizer.convert_ids_to_tokens(prompt)], max_length=8, sampling_topk=1,
-        include_prompt_in_result=False)
-    theirs = tokenizer.convert_tokens_to_ids(found[0].sequences[0])
-    ours = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)[0].tolist()
-    end = tokenizer.eos_token_id  # CTranslate2 leaves the end token out of its result
-    assert theirs == (ours[: ours.index(end)] if end in ours else ours)
-
-
-def test_ctranslate2_export_refuses_llama3_scaled_rope_by_name(folders, tmp_path):
-    pytest.importorskip("ctranslate2")
-    from zoo.export import ExportError, export
-
-    model = _model_of("llama-3.2", folders)
-    with pytest.raises(ExportError, match="rope scaling 'llama3'"):
-        export(model, tmp_path / "ct2", format="ctranslate2")
-    assert not (tmp_path / "ct2").exists()
-
-
-@pytest.mark.parametrize("source", ["gpt2", "llama-3.2", "qwen3", "mistral", "gemma",
-                                    "gemma2", "gemma3"])
-def test_onnx_export_gives_zoos_logits_on_left_padded_prompts(source, folders, tmp_path):
-    ort = pytest.importorskip("onnxruntime")
-    from zoo.export import export
-
-    model = _model_of(source, folders)
-    export(model, tmp_path / "onnx", format="onnx")
-    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
-    prompts, mask = left_padded()
-    theirs = session.run(None, {"tokens": prompts.numpy(),
-                                "padding_mask": (mask == 0).numpy()})[0]
-    with torch.no_grad():
-        ours = model(prompts, padding_mask=mask == 0)
-    real = mask.bool()
-    scale = max(1.0, ours[real].abs().max().item())
-    torch.testing.assert_close(torch.from_numpy(theirs)[real], ours[real], rtol=0,
-                               atol=1e-5 * scale)
-
-
 @needs_trans
 @pytest.mark.slow(seconds=50)
 def test_fine_tuning_an_imported_language_model_keeps_its_tokenizer(with_tokenizer, tmp_path):
@@ -561,15 +378,14 @@ def test_fine_tuning_an_imported_language_model_keeps_its_tokenizer(with_tokeniz
         list(range(len(tokenizer))))
 
 
-@pytest.mark.parametrize("source", ["tinyllama", "gemma3", "llama-tiny"])
+@pytest.mark.parametrize("source", ["tinyllama", "llama-tiny"])
 def test_zoo_bench_decodes_a_language_model_beside_transformers_and_ctranslate2(
-        source, folders, tmp_path):
-    """An imported folder (Gemma 3's among them: kinds of layer, each peer through its
-    own conversion), and a recipe (whose transformers export's generation settings name
-    max_new_tokens: every peer is still told exactly how many tokens to make)."""
+        source, lm_folders, tmp_path):
+    """An imported folder, and a recipe (whose transformers export's generation settings
+    name max_new_tokens: every peer is still told exactly how many tokens to make)."""
     pytest.importorskip("ctranslate2")
     out = tmp_path / "bench.json"
-    model = f"local-dir:{folders[source][1]}" if source in folders else source
+    model = f"local-dir:{lm_folders[source][1]}" if source in lm_folders else source
     done = run_zoo("bench", "decode", "--model", model,
                    "--batch", "2", "--length", "6", "--new-tokens", "4", "--latency", "3,3",
                    "--dtypes", "fp32,int8", "--repeats", "1", "--wait", "0", "--json", str(out))
@@ -585,7 +401,7 @@ def test_zoo_bench_decodes_a_language_model_beside_transformers_and_ctranslate2(
 
 
 @pytest.mark.parametrize("beams", [1, 3])
-def test_imported_language_models_decode_through_the_native_step(beams, folders,
+def test_imported_language_models_decode_through_the_native_step(beams, lm_folders,
                                                                  monkeypatch):
     """GPT-2, TinyLlama, Llama 3.2 (its scaled RoPE as the step's rotation) and Qwen2.5
     (q/k/v biases) decode their steps after the prompts in zoo's native step with
@@ -604,7 +420,7 @@ def test_imported_language_models_decode_through_the_native_step(beams, folders,
     ran = native_runs(StaticLM, monkeypatch)
     prompts, mask = left_padded()
     for variant in VARIANTS:
-        hf, folder = folders[variant]
+        hf, folder = lm_folders[variant]
         model = zoo.build(f"local-dir:{folder}").eval()
         ran.clear()
         with torch.no_grad():

@@ -119,6 +119,43 @@ def _rope(options: Options, partial: bool = False) -> dict[str, Any]:
     return settings
 
 
+def _attention(options: Options, kind: str) -> tuple[dict[str, Any], float]:
+    """The vanilla attention's settings of a ``kind`` config (its biases, Mistral's and
+    Phi-3's window, Qwen3's normed queries and keys), and the residual dropout (Phi-3's
+    ``resid_pdrop``; the others have none)."""
+    dropout = 0.0
+    if kind == "phi3":  # q, k, v and the network without biases, in fused matrices
+        bias = out_bias = options.need("attention_bias", False, False,
+                                       "Phi-3's projections have no biases")
+        dropout = options.get("resid_pdrop", 0.0)
+        options.get("embd_pdrop")  # read by no module of transformers' Phi-3
+        options.get("original_max_position_embeddings")  # longrope's, refused with it
+    elif kind in ("qwen2", "qwen3"):
+        # Qwen2: biases on q, k and v only; Qwen3: as attention_bias says (none)
+        bias = True if kind == "qwen2" else options.get("attention_bias", False)
+        out_bias = False if kind == "qwen2" else bias
+        if options.get("use_sliding_window", False):
+            raise options.refuse("use_sliding_window", True,
+                                 "attention over every key in every layer")
+        options.get("sliding_window")  # inert without use_sliding_window
+    else:
+        bias = out_bias = options.get("attention_bias", False)
+    window = options.count("sliding_window", "a window of at least 1 key, or null for "
+                           "every key") if kind in ("mistral", "phi3") else None
+    layer_types = options.get("layer_types", [])
+    expected = "sliding_attention" if window else "full_attention"
+    if any(t != expected for t in layer_types):
+        raise options.refuse("layer_types", layer_types, f"every layer '{expected}'")
+    attention: dict[str, Any] = {"bias": bias}
+    if out_bias != bias:
+        attention["out_bias"] = out_bias
+    if window:
+        attention["window"] = window
+    if kind == "qwen3":
+        attention.update(qk_norm=True, qk_norm_eps=options.get("rms_norm_eps", 1e-6))
+    return attention, dropout
+
+
 class LlamaFormat(Format):
     """Reads transformers' Llama, Mistral and Qwen2 folders, and writes zoo's decoder
     models that they express (``zoo export --format transformers``)."""
@@ -139,37 +176,7 @@ class LlamaFormat(Format):
         head_dim = options.get("head_dim", d_model // heads)
         act = options.need("hidden_act", tuple(GATED), "silu")
         ffn, ffn_settings = GATED[act]
-        dropout = 0.0
-        if kind == "phi3":  # q, k, v and the network without biases, in fused matrices
-            bias = out_bias = options.need("attention_bias", False, False,
-                                           "Phi-3's projections have no biases")
-            dropout = options.get("resid_pdrop", 0.0)
-            options.get("embd_pdrop")  # read by no module of transformers' Phi-3
-            options.get("original_max_position_embeddings")  # longrope's, refused with it
-        elif kind in ("qwen2", "qwen3"):
-            # Qwen2: biases on q, k and v only; Qwen3: as attention_bias says (none)
-            bias = True if kind == "qwen2" else options.get("attention_bias", False)
-            out_bias = False if kind == "qwen2" else bias
-            if options.get("use_sliding_window", False):
-                raise options.refuse("use_sliding_window", True,
-                                     "attention over every key in every layer")
-            options.get("sliding_window")  # inert without use_sliding_window
-        else:
-            bias = out_bias = options.get("attention_bias", False)
-        window = options.count("sliding_window", "a window of at least 1 key, or null for "
-                               "every key") if kind in ("mistral", "phi3") else None
-        layer_types = options.get("layer_types", [])
-        expected = "sliding_attention" if window else "full_attention"
-        if any(t != expected for t in layer_types):
-            raise options.refuse("layer_types", layer_types,
-                                 f"every layer '{expected}'")
-        attention: dict[str, Any] = {"bias": bias}
-        if out_bias != bias:
-            attention["out_bias"] = out_bias
-        if window:
-            attention["window"] = window
-        if kind == "qwen3":
-            attention.update(qk_norm=True, qk_norm_eps=options.get("rms_norm_eps", 1e-6))
+        attention, dropout = _attention(options, kind)
         eos = options.get("eos_token_id", 2)
         eos = eos[0] if isinstance(eos, list) else eos
         settings = {
@@ -266,22 +273,10 @@ class LlamaFormat(Format):
             refuse(found, "llama")
         s = recipe["architecture"].get("settings", {})
         _, attention = part(recipe, "attention")
-        bias, out_bias = attention.get("bias", True), attention.get("out_bias")
-        out_bias = bias if out_bias is None else out_bias
         name, rope = part(recipe, "positional")
-        kind = "qwen3" if attention.get("qk_norm") else "qwen2" if (bias, out_bias) == (
-            True, False) else "phi3" if rope.get("fraction", 1.0) < 1 else "mistral" if (
-            attention.get("window")) else "llama"
-        if kind != "qwen2" and bias != out_bias:
-            found.append(f"attention {attention}: Llama's projections all have biases or none")
-        if kind in ("qwen2", "qwen3") and attention.get("window"):
-            found.append(f"attention window with {kind}'s layout: transformers' {kind} slides "
-                         "only over its upper layers")
-        if rope.get("fraction", 1.0) < 1 and kind != "phi3":
-            found.append(f"positional rope fraction {rope['fraction']} with {kind}'s layout: "
-                         "of transformers' Llama family, Phi-3 alone rotates a share of a head")
-        if kind == "phi3" and bias:
-            found.append(f"attention {attention}: Phi-3's projections have no biases")
+        kind, problems = _family_of(attention, rope)
+        found += problems
+        bias = attention.get("bias", True)
         if name != "rope" or rope.get("layout", "half") != "half":
             found.append(f"positional {name} {rope}: Llama's positions are RoPE, halves paired")
         norm, norm_settings = part(recipe, "norm")
@@ -330,6 +325,30 @@ class LlamaFormat(Format):
             config.update(partial_rotary_factor=rope["fraction"], pad_token_id=s.get("pad_id"),
                           resid_pdrop=s.get("dropout", 0.0), embd_pdrop=0.0)
         return config, generation_json(generation), _to_llama(state, config)
+
+
+def _family_of(attention: dict[str, Any], rope: dict[str, Any]) -> tuple[str, list[str]]:
+    """Which of the Llama layout's transformers families writes a model of these
+    attention and rope settings (Qwen3: normed queries and keys; Qwen2: biases on q, k
+    and v only; Phi-3: a share of each head rotated; Mistral: a window; else Llama), and
+    what that family cannot express of them."""
+    bias, out_bias = attention.get("bias", True), attention.get("out_bias")
+    out_bias = bias if out_bias is None else out_bias
+    kind = "qwen3" if attention.get("qk_norm") else "qwen2" if (bias, out_bias) == (
+        True, False) else "phi3" if rope.get("fraction", 1.0) < 1 else "mistral" if (
+        attention.get("window")) else "llama"
+    found = []
+    if kind != "qwen2" and bias != out_bias:
+        found.append(f"attention {attention}: Llama's projections all have biases or none")
+    if kind in ("qwen2", "qwen3") and attention.get("window"):
+        found.append(f"attention window with {kind}'s layout: transformers' {kind} slides "
+                     "only over its upper layers")
+    if rope.get("fraction", 1.0) < 1 and kind != "phi3":
+        found.append(f"positional rope fraction {rope['fraction']} with {kind}'s layout: "
+                     "of transformers' Llama family, Phi-3 alone rotates a share of a head")
+    if kind == "phi3" and bias:
+        found.append(f"attention {attention}: Phi-3's projections have no biases")
+    return kind, found
 
 
 def _unfused(config: dict[str, Any], i: str, proj: str, part: str,
