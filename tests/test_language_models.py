@@ -185,6 +185,39 @@ def test_llama3_scaling_without_its_original_context_takes_the_configs_as_transf
     assert (published - ref).abs().max() > 1e-2  # the original context matters here
 
 
+@pytest.mark.parametrize("first", [1, 0])
+def test_qwens_sliding_layers_give_transformers_logits(first, tmp_path):
+    """use_sliding_window from layer max_window_layers on: the upper layer alone slides
+    (zoo's kinds of layer), or every layer (vanilla attention's window)."""
+    import transformers as tf
+
+    published = dict(PUBLISHED["qwen2.5"][2], use_sliding_window=True, sliding_window=3,
+                     max_window_layers=first)
+    torch.manual_seed(0)
+    hf = tf.Qwen2ForCausalLM(tf.Qwen2Config(**published)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(std=0.3)
+    hf.save_pretrained(tmp_path / "q")
+    config = json.loads((tmp_path / "q" / "config.json").read_text())
+    config.pop("layer_types", None)  # as published: transformers makes them from the rest
+    (tmp_path / "q" / "config.json").write_text(json.dumps(config))
+    model = zoo.build(f"local-dir:{tmp_path / 'q'}").eval()
+    windows = [layer.attn.window for layer in model.layers]
+    assert windows == ([None, 3] if first else [3, 3])
+    prompts, mask = left_padded()
+    real = mask.bool()
+    with torch.no_grad():
+        ref = hf(prompts, attention_mask=mask, position_ids=positions_of(mask)).logits
+        ours = model(prompts, padding_mask=mask == 0)
+        every = zoo.build(f"local-dir:{tmp_path / 'q'}", layer_types=None,
+                          layer_variants={})(prompts, padding_mask=mask == 0) if first \
+            else None
+    torch.testing.assert_close(ours[real], ref[real], rtol=0, atol=1e-4)
+    if every is not None:  # the window is what makes them equal
+        assert (every[real] - ref[real]).abs().max() > 1e-3
+
+
 def test_grouped_query_attention_caches_only_its_key_value_heads(lm_folders):
     model = zoo.build(f"local-dir:{lm_folders['tinyllama'][1]}").eval()
     attn = model.layers[0].attn
@@ -235,7 +268,7 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("gpt2", "scale_attn_by_inverse_layer_idx", True, "scale_attn_by_inverse_layer_idx"),
     ("gpt2", "activation_function", "gelu_fast", "activation_function"),
     ("tinyllama", "rope_scaling", {"rope_type": "yarn", "factor": 4.0}, "rope_scaling"),
-    ("qwen2.5", "use_sliding_window", True, "use_sliding_window"),
+    ("qwen2.5", "layer_types", ["full_attention", "chunked_attention"], "layer_types"),
     ("mistral", "layer_types", ["full_attention", "sliding_attention"], "layer_types"),
     ("tinyllama", "logits_soft_cap", 30.0, "logits_soft_cap"),
     ("mistral", "sliding_window", 0, "sliding_window=0 is not one zoo can express"),

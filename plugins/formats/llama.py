@@ -45,7 +45,8 @@ GATED = {"silu": ("swiglu", {}), "swish": ("swiglu", {}),
 INERT = {"pretraining_tp", "max_window_layers", "is_llama_config", "rope_interleaved",
          "auto_map"}
 """``pretraining_tp`` splits the products into slices whose sum is the same product;
-Qwen2's ``max_window_layers`` matters only with ``use_sliding_window`` (refused);
+``max_window_layers`` matters only to Qwen2's and Qwen3's ``use_sliding_window`` (read
+there);
 ``is_llama_config`` and ``rope_interleaved`` (SmolLM2's config, written by nanotron)
 are read by no transformers class; ``auto_map`` names remote code that transformers runs
 only for a family it does not have (Phi-3's configs keep it)."""
@@ -119,11 +120,13 @@ def _rope(options: Options, partial: bool = False) -> dict[str, Any]:
     return settings
 
 
-def _attention(options: Options, kind: str) -> tuple[dict[str, Any], float]:
+def _attention(options: Options, kind: str) -> tuple[dict[str, Any], float, dict[str, Any]]:
     """The vanilla attention's settings of a ``kind`` config (its biases, Mistral's and
-    Phi-3's window, Qwen3's normed queries and keys), and the residual dropout (Phi-3's
-    ``resid_pdrop``; the others have none)."""
-    dropout = 0.0
+    Phi-3's window, Qwen3's normed queries and keys), the residual dropout (Phi-3's
+    ``resid_pdrop``; the others have none), and the decoder's kinds of layer where some
+    layers slide and others do not (Qwen2's and Qwen3's ``use_sliding_window`` from layer
+    ``max_window_layers`` on; else ``{}``)."""
+    dropout, window, kinds = 0.0, None, {}
     if kind == "phi3":  # q, k, v and the network without biases, in fused matrices
         bias = out_bias = options.need("attention_bias", False, False,
                                        "Phi-3's projections have no biases")
@@ -134,18 +137,17 @@ def _attention(options: Options, kind: str) -> tuple[dict[str, Any], float]:
         # Qwen2: biases on q, k and v only; Qwen3: as attention_bias says (none)
         bias = True if kind == "qwen2" else options.get("attention_bias", False)
         out_bias = False if kind == "qwen2" else bias
-        if options.get("use_sliding_window", False):
-            raise options.refuse("use_sliding_window", True,
-                                 "attention over every key in every layer")
-        options.get("sliding_window")  # inert without use_sliding_window
+        window, kinds = _qwen_windows(options)
     else:
         bias = out_bias = options.get("attention_bias", False)
-    window = options.count("sliding_window", "a window of at least 1 key, or null for "
-                           "every key") if kind in ("mistral", "phi3") else None
-    layer_types = options.get("layer_types", [])
-    expected = "sliding_attention" if window else "full_attention"
-    if any(t != expected for t in layer_types):
-        raise options.refuse("layer_types", layer_types, f"every layer '{expected}'")
+    if kind in ("mistral", "phi3"):
+        window = options.count("sliding_window", "a window of at least 1 key, or null for "
+                               "every key")
+    if not kinds:
+        layer_types = options.get("layer_types", [])
+        expected = "sliding_attention" if window else "full_attention"
+        if any(t != expected for t in layer_types):
+            raise options.refuse("layer_types", layer_types, f"every layer '{expected}'")
     attention: dict[str, Any] = {"bias": bias}
     if out_bias != bias:
         attention["out_bias"] = out_bias
@@ -153,7 +155,32 @@ def _attention(options: Options, kind: str) -> tuple[dict[str, Any], float]:
         attention["window"] = window
     if kind == "qwen3":
         attention.update(qk_norm=True, qk_norm_eps=options.get("rms_norm_eps", 1e-6))
-    return attention, dropout
+    return attention, dropout, kinds
+
+
+def _qwen_windows(options: Options) -> tuple[int | None, dict[str, Any]]:
+    """Qwen2's and Qwen3's sliding windows: none without ``use_sliding_window``; with it,
+    ``sliding_window`` keys in the layers ``layer_types`` names (else from layer
+    ``max_window_layers`` on, as transformers makes them): every layer's window, or the
+    decoder's kinds of layer where some slide and some do not."""
+    if not options.get("use_sliding_window", False):
+        options.get("sliding_window"), options.get("max_window_layers")  # inert
+        return None, {}
+    window = options.count("sliding_window", "a window of at least 1 key")
+    layers = options.get("num_hidden_layers", 32)
+    first = options.get("max_window_layers", 28)
+    types = options.get("layer_types") or [
+        "sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or set(types) - {
+            "sliding_attention", "full_attention"}:
+        raise options.refuse("layer_types", types, f"{layers} kinds, each "
+                             "'sliding_attention' or 'full_attention'")
+    if window is None or set(types) == {"full_attention"}:
+        return None, {}
+    if set(types) == {"sliding_attention"}:
+        return window, {}
+    return None, {"layer_types": types, "layer_variants": {
+        "full_attention": {}, "sliding_attention": {"attention.window": window}}}
 
 
 class LlamaFormat(Format):
@@ -176,7 +203,7 @@ class LlamaFormat(Format):
         head_dim = options.get("head_dim", d_model // heads)
         act = options.need("hidden_act", tuple(GATED), "silu")
         ffn, ffn_settings = GATED[act]
-        attention, dropout = _attention(options, kind)
+        attention, dropout, kinds = _attention(options, kind)
         eos = options.get("eos_token_id", 2)
         eos = eos[0] if isinstance(eos, list) else eos
         settings = {
@@ -191,6 +218,7 @@ class LlamaFormat(Format):
             "tie_output": options.get("tie_word_embeddings", False), "bos_id":
             options.get("bos_token_id"), "eos_id": eos,
             "pad_id": options.get("pad_token_id"),
+            **kinds,
         }
         ffn_settings = {**ffn_settings, "bias": options.get("mlp_bias", False)}
         rope = _rope(options, partial=kind == "phi3")
