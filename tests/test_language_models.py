@@ -44,6 +44,23 @@ def test_logits_equal_transformers_on_left_padded_prompts(variant, lm_folders):
     torch.testing.assert_close(whole[0], ref[0], rtol=0, atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("variant", ["qwen3", "phi3", "gemma", "gemma2", "gemma3"])
+def test_a_folder_transformers_5_saved_gives_its_logits(variant, lm_folders, tmp_path):
+    """The same models saved by transformers 5 itself, whose config.json is its own:
+    rope_parameters (Gemma 3's by kind of layer), the layer_types it made,
+    _sliding_window_pattern."""
+    hf, _ = lm_folders[variant]
+    hf.save_pretrained(tmp_path / variant)
+    model = zoo.build(f"local-dir:{tmp_path / variant}").eval()
+    prompts, mask = left_padded()
+    real = mask.bool()
+    with torch.no_grad():
+        ref = hf(prompts, attention_mask=mask, position_ids=positions_of(mask)).logits
+        out = model(prompts, padding_mask=mask == 0)
+    scale = max(1.0, ref[real].abs().max().item())
+    torch.testing.assert_close(out[real], ref[real], rtol=0, atol=1e-5 * scale)
+
+
 @pytest.mark.parametrize("beams", [1, 3])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_generate_gives_transformers_tokens(variant, beams, lm_folders):

@@ -259,14 +259,16 @@ class Gemma3TextFormat(Gemma2Format):
     normed queries and keys, local layers of their own RoPE base, no soft caps."""
 
     family = "gemma3_text"
-    own = OWN | {"sliding_window_pattern", "rope_local_base_freq"}
+    own = OWN | {"sliding_window_pattern", "_sliding_window_pattern", "rope_local_base_freq"}
     caps = {"attn_logit_softcapping": None, "final_logit_softcapping": None}
     example = {**Gemma2Format.example, "model_type": "gemma3_text"}
 
     def period(self, options: Options) -> int:
-        """``sliding_window_pattern`` (the Hub's older configs), else 6."""
-        return options.count("sliding_window_pattern", "every how many layers one is "
-                             "global") or 6
+        """``sliding_window_pattern`` (the Hub's configs; transformers 5 saves it as
+        ``_sliding_window_pattern`` beside the ``layer_types`` it made), else 6."""
+        return (options.count("sliding_window_pattern", "every how many layers one is global")
+                or options.count("_sliding_window_pattern", "every how many layers one is "
+                                 "global") or 6)
 
     def local_changes(self, config: dict[str, Any], options: Options) -> dict[str, Any]:
         """A local layer's window, and its RoPE: ``rope_local_base_freq`` (or transformers
