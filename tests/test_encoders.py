@@ -130,6 +130,36 @@ def test_a_distilbert_folder_gives_transformers_outputs_on_a_padded_batch(cls, t
         p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("cls", ["MPNetModel", "MPNetForMaskedLM",
+                                 "MPNetForSequenceClassification"])
+def test_an_mpnet_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_path):
+    """mpnet-base's config at small widths: RoBERTa's positions and, beside them, T5's
+    relative bias (its table drawn wide, so that it matters), shared by the layers."""
+    torch.manual_seed(0)
+    sizes = {k: v for k, v in TINY.items() if k not in ("type_vocab_size",
+                                                         "max_position_embeddings")}
+    config = tf.MPNetConfig(**sizes, max_position_embeddings=66, num_labels=3,
+                            architectures=[cls], pad_token_id=1, layer_norm_eps=1e-5,
+                            relative_attention_num_buckets=32)
+    model = getattr(tf, cls)(config).eval()
+    with torch.no_grad():
+        model.base_model.encoder.relative_attention_bias.weight.normal_(std=1.0)
+    ours = _saved(model, tmp_path)
+    assert ours.recipe.components["relative"].name == "t5-bias"
+    tokens, mask, _ = _batch()
+    tokens[(tokens == 1) & (mask == 1)] = 2  # no real token is the pad id
+    tokens[mask == 0] = 1  # MPNet's <pad>
+    with torch.no_grad():
+        out = model(input_ids=tokens, attention_mask=mask)
+        got = ours(tokens, padding_mask=mask == 0)
+        plain = zoo.build(f"local-dir:{tmp_path}", relative=None, pretrained=False)
+    expected = out.last_hidden_state if cls == "MPNetModel" else out.logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert sum(p.numel() for p in ours.parameters()) == sum(
+        p.numel() for p in model.parameters())
+    assert plain.layers[0].attn.positional is None  # the relative slot left empty
+
+
 def test_a_multilingual_e5_shaped_folder_embeds_as_sentence_transformers(tmp_path):
     """An XLM-RoBERTa body (made by transformers, a SentencePiece tokenizer trained here)
     in sentence-transformers' layout, mean-pooled and normalised as multilingual-e5 is:

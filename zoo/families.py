@@ -305,10 +305,12 @@ class Slot:
     """A place in an architecture that a recipe fills with a component.
 
     ``requires`` maps capability fields to the values this slot needs, e.g.
-    ``{"causal": True}``; ``why`` says in words what needs them.
+    ``{"causal": True}``; ``why`` says in words what needs them. An ``optional`` slot
+    with no default may be left empty: the architecture then builds without it.
     """
 
     family: str
     requires: dict[str, object] = field(default_factory=dict)
     why: str = ""
     default: str | None = None
+    optional: bool = False

@@ -87,12 +87,15 @@ class Resolved:
 
         Positions that act inside attention are handed to each self-attention: one
         module per layer when the component says ``per_layer``, else one shared by
-        every layer of a stack (a stack being told apart by ``causal``). ``head_dim``, when
+        every layer of a stack (a stack being told apart by ``causal``). They are the
+        ``positional`` slot's, or, beside absolute ones, the optional ``relative`` slot's
+        (MPNet's learned table and T5's buckets). ``head_dim``, when
         given, is passed to each attention (heads narrower or wider than d_model / n_heads),
         and positions inside attention are built for that width (n_heads x head_dim);
         ``n_kv_heads``, when fewer than ``n_heads``, too (grouped-query attention)."""
-        inside = self.position_kind not in ("absolute", "none")
-        per_layer = inside and self.parts["positional"].component.capabilities.per_layer
+        source = "relative" if "relative" in self.parts else "positional"
+        inside = source == "relative" or self.position_kind not in ("absolute", "none")
+        per_layer = inside and self.parts[source].component.capabilities.per_layer
         shared: dict[bool, Any] = {}
         kernel = self.load("kernel")
 
@@ -102,7 +105,7 @@ class Resolved:
             if per_layer or causal not in shared:
                 # the width attention works in: heads narrower or wider than d_model / n_heads
                 inner = d_model if head_dim is None else n_heads * head_dim
-                module = self.make("positional", d_model=inner, n_heads=n_heads,
+                module = self.make(source, d_model=inner, n_heads=n_heads,
                                    max_len=max_len, causal=causal)
                 if per_layer:
                     return module
@@ -136,8 +139,9 @@ def _slots_of(architecture: Component) -> dict[str, Slot]:
 def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     """A copy of ``recipe`` with overrides applied.
 
-    Keys: a slot (``norm="rmsnorm"`` or ``norm={"name": ..., "settings": {...}}``), an
-    architecture setting (``encoder_layers=3``), or ``slot.setting`` (``"norm.eps": 1e-5``).
+    Keys: a slot (``norm="rmsnorm"`` or ``norm={"name": ..., "settings": {...}}``; None
+    empties an optional slot), an architecture setting (``encoder_layers=3``), or
+    ``slot.setting`` (``"norm.eps": 1e-5``).
     """
     recipe = recipe.model_copy(deep=True)
     if not overrides:
@@ -154,6 +158,8 @@ def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
                 ref = _as_ref(slot, slots[slot].default or "")
             ref.settings[setting] = value
             recipe.components[slot] = ref
+        elif key in slots and value is None and slots[key].optional:
+            recipe.components.pop(key, None)  # an optional slot emptied
         elif key in slots:
             new = _as_ref(key, value)
             old = recipe.components.get(key)
@@ -215,6 +221,8 @@ def resolve(
     parts: dict[str, Part] = {}
     for slot_name, slot in slots.items():
         ref = recipe.components.get(slot_name)
+        if ref is None and slot.default is None and slot.optional:
+            continue  # left empty: the architecture builds without it
         if ref is None:
             if slot.default is None:
                 raise RecipeError(

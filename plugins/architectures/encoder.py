@@ -103,6 +103,8 @@ class Encoder(nn.Module):
                           "every token attends to every real token"),
         "kernel": Slot("kernel", {"arbitrary_mask": True}, "the padding mask", default="sdpa"),
         "positional": Slot("positional", default="learned"),
+        "relative": Slot("positional", {"kind": "bias"}, "a bias of the scores by the "
+                         "distance, beside the absolute positions (MPNet)", optional=True),
         "norm": Slot("norm", default="layernorm"),
         "ffn": Slot("ffn", default="gelu"),
         "block": Slot("block", {"role": "encoder"}, default="encoder"),

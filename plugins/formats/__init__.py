@@ -87,6 +87,14 @@ def register_formats(register):
         capabilities={"model_types": ("distilbert",)},
     )
     register(
+        "mpnet",
+        "zoo.plugins.formats.mpnet:MPNetFormat",
+        description="transformers' MPNetModel, MPNetForMaskedLM and "
+                    "MPNetForSequenceClassification (Song et al. 2020): mpnet-base, "
+                    "all-mpnet-base-v2",
+        capabilities={"model_types": ("mpnet",)},
+    )
+    register(
         "xlm-roberta",
         "zoo.plugins.formats.roberta:XLMRobertaFormat",
         description="transformers' XLMRobertaModel, XLMRobertaForMaskedLM and "
