@@ -160,6 +160,37 @@ def test_an_mpnet_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_p
     assert plain.layers[0].attn.positional is None  # the relative slot left empty
 
 
+def test_an_all_mpnet_shaped_folder_embeds_as_sentence_transformers(minilm, tmp_path):
+    """all-mpnet-base-v2's layout: an MPNet body (made by transformers; the real MiniLM's
+    WordPiece tokenizer) saved by sentence-transformers, its config naming
+    MPNetForMaskedLM over the body's weights, as the published one does:
+    sentence-transformers loads the body (AutoModel), and so does zoo."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.base.modules.normalize import Normalize
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling as STPooling
+
+    folder, _ = minilm
+    body = tmp_path / "body"
+    torch.manual_seed(0)
+    sizes = {k: v for k, v in TINY.items() if k not in ("type_vocab_size", "vocab_size")}
+    tf.MPNetModel(tf.MPNetConfig(**sizes, vocab_size=30522, pad_token_id=1)).eval() \
+        .save_pretrained(body)
+    tf.AutoTokenizer.from_pretrained(str(folder)).save_pretrained(body)
+    reference = st.SentenceTransformer(modules=[
+        Transformer(str(body), max_seq_length=60), STPooling(32, "mean"), Normalize()],
+        device="cpu")
+    reference.save(str(tmp_path / "mpnet"))
+    path = tmp_path / "mpnet" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "architectures": ["MPNetForMaskedLM"]}))
+    model = zoo.build(f"local-dir:{tmp_path / 'mpnet'}")
+    assert model.settings.head == "hidden"
+    assert model.imported.config["architectures"] == ["MPNetForMaskedLM"]  # kept as read
+    expected = reference.encode(SENTENCES[:4], convert_to_tensor=True)
+    assert (zoo.embed(model, SENTENCES[:4]) - expected).abs().max() < 1e-5
+
+
 def test_a_multilingual_e5_shaped_folder_embeds_as_sentence_transformers(tmp_path):
     """An XLM-RoBERTa body (made by transformers, a SentencePiece tokenizer trained here)
     in sentence-transformers' layout, mean-pooled and normalised as multilingual-e5 is:

@@ -110,7 +110,7 @@ def get_recipe(name: str | os.PathLike[str] | Recipe) -> Recipe:
         folder = saved.config_folder()
         config = foreign_config(folder, saved.name)
         if config is not None:  # a transformers folder, mapped by its format plugin
-            return foreign_recipe(config, saved.name)
+            return foreign_recipe(config, saved.name, folder)
         return read_config(folder, saved.name)[0]
 
     return _evicting_bad_files(saved, read)

@@ -222,9 +222,13 @@ def convert_timm_vit(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.
     return convert_weights("timm-vit", state_dict, "timm ViT weights")
 
 
-def foreign_recipe(config: dict[str, Any], source: str) -> Recipe:
-    """The zoo recipe of a foreign config (the format plugin's mapping, validated)."""
+def foreign_recipe(config: dict[str, Any], source: str, folder: Path | None = None) -> Recipe:
+    """The zoo recipe of a foreign config (the format plugin's mapping, validated), as
+    sentence-transformers reads it where ``folder`` is one of its own
+    (:func:`sentence_body`)."""
     _, reader = _reader(config, source)
+    if folder is not None:
+        config = sentence_body(folder, config, reader)
     data = reader.recipe(config)
     return Recipe.from_dict(data, f"{source} (mapped from its {CONFIG_NAME})")
 
@@ -286,15 +290,28 @@ def read_foreign(folder: Path, config: dict[str, Any], source: str, *,
     """A foreign folder as a zoo recipe, its weights in zoo's names (None when not
     asked) and what the model keeps of it. The recipe is mapped, and refused, before
     any weight is read."""
-    recipe = foreign_recipe(config, source)
     component, reader = _reader(config, source)
+    imported_config, config = config, sentence_body(folder, config, reader)
+    recipe = foreign_recipe(config, source)  # (sentence_body already applied)
     generation = read_generation(folder, config, source, reader)
     state = None
     if weights:
         state = read_weights(foreign_weight_files(folder, source), source)
         check_tied(state, reader.tied(config), source)
         state = reader.weights(state, config)
-    return recipe, state, Imported(component.name, source, folder, config, generation)
+    return recipe, state, Imported(component.name, source, folder, imported_config, generation)
+
+
+def sentence_body(folder: Path, config: dict[str, Any], reader: Any) -> dict[str, Any]:
+    """``config`` as sentence-transformers reads a folder of its own (``modules.json``):
+    the family's bare encoder, as ``AutoModel`` loads it whatever ``architectures`` names
+    (all-mpnet-base-v2's config names ``MPNetForMaskedLM`` over the body's weights); any
+    other folder's as it is."""
+    heads = getattr(reader, "heads", None)
+    if not isinstance(heads, dict) or not os.path.lexists(folder / "modules.json"):
+        return config
+    body = next((cls for cls, head in heads.items() if head == "hidden"), None)
+    return config if body is None else {**config, "architectures": [body]}
 
 
 def check_tied(state: Mapping[str, torch.Tensor], pairs: list[tuple[str, str]],
