@@ -152,8 +152,32 @@ def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int
     if not texts:
         return torch.empty(0, model.settings.d_model)
     device = next(model.parameters()).device
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    out: list[torch.Tensor | None] = [None] * len(texts)
+
+    def vectors(chosen: list[int]) -> torch.Tensor:
+        batch = tokenizer([texts[i] for i in chosen], padding=True, truncation=True,
+                          max_length=pooling.max_tokens, return_tensors="pt")
+        ids, keep, types = on_device(batch, device)
+        return pool(model.hidden_states(ids, ~keep, types), keep, pooling)
+
+    return by_length(model, [len(t) for t in texts], batch_size, vectors)
+
+
+def on_device(batch: Any, device: Any) -> tuple[torch.Tensor, torch.Tensor,
+                                                 torch.Tensor | None]:
+    """A tokenizer's batch as token ids, ``keep`` (True at real tokens) and token types
+    (None where the tokenizer gives none), on ``device``."""
+    types = batch.get("token_type_ids")
+    return (batch["input_ids"].to(device), batch["attention_mask"].bool().to(device),
+            None if types is None else types.to(device))
+
+
+def by_length(model, sizes: Sequence[int], batch_size: int, run) -> torch.Tensor:
+    """``run(chosen)`` (one output row for each index of ``chosen``) over batches of
+    ``batch_size`` items of similar ``sizes``, longest first, as sentence-transformers
+    batches (little is padding); the rows stacked back in the items' order. The model
+    runs in eval mode (put back after), without gradients, its weights checked once."""
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    out: list[torch.Tensor | None] = [None] * len(sizes)
     was_training = model.training
     if was_training:
         model.eval()
@@ -161,14 +185,8 @@ def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int
         with torch.no_grad(), fixed_weights(model):
             for start in range(0, len(order), batch_size):
                 chosen = order[start:start + batch_size]
-                batch = tokenizer([texts[i] for i in chosen], padding=True, truncation=True,
-                                  max_length=pooling.max_tokens, return_tensors="pt")
-                keep = batch["attention_mask"].bool().to(device)
-                types = batch.get("token_type_ids")
-                hidden = model.hidden_states(batch["input_ids"].to(device), ~keep,
-                                             None if types is None else types.to(device))
-                for i, vector in zip(chosen, pool(hidden, keep, pooling)):
-                    out[i] = vector
+                for i, row in zip(chosen, run(chosen)):
+                    out[i] = row
     finally:
         if was_training:
             model.train()

@@ -20,7 +20,7 @@ from typing import Any, Literal, Sequence
 import torch
 
 from .decoding.text import as_texts, count_of, own_tokenizer
-from .derived import fixed_weights
+from .embedding import by_length, on_device
 from .errors import FormatError, RecipeError
 from .kinds import kind_of
 
@@ -96,26 +96,14 @@ def rerank(model, query: str, documents: Sequence[str], *, tokenizer: Any = None
     if not documents:
         return torch.empty(0) if labels == 1 else torch.empty(0, labels)
     device = next(model.parameters()).device
-    order = sorted(range(len(documents)), key=lambda i: -len(query) - len(documents[i]))
-    out: list[torch.Tensor | None] = [None] * len(documents)
-    was_training = model.training
-    if was_training:
-        model.eval()
-    try:
-        with torch.no_grad(), fixed_weights(model):
-            for start in range(0, len(order), batch_size):
-                chosen = order[start:start + batch_size]
-                batch = tokenizer([query] * len(chosen), [documents[i] for i in chosen],
-                                  padding=True, truncation="longest_first",
-                                  max_length=model.settings.max_len, return_tensors="pt")
-                keep = batch["attention_mask"].bool().to(device)
-                types = batch.get("token_type_ids")
-                logits = model(batch["input_ids"].to(device), padding_mask=~keep,
-                               token_types=None if types is None else types.to(device))
-                scores = _activate(logits.float(), activation)
-                for i, score in zip(chosen, scores):
-                    out[i] = score[0] if labels == 1 else score
-    finally:
-        if was_training:
-            model.train()
-    return torch.stack(out)  # type: ignore[arg-type]
+
+    def scores(chosen: list[int]) -> torch.Tensor:
+        batch = tokenizer([query] * len(chosen), [documents[i] for i in chosen],
+                          padding=True, truncation="longest_first",
+                          max_length=model.settings.max_len, return_tensors="pt")
+        ids, keep, types = on_device(batch, device)
+        logits = _activate(model(ids, padding_mask=~keep, token_types=types).float(),
+                           activation)
+        return logits[:, 0] if labels == 1 else logits
+
+    return by_length(model, [len(query) + len(d) for d in documents], batch_size, scores)
