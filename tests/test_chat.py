@@ -125,7 +125,7 @@ def _with_template(tokenizer, template):
     return other
 
 
-def test_zoo_chat_streams_each_reply_and_keeps_the_conversation(chatml):
+def test_zoo_chat_streams_each_reply_and_keeps_the_conversation(chatml, with_tokenizer):
     folder, *_, ours = chatml
     done = run_zoo("chat", f"local-dir:{folder}", "--system", "You sell sea shells.",
                    "--greedy", "--max-new-tokens", "12",
@@ -140,3 +140,6 @@ def test_zoo_chat_streams_each_reply_and_keeps_the_conversation(chatml):
     assert done.stdout == f"{first}\n{second}\n"
     done = run_zoo("chat", "minilm-l6-h384", input="Hello\n")
     assert done.returncode != 0 and "is not a language model" in done.stderr
+    _, _, plain = with_tokenizer  # a GPT-2 without a chat template: refused before input
+    done = run_zoo("chat", f"local-dir:{plain}", input="")
+    assert done.returncode == 2 and "no chat template" in done.stderr

@@ -31,15 +31,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
     conversation; at a terminal a prompt (``>>> ``) is shown on standard error. An empty
     line is skipped, ``/reset`` starts again, the end of input ends the chat."""
     from .decoding import settings_for
-    from .decoding.chat import end_of_turn, stream_chat
-    from .decoding.text import model_tokenizer, stop_strings
+    from .decoding.chat import chat_tokenizer, stream_chat
+    from .decoding.text import stop_strings
     from .derived import fixed_weights
 
     model = language_model(args.model, args.device, "chat")
     changes = generation_changes(args)
     settings_for(model, None, **changes)  # a setting out of range: one zoo error, first
     stop_strings(args.stop)
-    end_of_turn(model_tokenizer(model))  # the tokenizer and its template, read once
+    chat_tokenizer(model)  # no chat template: one zoo error before any input is read
     opening = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(opening)
     terminal = sys.stdin.isatty()

@@ -49,8 +49,9 @@ def messages_of(messages: Any) -> list[dict[str, str]]:
     return [dict(message) for message in items]
 
 
-def _template_of(model, tokenizer: Any) -> Any:
-    """The model's tokenizer, refused (one RecipeError) when it has no chat template."""
+def chat_tokenizer(model, tokenizer: Any = None) -> Any:
+    """``tokenizer``, else the model's own, ready for prompts; one RecipeError for a model
+    that is no language model or a tokenizer with no chat template."""
     kind = kind_of(model)
     if kind != "language-model":
         raise RecipeError(f"a {type(model).__name__} does not chat: zoo.chat decodes a "
@@ -78,7 +79,10 @@ def chat_ids(model, messages: Sequence[Mapping[str, str]], *, tokenizer: Any = N
              ) -> torch.Tensor:
     """The prompt (1, L) of ``messages``: the chat template's ids with the assistant's
     turn opened, as ``apply_chat_template(messages, add_generation_prompt=True)`` gives."""
-    tokenizer = _template_of(model, tokenizer)
+    return _prompt_ids(chat_tokenizer(model, tokenizer), messages)
+
+
+def _prompt_ids(tokenizer, messages: Sequence[Mapping[str, str]]) -> torch.Tensor:
     ids = _render(tokenizer, messages_of(messages), add_generation_prompt=True,
                   tokenize=True, return_dict=False)
     return torch.tensor([list(ids)], dtype=torch.long)
@@ -105,9 +109,8 @@ def end_of_turn(tokenizer) -> tuple[int, ...]:
 
 
 def _prepared(model, messages, tokenizer, stop, changes):
-    tokenizer = _template_of(model, tokenizer)
-    device = next(model.parameters()).device
-    ids = chat_ids(model, messages, tokenizer=tokenizer).to(device)
+    tokenizer = chat_tokenizer(model, tokenizer)
+    ids = _prompt_ids(tokenizer, messages).to(next(model.parameters()).device)
     settings = settings_for(model, None, **changes)
     if not any(key in changes for key in ("eos_ids", "eos_id", "eos_token_id")):
         ends = tuple(dict.fromkeys((*settings.eos_ids, *end_of_turn(tokenizer))))
