@@ -158,6 +158,9 @@ def test_an_mpnet_folder_gives_transformers_outputs_on_a_padded_batch(cls, tmp_p
     assert sum(p.numel() for p in ours.parameters()) == sum(
         p.numel() for p in model.parameters())
     assert plain.layers[0].attn.positional is None  # the relative slot left empty
+    # the relative slot is checked against the attention as the positional slot is
+    with pytest.raises(zoo.CapabilityError, match="'performer' cannot apply bias positions"):
+        zoo.build("minilm-l6-h384", relative="t5-bias", attention="performer")
 
 
 def test_an_all_mpnet_shaped_folder_embeds_as_sentence_transformers(minilm, tmp_path):
@@ -189,6 +192,17 @@ def test_an_all_mpnet_shaped_folder_embeds_as_sentence_transformers(minilm, tmp_
     assert model.imported.config["architectures"] == ["MPNetForMaskedLM"]  # kept as read
     expected = reference.encode(SENTENCES[:4], convert_to_tensor=True)
     assert (zoo.embed(model, SENTENCES[:4]) - expected).abs().max() < 1e-5
+
+
+def test_distilberts_refusals_name_its_own_keys(tmp_path):
+    tf.DistilBertModel(tf.DistilBertConfig(vocab_size=99, dim=32, n_layers=1, n_heads=4,
+                                           hidden_dim=37)).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    for key, value in (("activation", "relu"), ("sinusoidal_pos_embds", True)):
+        path.write_text(json.dumps({**config, key: value}))
+        with pytest.raises(FormatError, match=f"distilbert config option {key}="):
+            zoo.build(f"local-dir:{tmp_path}")
 
 
 def test_a_multilingual_e5_shaped_folder_embeds_as_sentence_transformers(tmp_path):

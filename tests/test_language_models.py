@@ -298,6 +298,7 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("gemma2", "layer_types", ["sliding_attention", "chunked_attention"], "layer_types"),
     ("gemma2", "attn_logit_softcapping", -1.0, "attn_logit_softcapping=-1.0"),
     ("gemma2", "use_bidirectional_attention", True, "use_bidirectional_attention"),
+    ("gemma2", "query_pre_attn_scalar", 0, "query_pre_attn_scalar=0"),
     ("gemma2", "rope_local_base_freq", 10000, "rope_local_base_freq"),
     ("gemma3", "sliding_window_pattern", 0, "sliding_window_pattern=0"),
     # rope_scaling read key by key: what transformers requires is required by name

@@ -338,8 +338,10 @@ def _check_together(resolved: Resolved, device: Any) -> None:
                 + (" ('auto' picks the fastest that runs at each call)."
                    if "auto" in alternatives else ".")
             )
-    attention, positional = parts.get("attention"), parts.get("positional")
-    if attention and positional:
+    attention = parts.get("attention")
+    for positional in (parts.get("positional"), parts.get("relative")):  # inside attention
+        if not attention or not positional:
+            continue
         kind = positional.component.capabilities.kind
         supported = attention.component.capabilities.positions
         if kind not in ("absolute", "none") and kind not in supported:

@@ -26,7 +26,7 @@ import torch
 
 from zoo.plugin_api import Options
 
-from .bert import BertFormat
+from .bert import ACTIVATIONS, BertFormat
 
 HEADS = {"DistilBertModel": "hidden", "DistilBertForMaskedLM": "masked_lm",
          "DistilBertForSequenceClassification": "classification"}
@@ -62,14 +62,13 @@ class DistilBertFormat(BertFormat):
         return [("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight")]
 
     def recipe(self, config: dict[str, Any]) -> dict[str, Any]:
-        options = Options(config, self.family)
+        options = Options(config, self.family)  # refusals name DistilBERT's own keys
         if options.get("sinusoidal_pos_embds", False):
             raise options.refuse("sinusoidal_pos_embds", True, "learned positions")
-        for key in ("qa_dropout", "seq_classif_dropout", "tie_weights_"):
-            options.get(key)  # a question-answering head's, the classifier's in training
-        as_bert = {KEYS.get(k, k): v for k, v in config.items()
-                   if k not in ("sinusoidal_pos_embds", "qa_dropout", "seq_classif_dropout",
-                                "tie_weights_")}
+        options.need("activation", tuple(ACTIVATIONS), "gelu", "GELU")
+        # a question-answering head's dropout, the classifier's in training, an old flag
+        inert = ("sinusoidal_pos_embds", "qa_dropout", "seq_classif_dropout", "tie_weights_")
+        as_bert = {KEYS.get(k, k): v for k, v in config.items() if k not in inert}
         as_bert.update({KEYS[k]: v for k, v in DEFAULTS.items() if k not in config})
         as_bert.update(type_vocab_size=0, layer_norm_eps=1e-12)
         recipe = super().recipe(as_bert)

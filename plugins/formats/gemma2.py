@@ -107,7 +107,7 @@ class Gemma2Format(GemmaFormat):
         options.get("cache_implementation")  # inert
         types = self.layer_types(config, options)
         local = self.local_changes(config, options)
-        scalar = options.get("query_pre_attn_scalar", 256)
+        scalar = options.count("query_pre_attn_scalar", "a whole number above 0") or 256
         caps = {key: config[key] if key in config else default
                 for key, default in self.caps.items()}
         for key, value in caps.items():
