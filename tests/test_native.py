@@ -324,6 +324,18 @@ def test_a_rebuild_compiles_only_the_sources_that_changed(tmp_path, monkeypatch)
     assert library not in native.libraries()  # declare=False: not zoo native build's
 
 
+def test_a_relative_cache_is_taken_from_the_working_folder(tmp_path, monkeypatch):
+    """ZOO_NATIVE_CACHE=C is the working folder's C, made absolute: the step's library is
+    linked against the products' library by that path from inside its own build folder,
+    where a relative one named nothing (the link failed: 'cannot find C/...')."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_NATIVE_CACHE", "C")
+    assert native.cache_root() == tmp_path / "C"
+    monkeypatch.delenv("ZOO_NATIVE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", "x")
+    assert native.cache_root() == tmp_path / "x" / "zoo" / "native"
+
+
 def _copy_of_the_built_cache(to: Path) -> dict[Path, Path]:
     """This installation's built libraries copied to a cache of their own at ``to``:
     each library's file in the copy by its name."""

@@ -91,16 +91,17 @@ def enabled() -> bool:
 def cache_root() -> Path:
     """The folder under which compiled libraries are kept: ``$ZOO_NATIVE_CACHE``, else
     the former ``$ZOO_KERNEL_CACHE`` (with a deprecation warning), else
-    ``$XDG_CACHE_HOME/zoo/native``."""
+    ``$XDG_CACHE_HOME/zoo/native``; made absolute (a relative one is taken from the
+    working folder), since the compiler links one library to another by that path."""
     if os.environ.get("ZOO_NATIVE_CACHE"):
-        return Path(os.environ["ZOO_NATIVE_CACHE"]).expanduser()
+        return Path(os.environ["ZOO_NATIVE_CACHE"]).expanduser().absolute()
     if os.environ.get("ZOO_KERNEL_CACHE"):
         warn_deprecated("ZOO_KERNEL_CACHE", "ZOO_KERNEL_CACHE is now named "
                         "ZOO_NATIVE_CACHE (in zoo, 'kernel' names the attention kernel "
                         "family only)")
-        return Path(os.environ["ZOO_KERNEL_CACHE"]).expanduser()
+        return Path(os.environ["ZOO_KERNEL_CACHE"]).expanduser().absolute()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "zoo" / "native"
+    return (Path(base).expanduser() / "zoo" / "native").absolute()
 
 
 def _compiler() -> str | None:
