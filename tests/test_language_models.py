@@ -75,6 +75,23 @@ def test_generate_gives_transformers_tokens(variant, beams, lm_folders):
     assert out.tolist() == ref.tolist()
 
 
+def test_a_pretrained_model_is_built_in_eval_mode_and_decodes_as_transformers(lm_folders):
+    """GPT-2's dropout is 0.1: a folder's model built in training mode drew other tokens at
+    each call of zoo.generate (as transformers' model would after model.train()). Built
+    with weights, it is in eval mode, as from_pretrained's; a recipe's new model is not."""
+    hf, folder = lm_folders["gpt2"]
+    assert hf.config.resid_pdrop > 0 and not hf.training
+    model = zoo.build(f"local-dir:{folder}")
+    assert not model.training
+    prompts, mask = left_padded()
+    with torch.no_grad():
+        ref = hf.generate(prompts, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                          pad_token_id=END["gpt2"])[:, prompts.shape[1]:]
+    assert zoo.generate(model, prompts, padding_mask=mask == 0,
+                        max_new_tokens=8).tolist() == ref.tolist()
+    assert zoo.build("llama-tiny").training and zoo.load(folder).training is False
+
+
 @pytest.mark.parametrize("variant", ["gpt2", "llama-3.2"])
 def test_sampling_draws_transformers_tokens_under_one_seed(variant, lm_folders):
     hf, folder = lm_folders[variant]

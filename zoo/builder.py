@@ -314,7 +314,10 @@ def _published_weights(weights: PretrainedWeights) -> tuple[dict[str, torch.Tens
 def _assemble(recipe: Recipe, overrides: dict[str, Any], *, device: Any,
               dtype: torch.dtype | None, state: dict[str, torch.Tensor] | None,
               source: str) -> nn.Module:
-    """Validate, check the memory, build on ``device``, load ``state`` strictly, cast."""
+    """Validate, check the memory, build on ``device``, load ``state`` strictly, cast. A
+    model given weights is in eval mode, as transformers' ``from_pretrained`` gives one:
+    a pretrained model's dropout is off until ``model.train()``; a recipe's new model is
+    in training mode, as a new ``nn.Module`` is."""
     resolved = resolve(recipe, overrides, device=device)
     if str(device) != "meta":
         check_memory(resolved, device=device, dtype=dtype)
@@ -322,6 +325,7 @@ def _assemble(recipe: Recipe, overrides: dict[str, Any], *, device: Any,
         model = _instantiate(resolved)
     if state is not None:
         load_weights(model, state, source)
+        model.eval()
     if dtype is not None:
         model = model.to(dtype)
     return model
