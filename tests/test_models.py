@@ -34,9 +34,10 @@ def test_recipe_builds_runs_and_learns(name):
     out = model(*inputs)
     if model.recipe.architecture.name == "vit":
         assert out.shape == (2, model.settings.num_classes)
-    elif model.kind == "encoder":  # hidden states, and the pooler's output
+    elif model.kind == "encoder":  # hidden states, and the pooler's output where it has one
         assert out.shape == (2, 7, model.settings.d_model)
-        out = torch.cat([out.flatten(), model.pooled(out).flatten()])
+        if model.pooler is not None:
+            out = torch.cat([out.flatten(), model.pooled(out).flatten()])
     else:
         assert out.shape == (2, 7, model.settings.vocab_size)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()

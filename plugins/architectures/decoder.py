@@ -16,18 +16,19 @@ row at 0.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
 from zoo.plugin_api import Dropout, GenerationSettings, LanguageModelCache, Linear, Slot
 
+from .layer_kinds import LayerKinds
 from .seq2seq import MAX_FF, MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 
-class DecoderSettings(BaseModel):
+class DecoderSettings(LayerKinds):
     model_config = ConfigDict(extra="forbid")
 
     vocab_size: int = Field(gt=0, le=MAX_VOCAB)
@@ -61,29 +62,9 @@ class DecoderSettings(BaseModel):
     """The token that ends a text."""
     logit_softcap: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Logits soft-capped to (-cap, cap): cap * tanh(logits / cap) (Gemma 2's 30)."""
-    layer_types: list[str] | None = None
-    """Each layer's kind, a name of ``layer_variants`` (Gemma 2 and 3 alternate
-    ``sliding_attention`` and ``full_attention`` layers); None: every layer is built
-    with the recipe's components."""
-    layer_variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Per kind of layer, its changes to the recipe's layer components, written as
-    overrides are (``{"attention.window": 4096, "positional.base": 10000.0}``); ``{}``
-    for a kind built with the recipe's own."""
 
     @model_validator(mode="after")
     def _check(self) -> "DecoderSettings":
-        if self.layer_types is not None:
-            if len(self.layer_types) != self.layers:
-                raise ValueError(f"layer_types names {len(self.layer_types)} layers, and the "
-                                 f"model has {self.layers}: one kind a layer")
-            unknown = sorted(set(self.layer_types) - set(self.layer_variants))
-            if unknown:
-                raise ValueError(f"layer_types names {unknown}, which layer_variants does not "
-                                 f"define (it defines {sorted(self.layer_variants)}); give "
-                                 "each kind its changes, {} for none")
-        elif self.layer_variants:
-            raise ValueError("layer_variants without layer_types: say which kind each layer "
-                             "is")
         if self.head_dim is None and self.d_model % self.n_heads:
             divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads "
@@ -156,7 +137,7 @@ class CausalLM(nn.Module):
             return variant.make("block", d_model=s.d_model, dropout=s.dropout,
                                 norm_first=s.norm_placement == "pre", **made[kind])
 
-        self.layers = nn.ModuleList(block(kind) for kind in s.layer_types or [None] * s.layers)
+        self.layers = nn.ModuleList(block(kind) for kind in s.kinds())
         final = s.norm_placement == "pre" if s.final_norm is None else s.final_norm
         self.norm = parts.make("norm", dim=s.d_model) if final else None
         self.lm_head = Linear(s.d_model, s.vocab_size, bias=s.output_bias)

@@ -23,15 +23,16 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
 from zoo.plugin_api import Dropout, Linear, Slot
 
+from .layer_kinds import LayerKinds
 from .seq2seq import MAX_FF, MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 
-class EncoderSettings(BaseModel):
+class EncoderSettings(LayerKinds):
     model_config = ConfigDict(extra="forbid")
 
     vocab_size: int = Field(gt=0, le=MAX_VOCAB)
@@ -54,8 +55,17 @@ class EncoderSettings(BaseModel):
     pooler: bool = True
     """BERT's pooler (a dense layer and tanh over the first token); the classification
     head needs it."""
-    pooler_activation: Literal["tanh", "relu"] = "tanh"
-    """The pooler's activation: BERT's tanh, or DistilBERT's ReLU (its pre_classifier)."""
+    pooler_activation: Literal["tanh", "relu", "gelu"] = "tanh"
+    """The pooler's activation: BERT's tanh, DistilBERT's ReLU (its pre_classifier), or
+    ModernBERT's GELU (its head)."""
+    pooler_norm: bool = False
+    """A norm after the pooler's activation (ModernBERT's head: dense, GELU, norm)."""
+    pooling: Literal["first", "mean"] = "first"
+    """What the pooler reads: the first token (BERT's [CLS]), or the mean of the real
+    tokens (ModernBERT's ``classifier_pooling: mean``)."""
+    head_bias: bool = True
+    """A bias in the dense layer of the pooler and of the masked-LM head (BERT's; not
+    ModernBERT's, whose ``classifier_bias`` is false)."""
     num_labels: int = Field(2, gt=0, le=2**20)
     """Classes of the classification head."""
     pad_id: int | None = Field(0, ge=0)
@@ -76,13 +86,19 @@ class EncoderSettings(BaseModel):
         return self
 
 
+ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu,
+               "gelu": torch.nn.functional.gelu}
+"""The pooler's activations by ``pooler_activation``."""
+
+
 class MaskedLMHead(nn.Module):
     """BERT's prediction head: dense, GELU, norm, then the (tied) embedding matrix and a
     bias of its own."""
 
-    def __init__(self, d_model: int, vocab_size: int, norm: nn.Module) -> None:
+    def __init__(self, d_model: int, vocab_size: int, norm: nn.Module,
+                 bias: bool = True) -> None:
         super().__init__()
-        self.dense = Linear(d_model, d_model)
+        self.dense = Linear(d_model, d_model, bias=bias)
         self.act = nn.GELU()
         self.norm = norm
         self.decoder = Linear(d_model, vocab_size, bias=False)
@@ -125,20 +141,29 @@ class Encoder(nn.Module):
         if self.token_types is not None:
             nn.init.normal_(self.token_types.weight, std=0.02)
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
-        factories = parts.layer_factories(
-            d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
-            attention_dropout=s.attention_dropout, max_len=s.max_len)
-        norm = factories["make_norm"]
+        made = {}  # each kind of layer's factories, made once (its shared positions)
+
+        def block(kind: str | None) -> nn.Module:
+            variant = parts.variant(kind)
+            if kind not in made:
+                made[kind] = variant.layer_factories(
+                    d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
+                    attention_dropout=s.attention_dropout, max_len=s.max_len)
+            return variant.make("block", d_model=s.d_model, dropout=s.dropout,
+                                norm_first=s.norm_placement == "pre", **made[kind])
+
+        self.layers = nn.ModuleList(block(kind) for kind in s.kinds())
+
+        def norm() -> nn.Module:
+            return parts.make("norm", dim=s.d_model)
+
         self.embed_norm = norm() if s.embedding_norm else None
         self.drop = Dropout(s.dropout)
-        self.layers = nn.ModuleList(
-            parts.make("block", d_model=s.d_model, dropout=s.dropout,
-                       norm_first=s.norm_placement == "pre", **factories)
-            for _ in range(s.layers))
         final = s.norm_placement == "pre" if s.final_norm is None else s.final_norm
         self.norm = norm() if final else None
-        self.pooler = Linear(s.d_model, s.d_model) if s.pooler else None
-        self.lm_head = MaskedLMHead(s.d_model, s.vocab_size, norm()) \
+        self.pooler = Linear(s.d_model, s.d_model, bias=s.head_bias) if s.pooler else None
+        self.pooler_norm = norm() if s.pooler and s.pooler_norm else None
+        self.lm_head = MaskedLMHead(s.d_model, s.vocab_size, norm(), bias=s.head_bias) \
             if s.head == "masked_lm" else None
         if self.lm_head is not None:
             self.lm_head.decoder.weight = self.embed.weight
@@ -176,22 +201,31 @@ class Encoder(nn.Module):
             x = layer(x, key_padding_mask=keys)
         return self.norm(x) if self.norm is not None else x
 
-    def pooled(self, hidden: torch.Tensor) -> torch.Tensor:
+    def pooled(self, hidden: torch.Tensor,
+               padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """BERT's pooler output (B, d): tanh (or ``pooler_activation``) of a dense layer
-        over the first token."""
+        over the first token (or the real tokens' mean, ``pooling: mean``; ``padding_mask``
+        (B, L) True at padding), normed where ``pooler_norm`` says."""
         if self.pooler is None:
             raise ValueError("this encoder has no pooler (pooler: false)")
-        dense = self.pooler(hidden[:, 0])
-        return torch.relu(dense) if self.settings.pooler_activation == "relu" else \
-            torch.tanh(dense)
+        if self.settings.pooling == "mean":
+            real = (torch.ones_like(hidden[..., 0]) if padding_mask is None
+                    else (~padding_mask).to(hidden.dtype))[..., None]
+            first = (hidden * real).sum(1) / real.sum(1)
+        else:
+            first = hidden[:, 0]
+        out = ACTIVATIONS[self.settings.pooler_activation](self.pooler(first))
+        return self.pooler_norm(out) if self.pooler_norm is not None else out
 
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None,
                 token_types: torch.Tensor | None = None) -> torch.Tensor:
         """tokens (B, L) -> hidden states (B, L, d), masked-LM logits (B, L, vocab) or
         class logits (B, num_labels), by ``head``."""
+        if padding_mask is None:
+            padding_mask = self.padding_mask(tokens)
         hidden = self.hidden_states(tokens, padding_mask, token_types)
         if self.lm_head is not None:
             return self.lm_head(hidden)
         if self.classifier is not None:
-            return self.classifier(self.classifier_drop(self.pooled(hidden)))
+            return self.classifier(self.classifier_drop(self.pooled(hidden, padding_mask)))
         return hidden

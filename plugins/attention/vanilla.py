@@ -23,9 +23,11 @@ class VanillaSettings(AttentionSettings):
     the unscaled dot product whose softmax saturates as d_k grows (``zoo experiment
     sqrt-dk``)."""
     window: int | None = Field(None, ge=1)
-    """Causal self-attention over the ``window`` most recent keys only, the query's own
-    included (Mistral's sliding window, Jiang et al. 2023; Child et al. 2019's local
-    attention); None: every key."""
+    """Self-attention over the keys fewer than ``window`` positions away: causal, the
+    ``window`` most recent keys, the query's own included (Mistral's sliding window,
+    Jiang et al. 2023; Child et al. 2019's local attention); bidirectional, ``window - 1``
+    keys on each side and its own (ModernBERT's local layers, whose ``local_attention``
+    of 128 is a window of 65). Cross-attention sees every key. None: every key."""
     qk_norm: bool = False
     """RMS-normalise each head's queries and keys, with a learned weight per feature,
     before positions act on them (QK-norm, Dehghani et al. 2023; Qwen3)."""
@@ -49,8 +51,8 @@ class VanillaAttention(MultiHeadAttention):
         settings = settings or VanillaSettings()
         super().__init__(settings, **kwargs)
         self.scale = settings.scale
-        self.window = settings.window if self.causal and not self.cross else None
-        """The sliding window of a causal self-attention, or None (every key)."""
+        self.window = settings.window if not self.cross else None
+        """The sliding window of a self-attention, or None (every key)."""
         if settings.qk_norm:
             self.q_norm = HeadNorm(self.head_dim, settings.qk_norm_eps, settings.qk_norm_offset)
             self.k_norm = HeadNorm(self.head_dim, settings.qk_norm_eps, settings.qk_norm_offset)
@@ -65,7 +67,8 @@ class VanillaAttention(MultiHeadAttention):
         lq, lk = q.shape[-2], k.shape[-2]
         causal = self.causal and lq > 1
         if self.window is not None and lk > self.window:
-            near = relative_positions(lq, lk, lk - lq, q.device) > -self.window
+            distance = relative_positions(lq, lk, lk - lq, q.device)
+            near = distance > -self.window if self.causal else distance.abs() < self.window
             attn_mask = near if attn_mask is None else attn_mask & near
         if self.softcap is not None:
             return self._capped(q, k, v, boolean_mask(

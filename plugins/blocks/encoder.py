@@ -4,6 +4,10 @@ post: x = norm1(x + drop(attn(x)));       x = norm2(x + drop(ffn(x)))
 pre:  x = x + drop(attn(norm1(x)));       x = x + drop(ffn(norm2(x)))
 
 ``drop_path`` > 0 adds stochastic depth to each residual branch (ViT).
+
+``attention_norm: false`` leaves out norm1: ModernBERT's first layer
+(Warner et al. 2024, "Smarter, Better, Faster, Longer: A Modern Bidirectional Encoder"),
+whose input is the embeddings just normed.
 """
 
 from __future__ import annotations
@@ -11,17 +15,28 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from zoo.plugin_api import Dropout, DropPath
 
 
+class EncoderBlockSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attention_norm: bool = True
+    """A norm before (pre-norm) or after (post-norm) the attention; false: none
+    (ModernBERT's first layer)."""
+
+
 class EncoderBlock(nn.Module):
     """Self-attention and feed-forward sublayers, each residual and normalised."""
 
+    Settings = EncoderBlockSettings
+
     def __init__(
         self,
-        settings: None = None,
+        settings: EncoderBlockSettings | None = None,
         *,
         d_model: int,
         dropout: float,
@@ -34,7 +49,8 @@ class EncoderBlock(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         self.attn = make_attention()
-        self.norm1 = make_norm()
+        self.norm1 = make_norm() if settings is None or settings.attention_norm \
+            else nn.Identity()
         self.ffn = make_ffn()
         self.norm2 = make_norm()
         self.drop = Dropout(dropout)
