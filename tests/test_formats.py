@@ -320,7 +320,7 @@ def test_an_unknown_model_type_names_the_formats_zoo_reads(tmp_path):
     with pytest.raises(zoo.FormatError, match=r"pegasus.*'bart', 'bert', 'distilbert', 'gemma', "
                        r"'gemma2', "
                        r"'gemma3_text', 'gpt2', 'llama', 'm2m_100', 'marian', 'mbart', "
-                       r"'mistral', 'mpnet', 'phi3', 'qwen2', 'qwen3', 'roberta', 't5', 'vit', "
+                       r"'mistral', 'modernbert', 'mpnet', 'phi3', 'qwen2', 'qwen3', 'roberta', 't5', 'vit', "
                        r"'xlm-roberta'"):
         zoo.build(f"local-dir:{tmp_path / 'm'}")
 

@@ -87,6 +87,14 @@ def register_formats(register):
         capabilities={"model_types": ("distilbert",)},
     )
     register(
+        "modernbert",
+        "zoo.plugins.formats.modernbert:ModernBertFormat",
+        description="transformers' ModernBertModel, ModernBertForMaskedLM and "
+                    "ModernBertForSequenceClassification (Warner et al. 2024): "
+                    "ModernBERT-base, -large and the encoders built on them",
+        capabilities={"model_types": ("modernbert",)},
+    )
+    register(
         "mpnet",
         "zoo.plugins.formats.mpnet:MPNetFormat",
         description="transformers' MPNetModel, MPNetForMaskedLM and "
