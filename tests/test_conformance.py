@@ -24,6 +24,11 @@ KIT_SETTINGS = {  # the built-in architectures at the kit's sizes
     ("architecture", "encoder"): dict(SMALL, layers=2),
     ("architecture", "vit"): dict(image_size=8, patch_size=4, num_classes=3, d_model=16,
                                   n_heads=2, d_ff=32, depth=1),
+    ("architecture", "clip"): dict(
+        text=dict(SMALL, layers=1, causal=True, pooler=False, norm_placement="pre", pad_id=None),
+        vision=dict(image_size=8, patch_size=4, num_classes=0, d_model=16, n_heads=2, d_ff=32,
+                    depth=1, patch_bias=False, pre_norm=True),
+        projection_dim=8),
 }
 EVERY_CASE = [pytest.param(case, id=str(case))
               for family in zoo.testing.CHECKS

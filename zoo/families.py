@@ -119,13 +119,13 @@ class BlockCapabilities(Capabilities):
 class ArchitectureCapabilities(Capabilities):
     """What a whole model takes and gives, and what kind of model it is."""
 
-    inputs: Literal["tokens", "images"]
+    inputs: Literal["tokens", "images", "images-and-tokens"]
     """What the model reads."""
     outputs: Literal["tokens", "classes", "vectors"]
     """What its logits are over (``vectors``: hidden states, which a use pools)."""
     kind: Kind | None = None
     """What the engine, the CLI and export may call on it: ``seq2seq``,
-    ``language-model``, ``encoder`` or ``image-classifier``, each a protocol of the plugin
+    ``language-model``, ``encoder``, ``image-classifier`` or ``image-text``, each a protocol of the plugin
     API (``zoo.plugin_api.Seq2SeqModel``, ...) its class is checked against. Left out (an
     architecture of an older plugin), zoo infers it with a DeprecationWarning."""
 

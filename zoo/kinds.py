@@ -14,6 +14,8 @@ presence of an attribute.
 - ``encoder`` (:class:`Encoder`): ``hidden_states``, ``padding_mask``; pooled into
   vectors (``zoo.embed``).
 - ``image-classifier`` (:class:`ImageClassifier`): ``forward(images)`` to class logits.
+- ``image-text`` (:class:`ImageText`): ``image_features``, ``text_features``, ``padding_mask``;
+  images and texts in one space (CLIP), compared by :func:`zoo.classify_image`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal, Protocol, runtime_checkable
 
-Kind = Literal["seq2seq", "language-model", "encoder", "image-classifier"]
+Kind = Literal["seq2seq", "language-model", "encoder", "image-classifier", "image-text"]
 
 
 @runtime_checkable
@@ -72,8 +74,23 @@ class ImageClassifier(Protocol):
         """(B, C, H, W) images -> (B, classes) logits."""
 
 
+@runtime_checkable
+class ImageText(Protocol):
+    """Images and texts embedded in one space (CLIP): what zero-shot classification calls."""
+
+    def image_features(self, images: Any) -> Any:
+        """(B, C, H, W) images -> (B, d) vectors."""
+
+    def text_features(self, tokens: Any, padding_mask: Any = None) -> Any:
+        """(B, L) ids -> (B, d) vectors in the images' space."""
+
+    def padding_mask(self, tokens: Any) -> Any:
+        """(B, L) ids -> True at padding, or None."""
+
+
 PROTOCOLS: dict[str, type] = {"seq2seq": Seq2SeqModel, "language-model": LanguageModel,
-                              "encoder": Encoder, "image-classifier": ImageClassifier}
+                              "encoder": Encoder, "image-classifier": ImageClassifier,
+                              "image-text": ImageText}
 """Each kind's protocol."""
 
 

@@ -74,7 +74,7 @@ from .families import (
     TaskCapabilities,
 )
 from .hookspecs import hookimpl
-from .kinds import Encoder, ImageClassifier, LanguageModel, Seq2SeqModel, kind_of
+from .kinds import Encoder, ImageClassifier, ImageText, LanguageModel, Seq2SeqModel, kind_of
 from .native import PRODUCTS as NATIVE_PRODUCTS
 from .native import NativeLibrary
 from .native import available as native_available
@@ -97,7 +97,7 @@ __all__ = [
     # native code of a plugin's own
     "NativeLibrary", "NATIVE_PRODUCTS",
     # architectures, and the kinds of model they build
-    "Slot", "Seq2SeqModel", "LanguageModel", "Encoder", "ImageClassifier", "kind_of",
+    "Slot", "Seq2SeqModel", "LanguageModel", "Encoder", "ImageClassifier", "ImageText", "kind_of",
     # decoding
     "generate", "stream", "translate", "complete", "stream_text", "GenerationSettings",
     "filter_logits", "length_penalty", "Rule", "Span",

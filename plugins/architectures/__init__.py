@@ -32,3 +32,11 @@ def register_architectures(register):
         description="Vision Transformer (Dosovitskiy et al. 2021): patches in, classes out",
         capabilities={"inputs": "images", "outputs": "classes", "kind": "image-classifier"},
     )
+    register(
+        "clip",
+        "zoo.plugins.architectures.clip:CLIP",
+        description="CLIP (Radford et al. 2021): an image tower (ViT) and a causal text "
+                    "tower whose projected vectors are compared (zero-shot classification)",
+        capabilities={"inputs": "images-and-tokens", "outputs": "vectors",
+                      "kind": "image-text"},
+    )

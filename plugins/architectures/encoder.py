@@ -20,13 +20,13 @@ weights load, ``pooled`` gives its output).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
-from zoo.plugin_api import Dropout, Linear, Slot
+from zoo.plugin_api import Dropout, Linear, RecipeError, Slot
 
 from .layer_kinds import LayerKinds
 from .seq2seq import MAX_FF, MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_VOCAB, MAX_WIDTH
@@ -46,6 +46,9 @@ class EncoderSettings(LayerKinds):
     max_len: int = Field(512, gt=0, le=MAX_LENGTH)
     type_vocab_size: int = Field(2, ge=0, le=2**10)
     """Token types (segments A and B); 0: none (RoBERTa-style models have one)."""
+    causal: bool = False
+    """Each token attends to itself and those before it only (CLIP's text tower, whose
+    vector is read at the end of the text); the attention must claim ``causal``."""
     norm_placement: Literal["post", "pre"] = "post"
     final_norm: bool | None = None
     """A norm after the last block; None means: only with pre-norm."""
@@ -109,6 +112,17 @@ class MaskedLMHead(nn.Module):
         return self.decoder(self.norm(self.act(self.dense(x)))) + self.bias
 
 
+def causal(parts, factories: dict) -> Callable[..., nn.Module]:
+    """``factories``' make_attention, each attention made causal; refused by name when the
+    attention does not claim it."""
+    attention = parts.parts["attention"].component
+    if not attention.capabilities.causal:
+        raise RecipeError(f"encoder setting causal: true needs an attention that claims "
+                          f"'causal', and {attention.name!r} does not; use 'vanilla'")
+    make = factories["make_attention"]
+    return lambda **kwargs: make(**{**kwargs, "causal": True})
+
+
 class Encoder(nn.Module):
     """Encoder-only Transformer: forward(tokens, padding_mask=None, token_types=None) ->
     the ``head``'s output (see the module)."""
@@ -149,6 +163,8 @@ class Encoder(nn.Module):
                 made[kind] = variant.layer_factories(
                     d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
                     attention_dropout=s.attention_dropout, max_len=s.max_len)
+                if s.causal:
+                    made[kind]["make_attention"] = causal(variant, made[kind])
             return variant.make("block", d_model=s.d_model, dropout=s.dropout,
                                 norm_first=s.norm_placement == "pre", **made[kind])
 

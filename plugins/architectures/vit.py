@@ -45,6 +45,10 @@ class ViTSettings(BaseModel):
     depth N drops each residual branch with probability rate * i / (N - 1)."""
     class_token: bool = True
     pool: Literal["token", "mean"] = "token"
+    patch_bias: bool = True
+    """A bias in the patches' convolution (CLIP's has none)."""
+    pre_norm: bool = False
+    """A norm over the tokens before the first block (CLIP's ``pre_layrnorm``)."""
     stem: Literal["patch", "conv"] = "patch"
     """How the image becomes tokens: ``patch`` (one convolution of kernel and stride
     ``patch_size``, the paper's) or ``conv`` (Xiao et al.'s stem, see the module)."""
@@ -107,7 +111,7 @@ class VisionTransformer(nn.Module):
         self.num_prefix = int(s.class_token)
         self.patch_embed = (conv_stem(s.in_chans, s.d_model, s.patch_size) if s.stem == "conv"
                             else nn.Conv2d(s.in_chans, s.d_model, s.patch_size,
-                                           stride=s.patch_size))
+                                           stride=s.patch_size, bias=s.patch_bias))
         self.cls_token = nn.Parameter(torch.zeros(1, 1, s.d_model)) if s.class_token else None
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
@@ -132,6 +136,7 @@ class VisionTransformer(nn.Module):
             for rate in rates
         )
         self.norm = factories["make_norm"]()
+        self.pre_norm = factories["make_norm"]() if s.pre_norm else None
         self.head = Linear(s.d_model, s.num_classes) if s.num_classes else nn.Identity()
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
@@ -140,6 +145,8 @@ class VisionTransformer(nn.Module):
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         x = self.drop(self.positional(x))
+        if self.pre_norm is not None:
+            x = self.pre_norm(x)
         for block in self.blocks:
             if self.gradient_checkpointing and self.training:
                 x = checkpoint(block, x, use_reentrant=False)

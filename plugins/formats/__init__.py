@@ -87,6 +87,13 @@ def register_formats(register):
         capabilities={"model_types": ("distilbert",)},
     )
     register(
+        "clip",
+        "zoo.plugins.formats.clip:CLIPFormat",
+        description="transformers' CLIPModel (Radford et al. 2021): openai/clip-vit-base-patch32, "
+                    "-patch16, clip-vit-large-patch14",
+        capabilities={"model_types": ("clip",)},
+    )
+    register(
         "modernbert",
         "zoo.plugins.formats.modernbert:ModernBertFormat",
         description="transformers' ModernBertModel, ModernBertForMaskedLM and "

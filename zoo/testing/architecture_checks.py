@@ -57,6 +57,7 @@ def _tokens(model, rows: int, length: int) -> torch.Tensor:
 
 def _images(model, rows: int) -> torch.Tensor:
     s = getattr(model, "settings", None)
+    s = getattr(s, "vision", s)  # an image-text model's image tower
     size, chans = getattr(s, "image_size", None), getattr(s, "in_chans", 3)
     if size is None:
         raise Skip("the settings name no image_size: the kit cannot make an image")
@@ -86,12 +87,20 @@ def _architecture_kind(component, settings):
     model = _model(component, settings)
     if kind_of(model) != kind:
         raise Failed(f"the built model's kind is {kind_of(model)!r}, not {kind!r}")
-    inputs = _images(model, 3) if kind == "image-classifier" else _tokens(model, 3, 6)
-    with torch.no_grad():
-        together = _outputs(model, kind, inputs)
-        alone = _outputs(model, kind, inputs[1:2])
-    shape(together, (3, *together.shape[1:]), f"the {kind} model's outputs")
-    close(together[1:2], alone, "a row computed in a batch against the same row alone")
+    if kind == "image-text":  # each tower's vectors
+        cases = [("image_features", _images(model, 3)), ("text_features", _tokens(model, 3, 6))]
+    else:
+        inputs = _images(model, 3) if kind == "image-classifier" else _tokens(model, 3, 6)
+        cases = [(None, inputs)]
+    for method, inputs in cases:
+        with torch.no_grad():
+            run = getattr(model, method) if method else (
+                lambda x: _outputs(model, kind, x))
+            together, alone = run(inputs), run(inputs[1:2])
+        what = f"the {kind} model's {method or 'outputs'}"
+        shape(together, (3, *together.shape[1:]), what)
+        close(together[1:2], alone, f"{what}: a row computed in a batch against the same "
+              "row alone")
 
 
 @check("architecture")
