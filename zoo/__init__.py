@@ -51,6 +51,7 @@ _LAZY = {
     "embed": "zoo.embedding",
     "cosine": "zoo.embedding",
     "rerank": "zoo.reranking",
+    "classify_image": "zoo.classifying",
     "stream_text": "zoo.decoding.text",
     "chat": "zoo.decoding.chat",
     "stream_chat": "zoo.decoding.chat",

@@ -19,7 +19,8 @@ from typing import Any
 
 from .bench.cli import add_bench
 from .cli_chat import add_chat
-from .cli_decode import add_embed, add_generate, add_rerank, add_translate, parse_sets
+from .cli_decode import (add_classify, add_embed, add_generate, add_rerank, add_translate,
+                         parse_sets)
 from .version import __version__
 
 
@@ -562,7 +563,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 # -- the parser ----------------------------------------------------------------------------------
 COMMANDS = (add_list, add_save, add_push, add_pull, add_components, add_info, add_plugins,
             add_env, add_native, add_train, add_translate, add_generate, add_chat, add_embed,
-            add_rerank, add_export, add_plot, add_attention_map, add_plot_positions,
+            add_rerank, add_classify, add_export, add_plot, add_attention_map, add_plot_positions,
             add_experiment, add_bench)
 """Each adds one subcommand (its arguments and its handler), in ``zoo --help``'s order."""
 

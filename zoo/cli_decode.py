@@ -1,6 +1,7 @@
 """The commands that run a model on text: ``zoo translate`` (a source to its translation),
 ``zoo generate`` (a prompt to its continuation, streamed), ``zoo embed`` (texts to
-sentence embeddings) and ``zoo rerank`` (documents by their relevance to a query)."""
+sentence embeddings), ``zoo rerank`` (documents by their relevance to a query) and
+``zoo classify`` (images by their labels)."""
 
 from __future__ import annotations
 
@@ -311,4 +312,45 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     for rank, i in enumerate(order, 1):
         print(json.dumps({"rank": rank, "index": i, "score": round(scores[i].item(), 7),
                           "text": documents[i]}))
+    return 0
+
+
+# -- zoo classify --------------------------------------------------------------------------------
+def add_classify(sub) -> None:
+    """``zoo classify MODEL IMAGE ... [--labels LABEL ...]``."""
+    p = sub.add_parser("classify", help="images by their labels: zero-shot by a CLIP against "
+                       "--labels, or by an image classifier (ViT) over its own classes, as "
+                       "JSON lines")
+    p.add_argument("model", help="a CLIP or an image classifier (local-dir:PATH, "
+                   "hf-hub:OWNER/NAME)")
+    p.add_argument("image", nargs="+", help="image files (PNG, JPEG, ...)")
+    p.add_argument("--labels", nargs="+", help="the labels to choose from (CLIP), each "
+                   "put in --template")
+    p.add_argument("--template", default="This is a photo of {}.",
+                   help="the text each label is put in ({} is the label)")
+    p.add_argument("--top-k", type=int, help="print only the best K labels of each image")
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_classify)
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    """One JSON line per image, in the order given: ``{"image": path, "labels": [{"label":
+    ..., "score": ...}, ...]}``, the most probable label first."""
+    import json
+
+    from .classifying import class_names, classify_image
+    from .loading import load
+
+    if args.top_k is not None and args.top_k < 1:
+        raise SystemExit(f"zoo classify: --top-k is at least 1, not {args.top_k}")
+    model = load(args.model, device=args.device)
+    if kind_of(model) == "image-text" and not args.labels:
+        raise SystemExit(f"zoo classify: {args.model} is a CLIP: give the labels to choose "
+                         "from, --labels cat dog ...")
+    probabilities = classify_image(model, args.image, args.labels, template=args.template)
+    names = args.labels if kind_of(model) == "image-text" else class_names(model)
+    for path, row in zip(args.image, probabilities.tolist()):
+        order = sorted(range(len(row)), key=lambda i: -row[i])[:args.top_k]
+        print(json.dumps({"image": path, "labels": [
+            {"label": names[i], "score": round(row[i], 6)} for i in order]}))
     return 0
