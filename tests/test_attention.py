@@ -642,6 +642,11 @@ def test_every_attention_and_position_in_the_seq2seq_model(name, pos):
 @pytest.mark.parametrize("name", [c.name for c in zoo.list_components("attention")])
 @pytest.mark.parametrize("pos", ["learned", "rope"])
 def test_every_attention_in_vit(name, pos):
+    """Each attention in a ViT, with absolute positions and with positions inside the
+    attention (rotary; DeBERTa's table for disentangled attention, its only kind)."""
+    kinds = zoo.get_component("attention", name).capabilities.positions
+    if pos == "rope" and "rotary" not in kinds:
+        pos = "deberta"
     settings = SMALL.get(name, {})
     model = zoo.build("vit-tiny-patch4-28", attention={"name": name, "settings": settings},
                       positional=pos).eval()

@@ -365,10 +365,15 @@ class InsideAttention(nn.Module):
       -> (B, H, Lq, D)`` added to the output, or None for none (Shaw et al. 2018 add
       both; Transformer-XL only scores). The content scores are
       ``content_query(q)·k``: q itself unless the position adds a bias to the queries
-      (Transformer-XL's u)."""
+      (Transformer-XL's u);
+    - ``kind = "disentangled"``: ``table() -> (R, d_model)``, a vector per clipped
+      distance, and ``rows(lq, lk, offset, device) -> (Lq, Lk)`` the row of each query
+      (at ``offset`` on) and key; the attention projects the table itself (DeBERTa's
+      disentangled attention)."""
 
     kind: str
-    """``rotary``, ``bias`` or ``relative``: which method the attention calls."""
+    """``rotary``, ``bias``, ``relative`` or ``disentangled``: which method the attention
+    calls."""
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """``x`` unchanged: these positions add nothing to the embeddings."""

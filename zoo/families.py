@@ -46,7 +46,8 @@ class AttentionCapabilities(Capabilities):
     """Computes its scores through the ``kernel`` slot (so a kernel that takes no float
     bias cannot serve bias positions). Declare False when the kernel is not called."""
     positions: tuple[str, ...] = ()
-    """Positional kinds it applies inside attention: ``rotary``, ``bias``, ``relative``."""
+    """Positional kinds it applies inside attention: ``rotary``, ``bias``, ``relative``,
+    ``disentangled``."""
     needs_cuda: bool = False
     """Runs only on a CUDA device."""
 
@@ -72,9 +73,10 @@ class KernelCapabilities(Capabilities):
 class PositionalCapabilities(Capabilities):
     """How a positional encoding acts, and its limits."""
 
-    kind: Literal["absolute", "rotary", "bias", "relative", "none"]
-    """``absolute`` is added to the embeddings; ``rotary``, ``bias`` and ``relative`` act
-    inside attention (an attention applies them only if its ``positions`` lists the kind);
+    kind: Literal["absolute", "rotary", "bias", "relative", "disentangled", "none"]
+    """``absolute`` is added to the embeddings; ``rotary``, ``bias``, ``relative`` and
+    ``disentangled`` (DeBERTa's table, which the attention projects itself) act inside
+    attention (an attention applies them only if its ``positions`` lists the kind);
     ``none`` adds nothing. Every positional component declares it."""
     learned: bool = False
     """Has trained parameters."""

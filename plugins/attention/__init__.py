@@ -19,6 +19,14 @@ def register_attentions(register):
         capabilities={**EVERYTHING, "positions": ("rotary", "bias", "relative")},
     )
     register(
+        "disentangled",
+        "zoo.plugins.attention.disentangled:DisentangledAttention",
+        description="Content and relative position disentangled: content-to-position and "
+                    "position-to-content scores (DeBERTa, He et al. 2021)",
+        capabilities={"causal": True, "padding_mask": True, "arbitrary_mask": True,
+                      "uses_kernel": False, "positions": ("disentangled",)},
+    )
+    register(
         "sliding-window",
         "zoo.plugins.attention.sliding_window:SlidingWindowAttention",
         description="Local attention within a window, with optional global tokens "

@@ -50,6 +50,13 @@ def register_positionals(register):
         capabilities={"kind": "relative", "learned": True, "per_layer": True},
     )
     register(
+        "deberta",
+        "zoo.plugins.positional.deberta:DisentangledPositions",
+        description="A normed table of bucketed relative distances, shared by a stack's "
+                    "layers, for disentangled attention (DeBERTa, He et al. 2021)",
+        capabilities={"kind": "disentangled", "learned": True},
+    )
+    register(
         "xl",
         "zoo.plugins.positional.xl:TransformerXLPositions",
         description="Sinusoidal relative encodings with learned u, v biases and the "

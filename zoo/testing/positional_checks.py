@@ -60,7 +60,9 @@ def _positions_see_padding(component, settings):
 def _inside_interface(component, settings):
     """rotary: rotate(x, positions) keeps shapes and norms, and q·k depends only on the
     offset; bias: bias(rel) is (H, Lq, Lk); relative: scores, content_query and values_term
-    (or None) shapes, and the scores of a query depend only on the offsets."""
+    (or None) shapes, and the scores of a query depend only on the offsets;
+    disentangled: table() of the model's width, and rows(Lq, Lk, offset) whole row
+    numbers of it that depend only on the offsets."""
     kind = component.capabilities.kind
     if kind in ("absolute", "none"):
         return
@@ -98,3 +100,16 @@ def _inside_interface(component, settings):
             scores = module.scores(same, rel)
             close(scores[..., 1:, 1:], scores[..., :-1, :-1],
                    "scores(q, rel) of one query at two positions, keys moved with it")
+        elif kind == "disentangled":
+            table = module.table()
+            if table.dim() != 2 or table.shape[-1] != D:
+                raise Failed(f"table() is {tuple(table.shape)}, not (rows, {D}): a vector "
+                             "of the model's width for each distance")
+            rows = module.rows(5, 7, 2, torch.device("cpu"))
+            shape(rows, (5, 7), "rows(5, 7, offset=2)")
+            if rows.dtype != torch.long or rows.min() < 0 or rows.max() >= len(table):
+                raise Failed(f"rows(...) holds {rows.dtype} from {int(rows.min())} to "
+                             f"{int(rows.max())}: whole row numbers of table()'s "
+                             f"{len(table)}")
+            close(rows[1:, 1:].float(), rows[:-1, :-1].float(),
+                  "rows of one query and its keys, all moved one place")

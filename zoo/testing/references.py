@@ -76,7 +76,29 @@ class Relative(InsideAttention):
                             self._rows(self.table_v, rel).to(weights.dtype))
 
 
-REFERENCE_POSITIONS = {"rotary": Rotary, "bias": Bias, "relative": Relative}
+class Disentangled(InsideAttention):
+    """A table of the distances clipped at 4 (rows 0 to 8), for disentangled attention
+    (DeBERTa, He et al. 2021): ``table()`` its vectors (of the kit's width), ``rows`` the
+    row of each query and key, the distance query - key plus 4."""
+
+    kind = "disentangled"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vectors = torch.randn(9, D, generator=torch.Generator().manual_seed(1))
+
+    def table(self) -> torch.Tensor:
+        """(9, D): a vector per clipped distance."""
+        return self.vectors
+
+    def rows(self, lq: int, lk: int, offset: int, device) -> torch.Tensor:
+        """(Lq, Lk): the row of each query (at ``offset`` on) and key."""
+        q = torch.arange(offset, offset + lq, device=device)
+        return (q[:, None] - torch.arange(lk, device=device)[None, :]).clamp(-4, 4) + 4
+
+
+REFERENCE_POSITIONS = {"rotary": Rotary, "bias": Bias, "relative": Relative,
+                       "disentangled": Disentangled}
 """A reference position of each kind that acts inside attention."""
 
 
