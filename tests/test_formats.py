@@ -317,7 +317,7 @@ def test_an_imported_vit_is_not_written_as_a_transformers_seq2seq(tmp_path):
 def test_an_unknown_model_type_names_the_formats_zoo_reads(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "pegasus"}))
-    with pytest.raises(zoo.FormatError, match=r"pegasus.*'bart', 'bert', 'clip', 'distilbert', 'gemma', "
+    with pytest.raises(zoo.FormatError, match=r"pegasus.*'bart', 'bert', 'clip', 'deberta-v2', 'distilbert', 'gemma', "
                        r"'gemma2', "
                        r"'gemma3_text', 'gpt2', 'llama', 'm2m_100', 'marian', 'mbart', "
                        r"'mistral', 'modernbert', 'mpnet', 'phi3', 'qwen2', 'qwen3', 'roberta', 't5', 'vit', "

@@ -94,6 +94,14 @@ def register_formats(register):
         capabilities={"model_types": ("clip",)},
     )
     register(
+        "deberta-v2",
+        "zoo.plugins.formats.deberta:DebertaV2Format",
+        description="transformers' DebertaV2Model, DebertaV2ForMaskedLM and "
+                    "DebertaV2ForSequenceClassification (He et al. 2021, 2023): deberta-v3, "
+                    "mdeberta-v3",
+        capabilities={"model_types": ("deberta-v2",)},
+    )
+    register(
         "modernbert",
         "zoo.plugins.formats.modernbert:ModernBertFormat",
         description="transformers' ModernBertModel, ModernBertForMaskedLM and "
