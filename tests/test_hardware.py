@@ -258,3 +258,45 @@ def test_bf16_units_count_only_where_torch_dispatches_to_them(monkeypatch):
     for capability, units in (("AVX512", True), ("AVX2", False), ("DEFAULT", False)):
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
         assert hardware.detect_cpu().bf16 is units
+
+
+def test_a_busy_neighbour_is_seen_at_once():
+    """others_running reads the kernel's runnable threads at this moment: a process that
+    keeps a core busy is counted within a few reads, without waiting to average."""
+    if not Path("/proc/stat").exists():
+        pytest.skip("no /proc/stat here")
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+    try:
+        import time
+
+        time.sleep(0.5)
+        assert max(hardware.others_running() for _ in range(20)) >= 1
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+
+
+def test_a_decoding_takes_only_the_cores_free_at_its_call(monkeypatch):
+    """With the other processes running on every core but one, zoo.generate and the
+    embedding batches (zoo.embed, zoo.rerank) run on one thread, and put torch's threads
+    back after; alone they keep torch's threads; ZOO_ADAPT_THREADS=0 keeps them whatever
+    runs."""
+    from zoo.embedding import by_length
+
+    if torch.get_num_threads() < 2:
+        pytest.skip("one thread here: nothing to take away")
+    model = zoo.build("llama-tiny").eval()
+    seen: list[int] = []
+    model.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    prompt = torch.tensor([[5, 6, 7]])
+    for others, adapt, expected in [(hardware.usable_cores() - 1, "1", 1),
+                                    (0, "1", before), (hardware.usable_cores(), "0", before)]:
+        monkeypatch.setattr(hardware, "others_running", lambda reads=3, n=others: n)
+        monkeypatch.setenv("ZOO_ADAPT_THREADS", adapt)
+        seen.clear()
+        zoo.generate(model, prompt, max_new_tokens=3)
+        by_length(model, [3, 1], 1, lambda chosen: (seen.append(torch.get_num_threads())
+                                                     or torch.zeros(len(chosen), 1)))
+        assert seen and set(seen) == {expected}, (others, adapt, seen)
+        assert torch.get_num_threads() == before

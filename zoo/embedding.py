@@ -25,6 +25,7 @@ from .decoding.text import as_texts, count_of, own_tokenizer
 from .derived import fixed_weights
 from .errors import FormatError, RecipeError
 from .files import read_json
+from .hardware import threads_for_a_call
 from .kinds import kind_of
 
 MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
@@ -175,14 +176,15 @@ def by_length(model, sizes: Sequence[int], batch_size: int, run) -> torch.Tensor
     """``run(chosen)`` (one output row for each index of ``chosen``) over batches of
     ``batch_size`` items of similar ``sizes``, longest first, as sentence-transformers
     batches (little is padding); the rows stacked back in the items' order. The model
-    runs in eval mode (put back after), without gradients, its weights checked once."""
+    runs in eval mode (put back after), without gradients, its weights checked once, with
+    the threads the cores free at the call allow (:func:`zoo.hardware.threads_for_a_call`)."""
     order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
     out: list[torch.Tensor | None] = [None] * len(sizes)
     was_training = model.training
     if was_training:
         model.eval()
     try:
-        with torch.no_grad(), fixed_weights(model):
+        with torch.no_grad(), fixed_weights(model), threads_for_a_call():
             for start in range(0, len(order), batch_size):
                 chosen = order[start:start + batch_size]
                 for i, row in zip(chosen, run(chosen)):

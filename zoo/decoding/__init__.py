@@ -27,6 +27,7 @@ import torch
 from ..deprecations import warn_deprecated
 from ..derived import fixed_weights
 from ..errors import RecipeError
+from ..hardware import threads_for_a_call
 from ..kinds import kind_of
 from .budget import check_decoding_memory, check_positions
 from .rules import Rules, check_vocabulary, filter_logits
@@ -224,7 +225,7 @@ def generate(model, src: torch.Tensor, settings: GenerationSettings | dict | Non
     settings = settings_for(model, settings, **changes)
     if return_scores and settings.num_beams == 1:
         raise RecipeError("return_scores is for beam search (num_beams > 1)")
-    with fixed_weights(model):
+    with fixed_weights(model), threads_for_a_call():
         step, first, rules = _steps(model, src, settings, use_cache, padding_mask)
         if settings.num_beams > 1:
             out, scores = search_beams(step, first, rules, sources=src.shape[0])
@@ -247,7 +248,8 @@ def stream(model, src: torch.Tensor, settings: GenerationSettings | dict | None 
         raise RecipeError(f"stream gives tokens as they are chosen; beam search "
                           f"(num_beams={settings.num_beams}) chooses only at its end. Stream "
                           "with num_beams=1 (greedy or do_sample), or generate with beams.")
-    with fixed_weights(model):  # the weights may not change while a stream is open
+    # the weights may not change while a stream is open; its threads are chosen at its start
+    with fixed_weights(model), threads_for_a_call():
         step, first, rules = _steps(model, src, settings, use_cache, padding_mask)
         yield from one_per_row(step, first, rules, _generator(settings, generator, src.device))
 
