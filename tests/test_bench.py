@@ -143,6 +143,25 @@ def test_bench_embed_times_the_real_minilm_beside_its_peers(tmp_path):
     assert "zoo int8 / zoo fp32, embed batch1" in stdout
 
 
+def test_bench_times_each_implementation_at_each_count_of_threads(tmp_path):
+    """--threads 1,2: zoo and CTranslate2 each timed at 1 and at 2 threads, each row its
+    fastest (its count of threads named), the ratio zoo's fastest over the peer's."""
+    pytest.importorskip("ctranslate2")
+    stdout, rows = _bench(tmp_path, "decode", "--batch", "1", "--length", "4", "--new-tokens",
+                          "2", "--vocab", "64", "--impls", "zoo,ct2", "--modes", "greedy",
+                          "--no-latency", "--threads", "1,2")
+    assert {r["impl"] for r in rows} == {"zoo", "ct2"} and len(rows) == 2
+    for r in rows:
+        assert set(r["by_threads"]) == {"1", "2"} or set(r["by_threads"]) == {1, 2}
+        assert r["threads"] in (1, 2)
+        assert r["throughput"] == pytest.approx(max(r["by_threads"].values()), rel=1e-3)
+    zoo_row, ct2 = (next(r for r in rows if r["impl"] == i) for i in ("zoo", "ct2"))
+    assert ct2["ratio"] == pytest.approx(zoo_row["throughput"] / ct2["throughput"])
+    assert "each implementation timed at 1, 2 threads" in stdout and "threads" in stdout
+    said = run_zoo("bench", "decode", "--threads", "0,2")
+    assert said.returncode == 2 and "--threads is a number of threads" in said.stderr
+
+
 def test_bench_runs_under_a_forced_isa_in_a_process_of_its_own(tmp_path):
     stdout, rows = _bench(tmp_path, "decode", "--batch", "1", "--length", "4", "--new-tokens",
                           "2", "--vocab", "64", "--impls", "zoo", "--modes", "greedy",

@@ -75,6 +75,18 @@ def _attention_arguments(b) -> None:
     b.set_defaults(func=cmd_bench_attention)
 
 
+def _thread_counts(text: str) -> list[int]:
+    """``--threads``: one count of threads, or several separated by commas."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--threads is a number of threads of at least 1, "
+                                         f"or several separated by commas (1,2), not {text!r}")
+    return list(dict.fromkeys(counts))
+
+
 def cmd_bench_attention(args: argparse.Namespace) -> int:
     """Time each attention mechanism as sequences grow; print, and write JSON and a PNG."""
     import torch
@@ -177,7 +189,9 @@ def _model_bench_arguments(parser) -> None:
                         help="torch.compile every implementation (train, vit)")
     parser.add_argument("--peak-tflops", type=float, help="bf16 peak for MFU instead of the "
                         "measured one (a card's datasheet figure, e.g. 989 for an H200)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=_thread_counts, help="torch threads, or a "
+                        "comma-separated list (1,2): each implementation is timed at each and "
+                        "its fastest is set against zoo's fastest (default: torch's)")
     parser.add_argument("--wait", type=float, default=60.0,
                         help="seconds to wait for a quiet machine (default 60)")
     parser.add_argument("-q", "--quiet", action="store_true",

@@ -193,14 +193,35 @@ def add_ratios(results: list[Result]) -> None:
         r.ratio = z / r.throughput if z and r.throughput else None
 
 
+def fastest(results: list[Result]) -> list[Result]:
+    """Of the rows of one implementation, dtype and mode timed at several counts of threads
+    (``extra["threads"]``), the fastest, each count's throughput kept in
+    ``extra["by_threads"]``; ratios again, between the fastest rows."""
+    best: dict[tuple, Result] = {}
+    seen: dict[tuple, dict] = {}
+    for r in results:
+        key = (r.bench, r.impl, r.dtype, r.mode)
+        seen.setdefault(key, {})[r.extra.get("threads")] = round(r.throughput, 3)
+        if key not in best or r.throughput > best[key].throughput:
+            best[key] = r
+    for key, r in best.items():
+        r.extra["by_threads"] = seen[key]
+    out = list(best.values())
+    add_ratios(out)
+    return out
+
+
 def table(results: list[Result]) -> str:
-    """The results as a text table."""
-    header = ["bench", "mode", "dtype", "impl", "throughput", "unit", "peak MiB", "GFLOP/s",
-              "MFU", "zoo/impl", "noise"]
+    """The results as a text table (with each row's threads where they were varied)."""
+    threads = any("by_threads" in r.extra for r in results)
+    header = ["bench", "mode", "dtype", "impl", *(["threads"] if threads else []),
+              "throughput", "unit", "peak MiB", "GFLOP/s", "MFU", "zoo/impl", "noise"]
     rows = []
     for r in results:
         rows.append([
-            r.bench, r.mode, r.dtype, r.impl, format_number(r.throughput), r.unit,
+            r.bench, r.mode, r.dtype, r.impl,
+            *([str(r.extra.get("threads", "-"))] if threads else []),
+            format_number(r.throughput), r.unit,
             "-" if r.peak_mib is None else f"{r.peak_mib:.0f}",
             "-" if r.gflops is None else f"{r.gflops:.0f}",
             "-" if r.mfu is None else f"{r.mfu:.0%}",

@@ -190,8 +190,8 @@ def main(args) -> int:
     from . import harness
 
     say = (lambda message: None) if args.quiet else _say
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    counts = list(args.threads or [torch.get_num_threads()])
+    torch.set_num_threads(max(counts))
     benches = BENCHES if args.bench == "all" else (args.bench,)
     busy = harness.wait_for_quiet(args.wait, say=say)
     no_bf16 = hardware.detect().why_no_bf16(args.device)
@@ -204,7 +204,7 @@ def main(args) -> int:
     if args.peak_tflops:  # a datasheet figure (e.g. an H200's dense bf16) instead
         peaks["bf16"] = args.peak_tflops * 1e12
     context = {
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "threads": counts if len(counts) > 1 else counts[0],
         "machine": platform.processor() or platform.machine(), "device": args.device,
         "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in measured.items()},
         "mfu_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
@@ -221,10 +221,20 @@ def main(args) -> int:
 
             results += startup.run(repeats=args.repeats)
             continue
-        cases = cases_for(bench, args, say)
-        results += harness.alternate(cases, repeats=args.repeats, warmup=args.warmup,
-                                     peaks=peaks, say=say)
-        del cases
+        timed = []
+        for count in counts:  # each implementation at each count of threads
+            torch.set_num_threads(count)
+            cases = cases_for(bench, args, say)
+            timed += harness.alternate(cases, repeats=args.repeats, warmup=args.warmup,
+                                       peaks=peaks, say=say)
+            for r in timed[-len(cases):]:
+                r.extra["threads"] = count
+            del cases
+        results += harness.fastest(timed) if len(counts) > 1 else timed
+    torch.set_num_threads(max(counts))
+    if len(counts) > 1:
+        print(f"each implementation timed at {', '.join(map(str, counts))} threads; each row is "
+              "its fastest (its threads in the table), zoo's fastest set against it")
     print(harness.table(results))
     noisy = [r for r in results if r.noise > 0.15]
     worst = max((r.noise for r in results), default=0.0)
