@@ -52,7 +52,8 @@ def step(args):
                                     "self_scale", "cross_scale", "eps", "norm_first",
                                     "activation", "gated", "rms_norm")}
     plan.update(shape=(a["heads"], a["width"], a["kv_heads"]), rotary=None,
-                bias_of=[None] * len(a["k"]), bias_tables={})
+                bias_of=[None] * len(a["k"]), bias_tables={}, head_eps=[1e-6] * len(a["k"]),
+                windows=[0] * len(a["k"]))
     op = seal(plan, a["keep"])["op"]
     op.position_biases(a["self_bias"])
     op.rotate(a["rotation"])
@@ -127,6 +128,11 @@ CHANGES = {
     "kv_heads fewer than the buffers hold": _set(19, 2),
     "a rotation of another width": _set(20, torch.eye(8)),
     "a self_keep of another length": _set(21, torch.ones(6, 5, dtype=torch.bool)),
+    "head norms of another width": lambda args: [
+        args[2].__setitem__(i, torch.ones(args[10] + 4)) for i in (18, 19)] and None,
+    "a key norm in float64": lambda args: [
+        args[2].__setitem__(18, torch.ones(args[10])),
+        args[2].__setitem__(19, torch.ones(args[10], dtype=torch.float64))] and None,
     "no cross-attention but a keep mask": lambda args: [args.__setitem__(i, []) for i in (6, 7)]
     and None,
 }

@@ -31,7 +31,8 @@ ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
 """The feed-forward activations zoo's native step computes, and its codes for them."""
 
 KEYS = ("params", "packed", "k", "v", "cross_k", "cross_v", "self_scale", "cross_scale", "eps",
-        "norm_first", "activation", "gated", "rms_norm", "bias_of", "sources")
+        "head_eps", "windows", "norm_first", "activation", "gated", "rms_norm", "bias_of",
+        "sources")
 
 
 def declares(module: nn.Module, flag: str, method: str) -> bool:
@@ -208,6 +209,11 @@ def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, fused, net
                                 or cross.n_kv_heads != cross.n_heads),
          "its cross-attention's heads differ from its self-attention's"),
         (plan["shape"] not in (None, shape), "its layers' heads differ"),
+        (getattr(attn, "window", None) is not None and attn.position_kind == "bias",
+         "a sliding window beside a bias of the scores"),
+        (attn.q_norm is not None and not all(
+            _plain_vector(n.weight, attn.head_dim) for n in (attn.q_norm, attn.k_norm)),
+         "its queries' and keys' norms are not plain fp32 vectors of a head's width"),
     )
     return next((why for failed, why in checks if failed), None)
 
@@ -226,6 +232,11 @@ def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tupl
         plan["params"] += [None, None] if part is None else [_norm_scale(part),
                                                              getattr(part, "bias", None)]
     plan["eps"] += [0.0 if n is None else float(n.eps) for n in norms]
+    normed = attn.q_norm is not None
+    plan["params"] += [_norm_scale(attn.q_norm), _norm_scale(attn.k_norm)] if normed \
+        else [None, None]
+    plan["head_eps"].append(float(attn.q_norm.eps) if normed else 0.0)
+    plan["windows"].append(int(getattr(attn, "window", None) or 0))
     plan["self_scale"].append(attn.head_dim ** -0.5 if attn.scale is None else attn.scale)
     plan["cross_scale"].append(1.0 if cross is None else cross.head_dim ** -0.5
                                if cross.scale is None else cross.scale)
@@ -237,9 +248,9 @@ def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tupl
 
 
 def _norm_scale(norm: nn.Module) -> torch.Tensor:
-    """What a norm multiplies by: its weight, or weight + offset for an RMSNorm that
-    stores its scale less one (Gemma's), kept as a copy made again when the weight
-    changes."""
+    """What a norm multiplies by: its weight, or weight + offset for an RMSNorm (or a
+    head norm) that stores its scale less one (Gemma's), kept as a copy made again when
+    the weight changes."""
     offset = float(getattr(norm, "offset", 0.0))
     if not offset:
         return norm.weight
@@ -254,9 +265,10 @@ def may_run(x: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu") and Linear.fast_inference)
 
 
-PARAMS, PRODUCTS, NORMS = 18, 6, 3
+PARAMS, PRODUCTS, NORMS, HEAD_NORMS = 20, 6, 3, 18
 """A layer's tensors in ``plan["params"]`` (each product's weight and bias, then each
-norm's), its packed products, and its norms."""
+norm's, then its queries' and keys' norms), its packed products, its norms, and where its
+head norms are among its tensors."""
 
 
 def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
@@ -269,7 +281,8 @@ def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
     layers = len(plan["k"])
     counts = {"params": PARAMS * layers, "packed": PRODUCTS * layers, "eps": NORMS * layers,
               **{key: layers for key in ("v", "self_scale", "cross_scale", "norm_first",
-                                         "activation", "gated", "rms_norm")}}
+                                         "activation", "gated", "rms_norm", "head_eps",
+                                         "windows")}}
     wrong = [f"{key} has {len(plan[key])}, not {n}" for key, n in counts.items()
              if len(plan[key]) != n]
     if not layers or wrong or len(plan["cross_k"]) not in (0, layers) or len(
@@ -290,6 +303,11 @@ def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
             if weight is not None:
                 layer.norm(j, weight, params[first + 2 * PRODUCTS + 2 * j + 1],
                            eps[NORMS * i + j])
+        if params[first + HEAD_NORMS] is not None:
+            layer.head_norms(params[first + HEAD_NORMS], params[first + HEAD_NORMS + 1],
+                             plan["head_eps"][i])
+        if plan["windows"][i]:
+            layer.sliding_window(plan["windows"][i])
         layer.self_attention(plan["k"][i], plan["v"][i], plan["self_scale"][i])
         if plan["cross_k"]:
             layer.cross_attention(plan["cross_k"][i], plan["cross_v"][i],

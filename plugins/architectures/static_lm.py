@@ -35,7 +35,7 @@ def refusal(model: nn.Module) -> str | None:
     if not model.decodes_incrementally:
         return "its attention does not decode with a cache"
     for i, block in enumerate(model.layers):
-        why = layer_refusal(i, block, (block.attn,))
+        why = layer_refusal(i, block, (block.attn,), native_only=True)
         if why is not None:
             return why
     return None

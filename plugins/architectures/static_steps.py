@@ -10,22 +10,29 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from zoo.plugin_api import HeadNorm
+
 from .native_plan import declares, outdated
 
 
-def layer_refusal(i: int, block: nn.Module, attentions: tuple) -> str | None:
+def layer_refusal(i: int, block: nn.Module, attentions: tuple, *,
+                  native_only: bool = False) -> str | None:
     """Why a static decoding may not run layer ``i`` (its ``block`` and the block's
     ``attentions``), or None: the block says the paper's layout, each attention softmax
-    over every key, recording no maps, through no sliding window."""
+    over every key, recording no maps; with ``native_only`` (a decoding whose steps run
+    only in zoo's native step, which has them) a sliding window, and queries and keys
+    normed by zoo's ``HeadNorm`` (QK-norm: Qwen3, Gemma 3), are allowed too."""
     if not declares(block, "static_layout", "forward"):
         return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
     for attn in attentions:
         if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
             return (f"layer {i}'s {type(attn).__name__} is not softmax attention over every "
                     "key, or records its maps")
-        if getattr(attn, "window", None) is not None:
+        if getattr(attn, "window", None) is not None and not native_only:
             return f"layer {i} attends through a sliding window"
-        if attn.q_norm is not None or attn.k_norm is not None:
+        normed = (attn.q_norm, attn.k_norm)
+        if normed != (None, None) and not (native_only and all(
+                type(n) is HeadNorm for n in normed)):
             return f"layer {i}'s {type(attn).__name__} norms its queries and keys"
         if getattr(attn, "softcap", None) is not None:
             return f"layer {i}'s {type(attn).__name__} soft-caps its scores"

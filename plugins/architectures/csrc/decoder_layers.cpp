@@ -10,6 +10,9 @@
 // of the self-attention scores given for this step (T5's relative positions, Raffel et al.
 // 2020), queries and keys rotated by a matrix given for this step (RoPE, Su et al. 2021), keys
 // and values of fewer heads than the queries (grouped-query attention, Ainslie et al. 2023),
+// each head's queries and keys RMS-normed before the rotation where a layer has head norms
+// (QK-norm, Dehghani et al. 2023: Qwen3, Gemma 3), self-attention over the last ``window``
+// keys only where a layer has a sliding window (Mistral, Phi-3, Gemma 3's local layers),
 // and no cross-attention at all (a decoder-only model's layer: cross_k empty; its second
 // sublayer's norm is then norm3). Every product goes through
 // zoo::packed_linear, on the weights the caller packed (Linear.native_weight in
@@ -24,6 +27,7 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -38,7 +42,7 @@ namespace {
 enum Param {
   QKV_W, QKV_B, SELF_OUT_W, SELF_OUT_B, CROSS_Q_W, CROSS_Q_B, CROSS_OUT_W, CROSS_OUT_B,
   FC1_W, FC1_B, FC2_W, FC2_B, NORM1_W, NORM1_B, NORM2_W, NORM2_B, NORM3_W, NORM3_B,
-  PARAMS_PER_LAYER
+  Q_NORM_W, K_NORM_W, PARAMS_PER_LAYER
 };
 
 using Params = c10::List<std::optional<at::Tensor>>;
@@ -50,7 +54,7 @@ const char* const kParamNames[PARAMS_PER_LAYER] = {
     "qkv weight", "qkv bias", "self out weight", "self out bias", "cross q weight",
     "cross q bias", "cross out weight", "cross out bias", "fc1 weight", "fc1 bias",
     "fc2 weight", "fc2 bias", "norm1 weight", "norm1 bias", "norm2 weight", "norm2 bias",
-    "norm3 weight", "norm3 bias"};
+    "norm3 weight", "norm3 bias", "query norm weight", "key norm weight"};
 
 at::Tensor get(const Params& p, int64_t layer, Param which) {
   std::optional<at::Tensor> t = p.get(layer * PARAMS_PER_LAYER + which);
@@ -192,7 +196,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                           const c10::List<std::optional<at::Tensor>>& self_bias,
                           at::ArrayRef<int64_t> gated, at::ArrayRef<int64_t> rms_norm,
                           int64_t kv_heads, const std::optional<at::Tensor>& rotation,
-                          const std::optional<at::Tensor>& self_keep_in) {
+                          const std::optional<at::Tensor>& self_keep_in,
+                          at::ArrayRef<double> head_eps, at::ArrayRef<int64_t> windows) {
   const int64_t layers = k_buffers.size();
   TORCH_CHECK_VALUE(layers > 0, "decoder_layers: no layers (k_buffers is empty)");
   TORCH_CHECK_VALUE(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
@@ -210,6 +215,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                         int64_t(self_bias.size()) == layers && int64_t(gated.size()) == layers &&
                         int64_t(rms_norm.size()) == layers &&
                         int64_t(eps.size()) == 3 * layers &&
+                        int64_t(head_eps.size()) == layers &&
+                        int64_t(windows.size()) == layers &&
                         int64_t(self_scale.size()) == layers &&
                         int64_t(cross_scale.size()) == layers,
                     "decoder_layers: one buffer, scale, bias and setting a layer (three eps; "
@@ -281,6 +288,19 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
     // (rows, 1, inner + 2 kv): the queries, then the keys and values of kv_heads
     const at::Tensor qkv = linear(h, params, packed, l, QKV_W);
     const float* qkv_p = qkv.data_ptr<float>();
+    const std::optional<at::Tensor> q_norm = maybe(params, l, Q_NORM_W);
+    if (q_norm.has_value() && q_norm->defined()) {  // each head's q and k normed, in place
+      const at::Tensor k_norm = get(params, l, K_NORM_W);
+      expect(*q_norm, {width}, l, "query norm weight");
+      expect(k_norm, {width}, l, "key norm weight");
+      float* m = qkv.data_ptr<float>();
+      for (int64_t r = 0; r < rows; ++r) {
+        zoo::step::rms_norm(m + r * qkv_width, m + r * qkv_width, heads, width,
+                            q_norm->data_ptr<float>(), head_eps[l]);
+        zoo::step::rms_norm(m + r * qkv_width + inner, m + r * qkv_width + inner, kv_heads,
+                            width, k_norm.data_ptr<float>(), head_eps[l]);
+      }
+    }
     float *kp = kb.data_ptr<float>(), *vp = vb.data_ptr<float>();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t hd = 0; hd < kv_heads; ++hd) {
@@ -306,11 +326,16 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
       q_p = t;
       q_stride = inner;
     }
+    // a sliding window: the keys from ``first`` on (the buffers' views start there)
+    const int64_t first = windows[l] > 0 ? std::max<int64_t>(0, pos + 1 - windows[l]) : 0;
+    const bool biased = bias.has_value() && bias->defined();
+    TORCH_CHECK_VALUE(first == 0 || !biased, "decoder_layers: layer ", l, " has both a "
+                      "sliding window and a position bias of its scores");
     at::Tensor out = zoo::step::attend(
-        {q_p, q_stride, kp, vp, rows, heads, width, 1, pos + 1, length, kv_heads,
-         self_keep.defined() ? self_keep.data_ptr<bool>() : nullptr, length,
-         float(self_scale[l]),
-         bias.has_value() && bias->defined() ? bias->data_ptr<float>() : nullptr});
+        {q_p, q_stride, kp + first * width, vp + first * width, rows, heads, width, 1,
+         pos + 1 - first, length, kv_heads,
+         self_keep.defined() ? self_keep.data_ptr<bool>() + first : nullptr, length,
+         float(self_scale[l]), biased ? bias->data_ptr<float>() : nullptr});
     x = residual(linear(out, params, packed, l, SELF_OUT_W), x, pre, params, l, NORM1_W,
                  eps[3 * l], rms);
     if (cross) {  // cross-attention: the beams of a source read its keys (row r: r / groups)
@@ -342,9 +367,9 @@ struct Layer : torch::CustomClassHolder {
   std::vector<at::Tensor> packed = std::vector<at::Tensor>(PRODUCTS_PER_LAYER, at::empty({0}));
   at::Tensor k, v;
   std::optional<at::Tensor> cross_k, cross_v;
-  double self_scale = 1.0, cross_scale = 1.0;
+  double self_scale = 1.0, cross_scale = 1.0, head_eps = 0.0;
   double eps[3] = {0.0, 0.0, 0.0};
-  int64_t norm_first = 0, activation = 0, gated = 0, rms_norm = 0;
+  int64_t norm_first = 0, activation = 0, gated = 0, rms_norm = 0, window = 0;
 
   // Product ``which`` (0 q|k|v, 1 self out, 2 cross q, 3 cross out, 4 fc1, 5 fc2): its
   // weight (fp32, or int8), bias and packed weight (Linear.native_weight).
@@ -364,6 +389,17 @@ struct Layer : torch::CustomClassHolder {
     params[NORM1_W + 2 * which] = weight;
     params[NORM1_W + 2 * which + 1] = bias;
     eps[which] = e;
+  }
+  // Each head's queries and keys RMS-normed by these weights (head width) and eps.
+  void head_norms(at::Tensor q_weight, at::Tensor k_weight, double e) {
+    params[Q_NORM_W] = q_weight;
+    params[K_NORM_W] = k_weight;
+    head_eps = e;
+  }
+  // Self-attention over the ``w`` most recent keys, the query's own included (0: all).
+  void sliding_window(int64_t w) {
+    TORCH_CHECK_VALUE(w >= 0, "decoder_layers: a window of ", w, " keys");
+    window = w;
   }
   // Self-attention: the buffers its keys and values go into, and its scale.
   void self_attention(at::Tensor keys, at::Tensor values, double scale) {
@@ -396,8 +432,8 @@ struct Plan : torch::CustomClassHolder {
   int64_t heads, width, kv_heads;
   Params params;
   std::vector<at::Tensor> packed, k, v, cross_k, cross_v;
-  std::vector<double> self_scale, cross_scale, eps;
-  std::vector<int64_t> norm_first, activation, gated, rms_norm;
+  std::vector<double> self_scale, cross_scale, eps, head_eps;
+  std::vector<int64_t> norm_first, activation, gated, rms_norm, windows;
   int64_t layers = 0, crossed = 0;
   std::optional<at::Tensor> keep, rotation, self_keep;
   c10::List<std::optional<at::Tensor>> self_bias;
@@ -417,6 +453,8 @@ struct Plan : torch::CustomClassHolder {
     }
     self_scale.push_back(layer->self_scale);
     cross_scale.push_back(layer->cross_scale);
+    head_eps.push_back(layer->head_eps);
+    windows.push_back(layer->window);
     eps.insert(eps.end(), layer->eps, layer->eps + 3);
     norm_first.push_back(layer->norm_first);
     activation.push_back(layer->activation);
@@ -439,7 +477,7 @@ struct Plan : torch::CustomClassHolder {
                       layers, " layers have cross-attention: all or none");
     return decoder_layers(x, pos, params, packed, k, v, cross_k, cross_v, keep, heads, width,
                           self_scale, cross_scale, eps, norm_first, activation, self_bias, gated,
-                          rms_norm, kv_heads, rotation, self_keep);
+                          rms_norm, kv_heads, rotation, self_keep, head_eps, windows);
   }
 };
 
@@ -452,6 +490,8 @@ TORCH_LIBRARY(zoo_decoder, m) {
       .def(torch::init<>())
       .def("product", &Layer::product)
       .def("norm", &Layer::norm)
+      .def("head_norms", &Layer::head_norms)
+      .def("sliding_window", &Layer::sliding_window)
       .def("self_attention", &Layer::self_attention)
       .def("cross_attention", &Layer::cross_attention)
       .def("network", &Layer::network)
