@@ -151,3 +151,36 @@ def test_a_modernbert_embed_shaped_folder_embeds_as_sentence_transformers(tmp_pa
     model = zoo.build(f"local-dir:{tmp_path / 'st'}")
     expected = reference.encode(texts, convert_to_tensor=True)
     assert (zoo.embed(model, texts) - expected).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("cls", ["ModernBertModel", "ModernBertForMaskedLM",
+                                 "ModernBertForSequenceClassification"])
+def test_zoo_export_writes_a_modernbert_folder_transformers_reads_with_zoos_outputs(
+        cls, tmp_path):
+    from zoo.export import export
+
+    _folder(cls, tmp_path / "in", True)
+    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
+    export(ours, tmp_path / "out", "transformers")
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["model_type"] == "modernbert" and written["local_attention"] == 6
+    assert written["layer_types"] == ["full_attention", "sliding_attention",
+                                      "sliding_attention", "full_attention"]
+    reference = getattr(tf, cls).from_pretrained(tmp_path / "out").eval()
+    tokens, mask = _batch("right")
+    with torch.no_grad():
+        out = reference(input_ids=tokens, attention_mask=mask)
+        got = ours(tokens, padding_mask=mask == 0)
+    expected = out.last_hidden_state if cls == "ModernBertModel" else out.logits
+    real = mask.bool() if expected.dim() == 3 else slice(None)
+    assert (got[real] - expected[real]).abs().max() < 1e-5
+
+
+def test_what_modernbert_cannot_express_is_not_written_as_it():
+    """A BERT (post-norm, learned positions, token types) is refused by name; an export of
+    it goes to the bert format instead."""
+    from zoo.plugins.formats.modernbert import ModernBertFormat
+
+    recipe = zoo.get_recipe("minilm-l6-h384").to_dict()
+    with pytest.raises(FormatError, match="positional .*ModernBERT's positions are RoPE"):
+        ModernBertFormat().export(recipe, {}, None)

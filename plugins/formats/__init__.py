@@ -107,7 +107,7 @@ def register_formats(register):
         description="transformers' ModernBertModel, ModernBertForMaskedLM and "
                     "ModernBertForSequenceClassification (Warner et al. 2024): "
                     "ModernBERT-base, -large and the encoders built on them",
-        capabilities={"model_types": ("modernbert",)},
+        capabilities={"model_types": ("modernbert",), "writes": "transformers"},
     )
     register(
         "mpnet",

@@ -167,7 +167,7 @@ class BertFormat(Format):
             raise FormatError(f"this model cannot be written as {self.family}: architecture "
                               f"{recipe['architecture']['name']!r}, not 'encoder'")
         s = recipe["architecture"].get("settings", {})
-        parts = {slot: _part(recipe, slot) for slot in ("attention", "positional", "norm",
+        parts = {slot: component_part(recipe, slot) for slot in ("attention", "positional", "norm",
                                                          "ffn", "block")}
         found = []
         if s.get("norm_placement", "post") != "post" or s.get("final_norm"):
@@ -213,7 +213,9 @@ class BertFormat(Format):
         return config, None, _to_bert(state, head)
 
 
-def _part(recipe: dict[str, Any], slot: str) -> tuple[str, dict[str, Any]]:
+def component_part(recipe: dict[str, Any], slot: str) -> tuple[str, dict[str, Any]]:
+    """The component in ``slot`` of a recipe (as data) and its settings; the encoder's
+    default where the recipe names none."""
     ref = recipe.get("components", {}).get(slot)
     if ref is None:
         return {"attention": "vanilla", "positional": "learned", "norm": "layernorm",

@@ -38,7 +38,7 @@ import torch
 from zoo.plugin_api import FormatError, Options
 
 from ._kv import KeysValues, finish
-from .bert import BertFormat
+from .bert import BertFormat, component_part
 
 HEADS = {"ModernBertModel": "hidden", "ModernBertForMaskedLM": "masked_lm",
          "ModernBertForSequenceClassification": "classification"}
@@ -222,3 +222,138 @@ class ModernBertFormat(BertFormat):
             elif key != "decoder.weight":  # the word embeddings again (checked by tied)
                 unknown.append(key)
         return finish(out, kv, unknown, what="zoo's encoder")
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any] | None):
+        """A zoo encoder of ModernBERT's shape as its config.json and state dict (no
+        generation settings: ``None``); what ModernBERT cannot express is refused by name."""
+        if recipe["architecture"]["name"] != "encoder":
+            raise FormatError(f"this model cannot be written as {self.family}: architecture "
+                              f"{recipe['architecture']['name']!r}, not 'encoder'")
+        s = recipe["architecture"].get("settings", {})
+        parts = {slot: component_part(recipe, slot) for slot in ("attention", "positional", "norm",
+                                                         "ffn", "block")}
+        kinds, found = _exported_kinds(s, parts)
+        approximate = parts["ffn"][1].get("approximate", "none")
+        if parts["ffn"][0] != "geglu" or set(parts["ffn"][1]) - {"bias", "approximate"}:
+            found.append(f"ffn {parts['ffn']}: ModernBERT's network is GeGLU")
+        if parts["norm"][0] != "layernorm" or set(parts["norm"][1]) - {"eps", "bias"}:
+            found.append(f"norm {parts['norm']}: ModernBERT's norms are LayerNorms")
+        if parts["attention"][0] != "vanilla" or set(parts["attention"][1]) - {"bias"}:
+            found.append(f"attention {parts['attention']}: ModernBERT's is vanilla")
+        if parts["block"][0] != "encoder" or parts["block"][1]:
+            found.append(f"block {parts['block']}: ModernBERT's is the encoder block")
+        if s.get("norm_placement", "post") != "pre" or s.get("final_norm") is False:
+            found.append("post-norm or no final norm: ModernBERT is pre-norm, with a final norm")
+        if s.get("type_vocab_size", 2) or not s.get("embedding_norm", True):
+            found.append("token types or no norm over the embeddings: ModernBERT has no token "
+                         "types and norms its embeddings")
+        head = s.get("head", "hidden")
+        if head == "classification" and (s.get("pooler_activation") != "gelu"
+                                         or not s.get("pooler_norm")):
+            found.append("a classification pooler without GELU and a norm: ModernBERT's head "
+                         "is a dense layer, GELU and a norm")
+        if found:
+            raise FormatError(f"this model cannot be written as {self.family}:\n  - "
+                              + "\n  - ".join(found))
+        config = {
+            "architectures": [{v: k for k, v in self.heads.items()}[head]],
+            "model_type": "modernbert", "vocab_size": s["vocab_size"],
+            "hidden_size": s.get("d_model", 768), "intermediate_size": s.get("d_ff", 3072),
+            "num_hidden_layers": s.get("layers", 12),
+            "num_attention_heads": s.get("n_heads", 12),
+            "hidden_activation": "gelu" if approximate == "none" else "gelu_pytorch_tanh",
+            "max_position_embeddings": s.get("max_len", 512),
+            "norm_eps": parts["norm"][1].get("eps", 1e-5),
+            "norm_bias": parts["norm"][1].get("bias", True),
+            "attention_bias": parts["attention"][1].get("bias", True),
+            "mlp_bias": parts["ffn"][1].get("bias", False),
+            "embedding_dropout": s.get("dropout", 0.1),
+            "attention_dropout": s.get("attention_dropout", 0.1), "mlp_dropout": 0.0,
+            "classifier_pooling": {"first": "cls", "mean": "mean"}[s.get("pooling", "first")],
+            "classifier_bias": s.get("head_bias", True), "classifier_activation": "gelu",
+            "decoder_bias": True, "tie_word_embeddings": True,
+            "pad_token_id": s.get("pad_id", 0), "bos_token_id": None, "eos_token_id": None,
+            "cls_token_id": None, "sep_token_id": None, **kinds,
+        }
+        if head == "classification":
+            config["id2label"] = {str(i): f"LABEL_{i}" for i in range(s.get("num_labels", 2))}
+        return config, None, _to_modernbert(state, head, s.get("d_ff", 3072))
+
+
+def _exported_kinds(s: dict[str, Any], parts: dict) -> tuple[dict[str, Any], list[str]]:
+    """ModernBERT's keys for the recipe's kinds of layer (``layer_types``, the local
+    window, each kind's RoPE base), and what it cannot express of them."""
+    found: list[str] = []
+    if parts["positional"][0] != "rope" or set(parts["positional"][1]) - {"base"}:
+        return {}, [f"positional {parts['positional']}: ModernBERT's positions are RoPE, "
+                    "unscaled"]
+    base = parts["positional"][1].get("base", 10000.0)
+    kinds = s.get("layer_types") or [None] * s.get("layers", 12)
+    variants = s.get("layer_variants") or {}
+    types, thetas, windows = [], {GLOBAL: set(), LOCAL: set()}, set()
+    for i, kind in enumerate(kinds):
+        changes = dict(variants.get(kind, {})) if kind is not None else {}
+        if changes.pop("block.attention_norm", True) is not (i != 0):
+            found.append(f"layer {i}'s norm before attention: ModernBERT's first layer has "
+                         "none, the others have one")
+        window = changes.pop("attention.window", None)
+        kind_name = GLOBAL if window is None else LOCAL
+        thetas[kind_name].add(float(changes.pop("positional.base", base)))
+        if window is not None:
+            windows.add(window)
+        if changes:
+            found.append(f"layer {i}'s kind changes {sorted(changes)}: ModernBERT's kinds "
+                         "change only the window and the RoPE base")
+        types.append(kind_name)
+    if len(windows) > 1 or 1 in windows:
+        found.append(f"local windows {sorted(windows)}: ModernBERT's is one, of 2 keys or "
+                     "more (its local_attention / 2 + 1)")
+    if any(len(t) > 1 for t in thetas.values()):
+        found.append("RoPE bases that differ within a kind of layer")
+    keys = {"layer_types": types,
+            "global_rope_theta": next(iter(thetas[GLOBAL]), base),
+            "local_rope_theta": next(iter(thetas[LOCAL]), base),
+            "local_attention": 2 * (next(iter(windows)) - 1) if windows else 128}
+    every = next((n for n in range(1, len(types) + 1) if types == [
+        LOCAL if i % n else GLOBAL for i in range(len(types))]), None)
+    if every is not None:
+        keys["global_attn_every_n_layers"] = every
+    return keys, found
+
+
+def _to_modernbert(state: dict[str, torch.Tensor], head: str,
+                   d_ff: int) -> dict[str, torch.Tensor]:
+    """zoo's encoder state dict in ModernBERT's names (``model.`` before the body of the
+    classes with a head): :meth:`ModernBertFormat.weights` backwards."""
+    body = "" if head == "hidden" else "model."
+    names = {v: k for k, v in TOP.items()}
+    heads = {v: k for k, v in HEAD_NAMES.get(head, {}).items()}
+    out: dict[str, torch.Tensor] = {}
+    pending: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in state.items():
+        value = value.detach().contiguous().clone()
+        match = re.match(r"^layers\.(\d+)\.(.+)\.(weight|bias)$", key)
+        if match:
+            i, sub, kind = match.groups()
+            base = f"{body}layers.{i}."
+            joined = {"attn.q_proj": ("attn.Wqkv", 0), "attn.kv_proj": ("attn.Wqkv", 1),
+                      "ffn.fc1_g": ("mlp.Wi", 0), "ffn.fc1_x": ("mlp.Wi", 1)}
+            if sub in joined:
+                name, place = joined[sub]
+                pending.setdefault(f"{base}{name}.{kind}", {})[place] = value
+            else:
+                out[f"{base}{ {v: k for k, v in RENAMES.items()}[sub] }.{kind}"] = value
+            continue
+        module, _, kind = key.rpartition(".")
+        if key in names:
+            out[body + names[key]] = value
+        elif module in heads:
+            out[f"{heads[module]}.{kind}"] = value
+        elif key == "lm_head.bias":
+            out["decoder.bias"] = value
+        elif key != "lm_head.decoder.weight":  # tied: transformers ties it again
+            raise FormatError(f"modernbert: zoo's {key} has no place in ModernBERT's layout")
+    for name, halves in pending.items():
+        out[name] = torch.cat([halves[0], halves[1]])
+    return out
