@@ -53,7 +53,8 @@ def step(args):
                                     "activation", "gated", "rms_norm")}
     plan.update(shape=(a["heads"], a["width"], a["kv_heads"]), rotary=None,
                 bias_of=[None] * len(a["k"]), bias_tables={}, head_eps=[1e-6] * len(a["k"]),
-                windows=[0] * len(a["k"]))
+                windows=[0] * len(a["k"]), after_eps=[1e-6] * len(a["k"]),
+                score_cap=[0.0] * len(a["k"]))
     op = seal(plan, a["keep"])["op"]
     op.position_biases(a["self_bias"])
     op.rotate(a["rotation"])
@@ -133,6 +134,8 @@ CHANGES = {
     "a key norm in float64": lambda args: [
         args[2].__setitem__(18, torch.ones(args[10])),
         args[2].__setitem__(19, torch.ones(args[10], dtype=torch.float64))] and None,
+    "after-norms of another width": lambda args: [
+        args[2].__setitem__(i, torch.ones(args[10] * args[9] + 4)) for i in (20, 22)] and None,
     "no cross-attention but a keep mask": lambda args: [args.__setitem__(i, []) for i in (6, 7)]
     and None,
 }

@@ -25,6 +25,8 @@ VARIANTS = [
     # and a sliding window of 3 keys (the steps run past it)
     ("llama-tiny", {"attention.qk_norm": True, "attention.qk_norm_offset": 1.0,
                     "attention.window": 3}),
+    # Gemma 2's layer: sandwich norms, scores soft-capped (at 0.5: every score bent)
+    ("llama-tiny", {"block": "sandwich", "attention.softcap": 0.5}),
 ]
 
 

@@ -6,7 +6,7 @@ seq2seq decoder's layers (:mod:`.static_decoder`) and the decoder-only model's
 A layer runs natively when each of its parts says it computes exactly what the step
 computes: its block's layout (``static_layout``), softmax attention over every key
 (``softmax_attention``) with no positions inside it, a bias of the self-attention scores
-(T5's, ALiBi) or one rotation of queries and keys for every layer (RoPE); LayerNorms
+(T5's, ALiBi) or a rotation of queries and keys (RoPE, each layer its own base); LayerNorms
 (``plain_layer_norm``) or RMSNorms (``plain_rms_norm``); feed-forward networks that say
 ``plain_mlp`` or ``plain_glu`` (GEGLU, SwiGLU: fc1_g and fc1_x joined into one product)
 with a ReLU, GELU (exact or tanh) or SiLU; and products that each give their rows to zoo's
@@ -31,8 +31,8 @@ ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
 """The feed-forward activations zoo's native step computes, and its codes for them."""
 
 KEYS = ("params", "packed", "k", "v", "cross_k", "cross_v", "self_scale", "cross_scale", "eps",
-        "head_eps", "windows", "norm_first", "activation", "gated", "rms_norm", "bias_of",
-        "sources")
+        "head_eps", "windows", "after_eps", "score_cap", "norm_first", "activation", "gated",
+        "rms_norm", "bias_of", "sources")
 
 
 def declares(module: nn.Module, flag: str, method: str) -> bool:
@@ -144,9 +144,9 @@ def refused(why: str) -> None:
 
 
 def new_plan(attentions: list[nn.Module]) -> dict | None:
-    """An empty plan for layers of these self-attentions, or None (the reason logged:
-    :func:`refused`) when the native step is not built here or cannot rotate them all by
-    one rotation."""
+    """An empty plan for layers of these self-attentions (each layer's rotation found:
+    :func:`_rotations`), or None (the reason logged: :func:`refused`) when the native
+    step is not built here."""
     if not STEP.available():
         if LOG.isEnabledFor(logging.DEBUG):  # the libraries' states read only to be said
             states = [library.status()["state"] for library in (*STEP.needs, STEP)]
@@ -154,32 +154,30 @@ def new_plan(attentions: list[nn.Module]) -> dict | None:
             refused(f"its library is {state} here (zoo native status)" if state else
                     "its library does not load here (zoo native status)")
         return None
-    rotary = _one_rotation(attentions)
-    if rotary is False:
-        refused("its layers rotate queries and keys by different rotations, or some not")
-        return None
     plan: dict = {key: [] for key in KEYS}
-    plan["rotary"], plan["shape"], plan["bias_tables"] = rotary, None, {}
+    plan["rotary"], plan["shape"], plan["bias_tables"] = _rotations(attentions), None, {}
     return plan
 
 
 def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
-              ffn: nn.Module, norm_first: bool, rows: int) -> bool:
+              ffn: nn.Module, norm_first: bool, rows: int, after: tuple = (None, None)) -> bool:
     """Append one layer's products, norms and settings to ``plan``: self-attention
     ``attn``, cross-attention ``cross`` (None: a decoder-only layer), ``norms`` before or
     after each sublayer (the middle one None without cross-attention), the feed-forward
-    network ``ffn``, for ``rows`` rows a step. False (the plan is then unusable; the
-    reason logged: :func:`refused`) when the native step cannot run it."""
+    network ``ffn``, for ``rows`` rows a step; ``after``: a sandwich layer's norms of the
+    attention's and the network's outputs (Gemma 2 and 3), or Nones. False (the plan is
+    then unusable; the reason logged: :func:`refused`) when the native step cannot run it."""
     fused, network = fused_qkv(attn), _network(ffn)
-    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in norms if n is not None}
+    kinds = {_norm_kind(n, attn.out_proj.out_features) for n in (*norms, *after)
+             if n is not None}
     why = _refusal(plan, attn=attn, cross=cross, fused=fused, network=network, kinds=kinds,
                    ffn=ffn, rows=rows)
     if why:
         refused(why)
         return False
     _append(plan, attn=attn, cross=cross, norms=norms, fused=fused, network=network,
-            rms_norm=kinds.pop(), norm_first=norm_first)
-    plan["sources"] += [t for part in (attn, cross, *norms, ffn) if part is not None
+            rms_norm=kinds.pop(), norm_first=norm_first, after=after)
+    plan["sources"] += [t for part in (attn, cross, *norms, *after, ffn) if part is not None
                         for t in part.state_dict(keep_vars=True).values()]
     return True
 
@@ -219,7 +217,7 @@ def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, fused, net
 
 
 def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple, fused,
-            network: tuple, rms_norm: int, norm_first: bool) -> None:
+            network: tuple, rms_norm: int, norm_first: bool, after: tuple) -> None:
     """One layer (that :func:`_refusal` passed) appended to ``plan``."""
     fc1, fc2, act, gated = network
     plan["shape"] = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
@@ -237,6 +235,11 @@ def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tupl
         else [None, None]
     plan["head_eps"].append(float(attn.q_norm.eps) if normed else 0.0)
     plan["windows"].append(int(getattr(attn, "window", None) or 0))
+    for part in after:
+        plan["params"] += [None, None] if part is None else [_norm_scale(part),
+                                                             getattr(part, "bias", None)]
+    plan["after_eps"].append(float(after[0].eps) if after[0] is not None else 0.0)
+    plan["score_cap"].append(float(getattr(attn, "softcap", None) or 0.0))
     plan["self_scale"].append(attn.head_dim ** -0.5 if attn.scale is None else attn.scale)
     plan["cross_scale"].append(1.0 if cross is None else cross.head_dim ** -0.5
                                if cross.scale is None else cross.scale)
@@ -265,10 +268,11 @@ def may_run(x: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu") and Linear.fast_inference)
 
 
-PARAMS, PRODUCTS, NORMS, HEAD_NORMS = 20, 6, 3, 18
+PARAMS, PRODUCTS, NORMS, HEAD_NORMS, AFTER = 24, 6, 3, 18, 20
 """A layer's tensors in ``plan["params"]`` (each product's weight and bias, then each
-norm's, then its queries' and keys' norms), its packed products, its norms, and where its
-head norms are among its tensors."""
+norm's, then its queries' and keys' norms, then a sandwich layer's norms after its
+attention and its network, weight and bias each), its packed products, its norms, and
+where its head norms and its after-norms are among its tensors."""
 
 
 def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
@@ -282,7 +286,7 @@ def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
     counts = {"params": PARAMS * layers, "packed": PRODUCTS * layers, "eps": NORMS * layers,
               **{key: layers for key in ("v", "self_scale", "cross_scale", "norm_first",
                                          "activation", "gated", "rms_norm", "head_eps",
-                                         "windows")}}
+                                         "windows", "after_eps", "score_cap")}}
     wrong = [f"{key} has {len(plan[key])}, not {n}" for key, n in counts.items()
              if len(plan[key]) != n]
     if not layers or wrong or len(plan["cross_k"]) not in (0, layers) or len(
@@ -308,6 +312,12 @@ def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
                              plan["head_eps"][i])
         if plan["windows"][i]:
             layer.sliding_window(plan["windows"][i])
+        if params[first + AFTER] is not None:
+            layer.after_norms(params[first + AFTER], params[first + AFTER + 1],
+                              params[first + AFTER + 2], params[first + AFTER + 3],
+                              plan["after_eps"][i])
+        if plan["score_cap"][i]:
+            layer.softcap(plan["score_cap"][i])
         layer.self_attention(plan["k"][i], plan["v"][i], plan["self_scale"][i])
         if plan["cross_k"]:
             layer.cross_attention(plan["cross_k"][i], plan["cross_v"][i],
@@ -341,28 +351,38 @@ def run(plan: dict, x: torch.Tensor, pos: int, *,
     ``pos``: the keys and values of that position go into the plan's buffers;
     ``self_keep`` (rows, buffer length) is the keys' own padding (False at it)."""
     op = plan["op"]
-    if plan["rotary"] is not None:
-        op.rotate(rotation_matrix(plan["rotary"], pos, plan["shape"][1]))
+    rotary = plan["rotary"]
+    if rotary is not None:
+        matrices = {id(m): rotation_matrix(m, pos, plan["shape"][1]) for m in rotary
+                    if m is not None}
+        op.rotate_layers([None if m is None else matrices[id(m)] for m in rotary])
     if any(module is not None for module in plan["bias_of"]):
         op.position_biases(_position_biases(plan, pos))
     op.keys_padding(self_keep)
     return op.step(x.contiguous(), pos)
 
 
-def _one_rotation(attentions: list[nn.Module]) -> nn.Module | None | bool:
-    """The rotary position module whose rotation the native step applies to every layer's
-    queries and keys (None when no layer rotates; False when some do and some do not, or
-    their modules rotate differently: the step takes one rotation)."""
+def _rotations(attentions: list[nn.Module]) -> list[nn.Module | None] | None:
+    """Each layer's rotary position module, whose rotation the native step applies to its
+    queries and keys (None for a layer that does not rotate); layers whose modules rotate
+    alike share the first's, so that a step computes each rotation once (Gemma 3's local
+    and global layers: two). None when no layer rotates."""
     modules = [a.positional if a.position_kind == "rotary" else None for a in attentions]
     if all(m is None for m in modules):
         return None
-    if any(m is None for m in modules):
-        return False
-    first = rotation_matrix(modules[0], 1, attentions[0].head_dim)
-    if not all(m is modules[0] or torch.equal(rotation_matrix(m, 1, a.head_dim), first)
-               for m, a in zip(modules, attentions)):
-        return False
-    return modules[0]
+    kept: list[tuple[nn.Module, torch.Tensor]] = []
+    out = []
+    for m, a in zip(modules, attentions):
+        if m is None:
+            out.append(None)
+            continue
+        probe = rotation_matrix(m, 1, a.head_dim)
+        same = next((k for k, matrix in kept if k is m or torch.equal(matrix, probe)), None)
+        if same is None:
+            kept.append((m, probe))
+            same = m
+        out.append(same)
+    return out
 
 
 def rotation_matrix(module: nn.Module, pos: int, width: int) -> torch.Tensor:

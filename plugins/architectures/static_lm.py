@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, may_run, new_plan, run, seal
+from .native_plan import add_layer, declares, may_run, new_plan, run, seal
 from .static_steps import StaticSteps, layer_refusal
 
 
@@ -48,9 +48,11 @@ def _layers_plan(model: nn.Module, rows: int) -> dict | None:
     if plan is None:
         return None
     for block in model.layers:
+        after = (getattr(block, "norm1_out", None), getattr(block, "norm2_out", None)) \
+            if declares(block, "sandwich_layout", "forward") else (None, None)
         if not add_layer(plan, attn=block.attn, cross=None,
                          norms=(block.norm1, None, block.norm2), ffn=block.ffn,
-                         norm_first=block.norm_first, rows=rows):
+                         norm_first=block.norm_first, rows=rows, after=after):
             return None
     return plan
 

@@ -20,9 +20,11 @@ def layer_refusal(i: int, block: nn.Module, attentions: tuple, *,
     """Why a static decoding may not run layer ``i`` (its ``block`` and the block's
     ``attentions``), or None: the block says the paper's layout, each attention softmax
     over every key, recording no maps; with ``native_only`` (a decoding whose steps run
-    only in zoo's native step, which has them) a sliding window, and queries and keys
-    normed by zoo's ``HeadNorm`` (QK-norm: Qwen3, Gemma 3), are allowed too."""
-    if not declares(block, "static_layout", "forward"):
+    only in zoo's native step, which has them) a sliding window, queries and keys normed
+    by zoo's ``HeadNorm`` (QK-norm: Qwen3, Gemma 3), soft-capped scores and sandwich
+    blocks (``sandwich_layout``: Gemma 2 and 3) are allowed too."""
+    if not (declares(block, "static_layout", "forward") or (
+            native_only and declares(block, "sandwich_layout", "forward"))):
         return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
     for attn in attentions:
         if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
@@ -34,7 +36,7 @@ def layer_refusal(i: int, block: nn.Module, attentions: tuple, *,
         if normed != (None, None) and not (native_only and all(
                 type(n) is HeadNorm for n in normed)):
             return f"layer {i}'s {type(attn).__name__} norms its queries and keys"
-        if getattr(attn, "softcap", None) is not None:
+        if getattr(attn, "softcap", None) is not None and not native_only:
             return f"layer {i}'s {type(attn).__name__} soft-caps its scores"
     return None
 

@@ -24,6 +24,12 @@ class SandwichBlock(nn.Module):
     """Causal self-attention and feed-forward sublayers, each between two norms;
     ``cache`` keeps the attention's keys and values between decoding steps."""
 
+    sandwich_layout = True
+    """``forward`` is exactly: ``attn`` of ``norm1(x)``, normed by ``norm1_out`` and added to
+    x; then ``ffn`` of ``norm2(x)``, normed by ``norm2_out`` and added, dropout aside. The
+    decoder architecture's native step computes the same; a subclass that changes
+    ``forward`` says so again, or decodes by the general path."""
+
     def __init__(
         self,
         settings: None = None,

@@ -8,10 +8,12 @@
 // once, a ReLU, GELU or SiLU feed-forward network, plain or gated (Shazeer 2020: GEGLU,
 // SwiGLU; its two input products joined into one), LayerNorm or RMSNorm, and a per-head bias
 // of the self-attention scores given for this step (T5's relative positions, Raffel et al.
-// 2020), queries and keys rotated by a matrix given for this step (RoPE, Su et al. 2021), keys
+// 2020), queries and keys rotated by a matrix given for this step, one a layer (RoPE, Su et al.
+// 2021; Gemma 3's local and global bases), keys
 // and values of fewer heads than the queries (grouped-query attention, Ainslie et al. 2023),
 // each head's queries and keys RMS-normed before the rotation where a layer has head norms
-// (QK-norm, Dehghani et al. 2023: Qwen3, Gemma 3), self-attention over the last ``window``
+// (QK-norm, Dehghani et al. 2023: Qwen3, Gemma 3), sandwich norms after the sublayers and
+// soft-capped scores (Gemma 2 and 3), self-attention over the last ``window``
 // keys only where a layer has a sliding window (Mistral, Phi-3, Gemma 3's local layers),
 // and no cross-attention at all (a decoder-only model's layer: cross_k empty; its second
 // sublayer's norm is then norm3). Every product goes through
@@ -42,7 +44,7 @@ namespace {
 enum Param {
   QKV_W, QKV_B, SELF_OUT_W, SELF_OUT_B, CROSS_Q_W, CROSS_Q_B, CROSS_OUT_W, CROSS_OUT_B,
   FC1_W, FC1_B, FC2_W, FC2_B, NORM1_W, NORM1_B, NORM2_W, NORM2_B, NORM3_W, NORM3_B,
-  Q_NORM_W, K_NORM_W, PARAMS_PER_LAYER
+  Q_NORM_W, K_NORM_W, AFTER1_W, AFTER1_B, AFTER3_W, AFTER3_B, PARAMS_PER_LAYER
 };
 
 using Params = c10::List<std::optional<at::Tensor>>;
@@ -54,7 +56,9 @@ const char* const kParamNames[PARAMS_PER_LAYER] = {
     "qkv weight", "qkv bias", "self out weight", "self out bias", "cross q weight",
     "cross q bias", "cross out weight", "cross out bias", "fc1 weight", "fc1 bias",
     "fc2 weight", "fc2 bias", "norm1 weight", "norm1 bias", "norm2 weight", "norm2 bias",
-    "norm3 weight", "norm3 bias", "query norm weight", "key norm weight"};
+    "norm3 weight", "norm3 bias", "query norm weight", "key norm weight",
+    "attention's after-norm weight", "attention's after-norm bias",
+    "network's after-norm weight", "network's after-norm bias"};
 
 at::Tensor get(const Params& p, int64_t layer, Param which) {
   std::optional<at::Tensor> t = p.get(layer * PARAMS_PER_LAYER + which);
@@ -108,9 +112,14 @@ at::Tensor activate(at::Tensor f, int64_t activation, bool gated, int64_t ff) {
 }
 
 // x + a after a sublayer: written into a (a new tensor of the step), then normed
-// after (post-norm) or not (pre-norm: the next sublayer norms its input itself).
+// after (post-norm) or not (pre-norm: the next sublayer norms its input itself). A
+// sandwich layer (Gemma 2 and 3) norms a itself first, by its after-norm ``after``.
 at::Tensor residual(at::Tensor a, const at::Tensor& x, bool pre, const Params& p, int64_t layer,
-                    Param w, double eps, bool rms) {
+                    Param w, double eps, bool rms, Param after = PARAMS_PER_LAYER,
+                    double after_eps = 0.0) {
+  if (after != PARAMS_PER_LAYER && maybe(p, layer, after).has_value() &&
+      maybe(p, layer, after)->defined())
+    a = norm(a, p, layer, after, after_eps, rms);
   zoo::step::add(a.data_ptr<float>(), x.data_ptr<float>(), a.numel());
   return pre ? a : norm(a, p, layer, w, eps, rms);
 }
@@ -184,6 +193,18 @@ void check_layer(const Params& p, at::TensorList packed, int64_t l, const Sizes&
                       "'s ", kParamNames[w + 1], " is given, but an RMSNorm has none");
     if (b.has_value() && b->defined()) expect(*b, {d}, l, kParamNames[w + 1]);
   }
+  for (Param w : {AFTER1_W, AFTER3_W}) {  // a sandwich layer's after-norms: both or none
+    const std::optional<at::Tensor> given = maybe(p, l, w), first = maybe(p, l, AFTER1_W);
+    const bool has = given.has_value() && given->defined();
+    TORCH_CHECK_VALUE(has == (first.has_value() && first->defined()), "decoder_layers: layer ",
+                      l, " has one after-norm of two");
+    if (!has) continue;
+    expect(*given, {d}, l, kParamNames[w]);
+    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
+    TORCH_CHECK_VALUE(!rms || !b.has_value() || !b->defined(), "decoder_layers: layer ", l,
+                      "'s ", kParamNames[w + 1], " is given, but an RMSNorm has none");
+    if (b.has_value() && b->defined()) expect(*b, {d}, l, kParamNames[w + 1]);
+  }
 }
 
 at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& params,
@@ -195,9 +216,11 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                           at::ArrayRef<int64_t> activation,
                           const c10::List<std::optional<at::Tensor>>& self_bias,
                           at::ArrayRef<int64_t> gated, at::ArrayRef<int64_t> rms_norm,
-                          int64_t kv_heads, const std::optional<at::Tensor>& rotation,
+                          int64_t kv_heads,
+                          const c10::List<std::optional<at::Tensor>>& rotations,
                           const std::optional<at::Tensor>& self_keep_in,
-                          at::ArrayRef<double> head_eps, at::ArrayRef<int64_t> windows) {
+                          at::ArrayRef<double> head_eps, at::ArrayRef<int64_t> windows,
+                          at::ArrayRef<double> after_eps, at::ArrayRef<double> score_cap) {
   const int64_t layers = k_buffers.size();
   TORCH_CHECK_VALUE(layers > 0, "decoder_layers: no layers (k_buffers is empty)");
   TORCH_CHECK_VALUE(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
@@ -217,6 +240,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                         int64_t(eps.size()) == 3 * layers &&
                         int64_t(head_eps.size()) == layers &&
                         int64_t(windows.size()) == layers &&
+                        int64_t(after_eps.size()) == layers &&
+                        int64_t(score_cap.size()) == layers &&
                         int64_t(self_scale.size()) == layers &&
                         int64_t(cross_scale.size()) == layers,
                     "decoder_layers: one buffer, scale, bias and setting a layer (three eps; "
@@ -272,15 +297,22 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                       self_keep_in->sizes());
     self_keep = self_keep_in->to(at::kBool).contiguous();
   }
-  const float* turn = nullptr;  // (width, width): q and k of every head times it
-  if (rotation.has_value() && rotation->defined()) {
-    expect(*rotation, {width, width}, 0, "rotation");
-    turn = rotation->data_ptr<float>();
+  // each layer's (width, width) rotation: q and k of every head times it; or none
+  TORCH_CHECK_VALUE(int64_t(rotations.size()) == layers, "decoder_layers: ",
+                    rotations.size(), " rotations for ", layers, " layers: one a layer");
+  std::vector<const float*> turns(layers, nullptr);
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::optional<at::Tensor> rotation = rotations.get(l);
+    if (rotation.has_value() && rotation->defined()) {
+      expect(*rotation, {width, width}, l, "rotation");
+      turns[l] = rotation->data_ptr<float>();
+    }
   }
   const int64_t kv = kv_heads * width, qkv_width = inner + 2 * kv;
   at::Tensor x = x_in;
   for (int64_t l = 0; l < layers; ++l) {
     const bool pre = norm_first[l] != 0, rms = rms_norm[l] != 0;
+    const float* turn = turns[l];
     const std::optional<at::Tensor> bias = self_bias.get(l);
     const at::Tensor &kb = k_buffers[l], &vb = v_buffers[l];
     // self-attention: q, k and v from one product; k and v into the buffers at pos
@@ -335,9 +367,10 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
         {q_p, q_stride, kp + first * width, vp + first * width, rows, heads, width, 1,
          pos + 1 - first, length, kv_heads,
          self_keep.defined() ? self_keep.data_ptr<bool>() + first : nullptr, length,
-         float(self_scale[l]), biased ? bias->data_ptr<float>() : nullptr});
+         float(self_scale[l]), biased ? bias->data_ptr<float>() : nullptr,
+         float(score_cap[l])});
     x = residual(linear(out, params, packed, l, SELF_OUT_W), x, pre, params, l, NORM1_W,
-                 eps[3 * l], rms);
+                 eps[3 * l], rms, AFTER1_W, after_eps[l]);
     if (cross) {  // cross-attention: the beams of a source read its keys (row r: r / groups)
       h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1], rms) : x;
       const at::Tensor q = linear(h, params, packed, l, CROSS_Q_W);
@@ -353,7 +386,7 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
     const at::Tensor f = activate(linear(h, params, packed, l, FC1_W), activation[l],
                                   gated[l] != 0, get(params, l, FC2_W).size(1));
     x = residual(linear(f, params, packed, l, FC2_W), x, pre, params, l, NORM3_W,
-                 eps[3 * l + 2], rms);
+                 eps[3 * l + 2], rms, AFTER3_W, after_eps[l]);
   }
   return x;
 }
@@ -367,7 +400,7 @@ struct Layer : torch::CustomClassHolder {
   std::vector<at::Tensor> packed = std::vector<at::Tensor>(PRODUCTS_PER_LAYER, at::empty({0}));
   at::Tensor k, v;
   std::optional<at::Tensor> cross_k, cross_v;
-  double self_scale = 1.0, cross_scale = 1.0, head_eps = 0.0;
+  double self_scale = 1.0, cross_scale = 1.0, head_eps = 0.0, after_eps = 0.0, score_cap = 0.0;
   double eps[3] = {0.0, 0.0, 0.0};
   int64_t norm_first = 0, activation = 0, gated = 0, rms_norm = 0, window = 0;
 
@@ -395,6 +428,21 @@ struct Layer : torch::CustomClassHolder {
     params[Q_NORM_W] = q_weight;
     params[K_NORM_W] = k_weight;
     head_eps = e;
+  }
+  // Norms of the attention's and the network's outputs before their residual sums (a
+  // sandwich layer's: Gemma 2 and 3), weights and biases (none for RMSNorms), one eps.
+  void after_norms(at::Tensor attention_w, std::optional<at::Tensor> attention_b,
+                   at::Tensor network_w, std::optional<at::Tensor> network_b, double e) {
+    params[AFTER1_W] = attention_w;
+    params[AFTER1_B] = attention_b;
+    params[AFTER3_W] = network_w;
+    params[AFTER3_B] = network_b;
+    after_eps = e;
+  }
+  // The self-attention's scores soft-capped to (-cap, cap) (Gemma 2's 50; 0: none).
+  void softcap(double cap) {
+    TORCH_CHECK_VALUE(cap >= 0 && std::isfinite(cap), "decoder_layers: a soft cap of ", cap);
+    score_cap = cap;
   }
   // Self-attention over the ``w`` most recent keys, the query's own included (0: all).
   void sliding_window(int64_t w) {
@@ -432,10 +480,11 @@ struct Plan : torch::CustomClassHolder {
   int64_t heads, width, kv_heads;
   Params params;
   std::vector<at::Tensor> packed, k, v, cross_k, cross_v;
-  std::vector<double> self_scale, cross_scale, eps, head_eps;
+  std::vector<double> self_scale, cross_scale, eps, head_eps, after_eps, score_cap;
   std::vector<int64_t> norm_first, activation, gated, rms_norm, windows;
   int64_t layers = 0, crossed = 0;
-  std::optional<at::Tensor> keep, rotation, self_keep;
+  std::optional<at::Tensor> keep, self_keep;
+  c10::List<std::optional<at::Tensor>> rotations;
   c10::List<std::optional<at::Tensor>> self_bias;
 
   Plan(int64_t heads_, int64_t width_, int64_t kv_heads_)
@@ -455,20 +504,28 @@ struct Plan : torch::CustomClassHolder {
     cross_scale.push_back(layer->cross_scale);
     head_eps.push_back(layer->head_eps);
     windows.push_back(layer->window);
+    after_eps.push_back(layer->after_eps);
+    score_cap.push_back(layer->score_cap);
     eps.insert(eps.end(), layer->eps, layer->eps + 3);
     norm_first.push_back(layer->norm_first);
     activation.push_back(layer->activation);
     gated.push_back(layer->gated);
     rms_norm.push_back(layer->rms_norm);
     self_bias.push_back(std::nullopt);
+    rotations.push_back(std::nullopt);
     ++layers;
   }
   // The sources' padding (sources, 1, 1, source length; false at it), for cross-attention.
   void sources_padding(std::optional<at::Tensor> mask) { keep = mask; }
   // Each layer's bias of this step's self-attention scores (heads, pos + 1), or none.
   void position_biases(c10::List<std::optional<at::Tensor>> biases) { self_bias = biases; }
-  // The (width, width) rotation of this step's queries and keys, or none.
-  void rotate(std::optional<at::Tensor> matrix) { rotation = matrix; }
+  // The (width, width) rotation of this step's queries and keys in every layer, or none.
+  void rotate(std::optional<at::Tensor> matrix) {
+    for (int64_t l = 0; l < layers; ++l) rotations.set(l, matrix);
+  }
+  // Each layer's rotation of this step (Gemma 3's local and global layers rotate by their
+  // own bases), or none for a layer.
+  void rotate_layers(c10::List<std::optional<at::Tensor>> matrices) { rotations = matrices; }
   // (rows, buffer length): false where a row's own earlier key is padding, or none.
   void keys_padding(std::optional<at::Tensor> mask) { self_keep = mask; }
 
@@ -477,7 +534,8 @@ struct Plan : torch::CustomClassHolder {
                       layers, " layers have cross-attention: all or none");
     return decoder_layers(x, pos, params, packed, k, v, cross_k, cross_v, keep, heads, width,
                           self_scale, cross_scale, eps, norm_first, activation, self_bias, gated,
-                          rms_norm, kv_heads, rotation, self_keep, head_eps, windows);
+                          rms_norm, kv_heads, rotations, self_keep, head_eps, windows,
+                          after_eps, score_cap);
   }
 };
 
@@ -492,6 +550,8 @@ TORCH_LIBRARY(zoo_decoder, m) {
       .def("norm", &Layer::norm)
       .def("head_norms", &Layer::head_norms)
       .def("sliding_window", &Layer::sliding_window)
+      .def("after_norms", &Layer::after_norms)
+      .def("softcap", &Layer::softcap)
       .def("self_attention", &Layer::self_attention)
       .def("cross_attention", &Layer::cross_attention)
       .def("network", &Layer::network)
@@ -502,6 +562,7 @@ TORCH_LIBRARY(zoo_decoder, m) {
       .def("sources_padding", &Plan::sources_padding)
       .def("position_biases", &Plan::position_biases)
       .def("rotate", &Plan::rotate)
+      .def("rotate_layers", &Plan::rotate_layers)
       .def("keys_padding", &Plan::keys_padding)
       .def("step", &Plan::step);
 }

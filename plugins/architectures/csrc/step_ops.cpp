@@ -122,11 +122,11 @@ at::Tensor attend(const Attention& a) {
       const float* q = a.q + r * a.q_stride + h * a.width;
       const bool* keep = a.keep ? a.keep + (r / a.groups) * a.keep_stride : nullptr;
       const float* bias = a.bias ? a.bias + h * a.length : nullptr;
-      for (int64_t j = 0; j < a.length; ++j)
-        sp[p * a.length + j] =
-            keep && !keep[j] ? -inf
-                             : dot(q, a.k + first + j * a.width, a.width) * a.scale +
-                                   (bias ? bias[j] : 0.f);
+      for (int64_t j = 0; j < a.length; ++j) {
+        float score = dot(q, a.k + first + j * a.width, a.width) * a.scale;
+        if (a.softcap > 0.f) score = std::tanh(score / a.softcap) * a.softcap;
+        sp[p * a.length + j] = keep && !keep[j] ? -inf : score + (bias ? bias[j] : 0.f);
+      }
     }
   });
   const at::Tensor probs = at::_softmax(scores, -1, false);

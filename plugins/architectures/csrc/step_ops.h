@@ -38,6 +38,8 @@ struct Attention {
   float scale;
   const float* bias;  // head h, key j: bias[h * length + j] added to the scaled score
                       // (T5's relative positions, computed for this step); or null
+  float softcap = 0.f;  // scaled scores soft-capped to (-cap, cap) before the bias (Gemma 2);
+                        // 0: none
 };
 
 // softmax(scale q k^T + bias, -inf where not kept) v: (rows, 1, heads * width), float32.
