@@ -77,7 +77,7 @@ def register_formats(register):
         "zoo.plugins.formats.roberta:RobertaFormat",
         description="transformers' RobertaModel, RobertaForMaskedLM and "
                     "RobertaForSequenceClassification (Liu et al. 2019)",
-        capabilities={"model_types": ("roberta",)},
+        capabilities={"model_types": ("roberta",), "writes": "transformers"},
     )
     register(
         "distilbert",
@@ -123,7 +123,7 @@ def register_formats(register):
         description="transformers' XLMRobertaModel, XLMRobertaForMaskedLM and "
                     "XLMRobertaForSequenceClassification (Conneau et al. 2020): "
                     "xlm-roberta, multilingual-e5, bge-m3, bge-reranker",
-        capabilities={"model_types": ("xlm-roberta",)},
+        capabilities={"model_types": ("xlm-roberta",), "writes": "transformers"},
     )
     register(
         "m2m100",

@@ -161,36 +161,20 @@ class BertFormat(Format):
 
     def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
                generation: dict[str, Any] | None):
-        """A zoo encoder recipe as BERT's config.json and state dict (no generation
-        settings: ``None``); what BERT cannot express is refused by name."""
+        """A zoo encoder recipe as this family's config.json and state dict (no generation
+        settings: ``None``); what the family cannot express is refused by name."""
         if recipe["architecture"]["name"] != "encoder":
             raise FormatError(f"this model cannot be written as {self.family}: architecture "
                               f"{recipe['architecture']['name']!r}, not 'encoder'")
         s = recipe["architecture"].get("settings", {})
-        parts = {slot: component_part(recipe, slot) for slot in ("attention", "positional", "norm",
-                                                         "ffn", "block")}
-        found = []
-        if s.get("norm_placement", "post") != "post" or s.get("final_norm"):
-            found.append("pre-norm or a final norm: BERT's layers are post-norm")
-        if not s.get("embedding_norm", True):
-            found.append("embedding_norm false: BERT norms its summed embeddings")
-        if s.get("type_vocab_size", 2) < 1:
-            found.append("type_vocab_size 0: BERT has token types")
-        if parts["attention"] != ("vanilla", {}):
-            found.append(f"attention {parts['attention']}: BERT's is vanilla, with biases")
-        if parts["positional"] != ("learned", {}):
-            found.append(f"positional {parts['positional']}: BERT's positions are learned "
-                         "from row 0")
-        norm, norm_settings = parts["norm"]
-        if norm != "layernorm" or set(norm_settings) - {"eps"}:
-            found.append(f"norm {parts['norm']}: BERT's is a LayerNorm with a bias")
+        parts = {slot: component_part(recipe, slot) for slot in ("attention", "positional",
+                                                                  "norm", "ffn", "block")}
+        found = self.export_problems(recipe, s, parts)
         ffn, ffn_settings = parts["ffn"]
         activation = next((a for a, v in ACTIVATIONS.items() if v == ffn_settings), None)
         if ffn != "gelu" or activation is None:
             found.append(f"ffn {parts['ffn']}: BERT's network is GELU between two biased "
                          "layers")
-        if parts["block"][0] != "encoder":
-            found.append(f"block {parts['block']}: BERT's is the encoder block")
         if found:
             raise FormatError(f"this model cannot be written as {self.family}:\n  - "
                               + "\n  - ".join(found))
@@ -205,12 +189,51 @@ class BertFormat(Format):
             "attention_probs_dropout_prob": s.get("attention_dropout", 0.1),
             "max_position_embeddings": s.get("max_len", 512),
             "type_vocab_size": s.get("type_vocab_size", 2),
-            "layer_norm_eps": norm_settings.get("eps", 1e-5),
+            "layer_norm_eps": parts["norm"][1].get("eps", 1e-5),
             "pad_token_id": s.get("pad_id", 0), "position_embedding_type": "absolute",
         }
         if head == "classification":
             config["id2label"] = {str(i): f"LABEL_{i}" for i in range(s.get("num_labels", 2))}
         return config, None, _to_bert(state, head)
+
+    def export_problems(self, recipe: dict[str, Any], s: dict[str, Any],
+                        parts: dict[str, tuple[str, dict[str, Any]]]) -> list[str]:
+        """What of the recipe (its settings ``s``, its layer components ``parts``) this
+        family's layout cannot hold, each said in a line."""
+        found = []
+        if s.get("norm_placement", "post") != "post" or s.get("final_norm"):
+            found.append("pre-norm or a final norm: BERT's layers are post-norm")
+        if not s.get("embedding_norm", True):
+            found.append("embedding_norm false: BERT norms its summed embeddings")
+        if s.get("type_vocab_size", 2) < 1:
+            found.append("type_vocab_size 0: BERT has token types")
+        if s.get("causal") or s.get("layer_types") or recipe.get("components", {}).get(
+                "relative"):
+            found.append("causal attention, kinds of layer or relative positions beside "
+                         "the learned ones: BERT has none")
+        pooled = s.get("pooler", True) or s.get("head") == "classification"
+        if pooled and (s.get("pooler_activation", "tanh") != "tanh" or s.get("pooler_norm")
+                       or s.get("pooling", "first") != "first"):
+            found.append("a pooler other than dense and tanh over the first token: BERT's "
+                         "is")
+        if not s.get("head_bias", True):
+            found.append("head_bias false: BERT's pooler and prediction head have biases")
+        if parts["attention"] != ("vanilla", {}):
+            found.append(f"attention {parts['attention']}: BERT's is vanilla, with biases")
+        expected = self.exported_positions(s)
+        if parts["positional"] != expected:
+            found.append(f"positional {parts['positional']}: {self.family}'s positions are "
+                         f"{expected}")
+        norm, norm_settings = parts["norm"]
+        if norm != "layernorm" or set(norm_settings) - {"eps"}:
+            found.append(f"norm {parts['norm']}: BERT's is a LayerNorm with a bias")
+        if parts["block"] != ("encoder", {}):
+            found.append(f"block {parts['block']}: BERT's is the encoder block")
+        return found
+
+    def exported_positions(self, s: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The positional component this family's layout is: BERT's learned from row 0."""
+        return ("learned", {})
 
 
 def component_part(recipe: dict[str, Any], slot: str) -> tuple[str, dict[str, Any]]:

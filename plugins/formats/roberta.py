@@ -48,6 +48,10 @@ class RobertaFormat(BertFormat):
     """Reads transformers' RoBERTa folders."""
 
     family = "roberta"
+    example = {"model_type": "roberta", "hidden_size": 16, "num_hidden_layers": 2,
+               "num_attention_heads": 2, "intermediate_size": 32, "vocab_size": 32,
+               "max_position_embeddings": 66, "type_vocab_size": 1, "pad_token_id": 1,
+               "architectures": ["RobertaModel"]}
     files = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
              "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
              "config_sentence_transformers.json", "1_Pooling/config.json")
@@ -82,11 +86,42 @@ class RobertaFormat(BertFormat):
         return super().weights(renamed, config)
 
 
+    def exported_positions(self, s: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """RoBERTa's positions: learned, counting the real tokens from the pad's row + 1."""
+        return ("learned", {"offset": s.get("pad_id", 1) + 1, "count": "real"})
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any] | None):
+        """BERT's export in this family's names: its model type, the position table's
+        rows before position 0 counted in ``max_position_embeddings``, the heads under
+        RoBERTa's names (:meth:`weights` backwards)."""
+        s = recipe["architecture"].get("settings", {})
+        if s.get("type_vocab_size", 2) != 1 or s.get("pad_id", 1) is None:
+            raise FormatError(f"this model cannot be written as {self.family}: RoBERTa has one "
+                              "token type and a pad token, whose row its positions follow")
+        config, _, state = super().export(recipe, state, generation)
+        config.update(model_type=self.family, max_position_embeddings=config[
+            "max_position_embeddings"] + s.get("pad_id", 1) + 1)
+        back = {bert: roberta for roberta, bert in NAMES.items()}
+        classifies = s.get("head", "hidden") == "classification"
+        out = {}
+        for key, value in state.items():
+            name = key.removeprefix("bert.")
+            if name.startswith(("cls.", "classifier.")) or (classifies and
+                                                            name.startswith("pooler.")):
+                out[back[name]] = value  # a head: RoBERTa's own names
+            else:
+                out[("roberta." if key.startswith("bert.") else "") + name] = value
+        return config, None, out
+
+
 class XLMRobertaFormat(RobertaFormat):
     """Reads transformers' XLM-RoBERTa folders: RoBERTa's, under XLM-RoBERTa's classes,
     with a SentencePiece tokenizer."""
 
     family = "xlm-roberta"
+    example = {**RobertaFormat.example, "model_type": "xlm-roberta",
+               "architectures": ["XLMRobertaModel"]}
     files = ("sentencepiece.bpe.model", "tokenizer.json", "tokenizer_config.json",
              "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
              "config_sentence_transformers.json", "1_Pooling/config.json")

@@ -1,0 +1,64 @@
+"""Encoders written back to transformers: RoBERTa's and XLM-RoBERTa's folders (their
+positions counting real tokens from the pad's row + 1, their heads' own names) that
+transformers reads with zoo's outputs and no missing or unexpected weight; and an encoder
+BERT's layout cannot hold (DistilBERT's ReLU pooler) refused rather than written wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import zoo
+from zoo.errors import ExportError
+from zoo.export import export
+
+tf = pytest.importorskip("transformers")
+
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+@pytest.mark.parametrize("cls", ["RobertaModel", "RobertaForMaskedLM",
+                                 "RobertaForSequenceClassification", "XLMRobertaModel",
+                                 "XLMRobertaForSequenceClassification"])
+def test_a_roberta_folder_is_written_back_with_zoos_outputs(cls, tmp_path):
+    torch.manual_seed(0)
+    config_class = tf.XLMRobertaConfig if cls.startswith("XLM") else tf.RobertaConfig
+    model = getattr(tf, cls)(config_class(**TINY, type_vocab_size=1, max_position_embeddings=66,
+                                          num_labels=3, pad_token_id=1,
+                                          architectures=[cls])).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(tmp_path / "in")
+    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
+    export(ours, tmp_path / "out", "transformers")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == ("xlm-roberta" if cls.startswith("XLM") else "roberta")
+    assert config["max_position_embeddings"] == 66
+    back, info = getattr(tf, cls).from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    tokens = torch.randint(2, 99, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(tokens)
+    mask[1, 6:], mask[2, 3:] = 0, 0
+    tokens[mask == 0] = 1  # RoBERTa's <pad>: two rows padded differently
+    with torch.no_grad():
+        out = back.eval()(input_ids=tokens, attention_mask=mask)
+        got = ours(tokens, padding_mask=mask == 0)
+    expected = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    real = mask.bool() if expected.dim() == 3 else slice(None)
+    assert (got[real] - expected[real]).abs().max() < 1e-5
+
+
+def test_an_encoder_berts_layout_cannot_hold_is_refused_not_written_wrong(tmp_path):
+    """DistilBERT's classifier pools with a ReLU, BERT's with tanh: written as BERT, its
+    logits would change silently."""
+    torch.manual_seed(0)
+    tf.DistilBertForSequenceClassification(tf.DistilBertConfig(
+        vocab_size=99, dim=32, n_layers=1, n_heads=4, hidden_dim=37)).save_pretrained(tmp_path)
+    ours = zoo.build(f"local-dir:{tmp_path}")
+    with pytest.raises(ExportError, match="a pooler other than dense and tanh"):
+        export(ours, tmp_path / "out", "transformers")
