@@ -1,7 +1,8 @@
 """Encoders written back to transformers: RoBERTa's and XLM-RoBERTa's folders (their
-positions counting real tokens from the pad's row + 1, their heads' own names) that
-transformers reads with zoo's outputs and no missing or unexpected weight; and an encoder
-BERT's layout cannot hold (DistilBERT's ReLU pooler) refused rather than written wrong."""
+positions counting real tokens from the pad's row + 1, their heads' own names) and
+DistilBERT's (its own keys and names, its classifier's ReLU) that transformers reads with
+zoo's outputs and no missing or unexpected weight; and an encoder BERT's layout cannot
+hold (DistilBERT's ReLU pooler) refused by BERT's writer rather than written wrong."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.errors import ExportError
+from zoo.errors import FormatError
 from zoo.export import export
 
 tf = pytest.importorskip("transformers")
@@ -53,12 +54,44 @@ def test_a_roberta_folder_is_written_back_with_zoos_outputs(cls, tmp_path):
     assert (got[real] - expected[real]).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("cls", ["DistilBertModel", "DistilBertForMaskedLM",
+                                 "DistilBertForSequenceClassification"])
+def test_a_distilbert_folder_is_written_back_with_zoos_outputs(cls, tmp_path):
+    torch.manual_seed(0)
+    model = getattr(tf, cls)(tf.DistilBertConfig(
+        vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64,
+        dropout=0.0, attention_dropout=0.0, num_labels=3, architectures=[cls])).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(tmp_path / "in")
+    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
+    export(ours, tmp_path / "out", "transformers")
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["model_type"] == \
+        "distilbert"
+    back, info = getattr(tf, cls).from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    tokens = torch.randint(2, 99, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(tokens)
+    mask[1, 6:] = 0
+    tokens[mask == 0] = 0
+    with torch.no_grad():
+        out = back.eval()(input_ids=tokens, attention_mask=mask)
+        got = ours(tokens, padding_mask=mask == 0)
+    expected = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    real = mask.bool() if expected.dim() == 3 else slice(None)
+    assert (got[real] - expected[real]).abs().max() < 1e-5
+
+
 def test_an_encoder_berts_layout_cannot_hold_is_refused_not_written_wrong(tmp_path):
     """DistilBERT's classifier pools with a ReLU, BERT's with tanh: written as BERT, its
-    logits would change silently."""
+    logits would change silently (BERT's writer took it before DistilBERT's wrote)."""
+    from zoo.plugins.formats.bert import BertFormat
+
     torch.manual_seed(0)
     tf.DistilBertForSequenceClassification(tf.DistilBertConfig(
         vocab_size=99, dim=32, n_layers=1, n_heads=4, hidden_dim=37)).save_pretrained(tmp_path)
     ours = zoo.build(f"local-dir:{tmp_path}")
-    with pytest.raises(ExportError, match="a pooler other than dense and tanh"):
-        export(ours, tmp_path / "out", "transformers")
+    with pytest.raises(FormatError, match="a pooler other than dense and tanh"):
+        BertFormat().export(ours.recipe.to_dict(), {}, None)

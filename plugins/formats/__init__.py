@@ -84,7 +84,7 @@ def register_formats(register):
         "zoo.plugins.formats.distilbert:DistilBertFormat",
         description="transformers' DistilBertModel, DistilBertForMaskedLM and "
                     "DistilBertForSequenceClassification (Sanh et al. 2019)",
-        capabilities={"model_types": ("distilbert",)},
+        capabilities={"model_types": ("distilbert",), "writes": "transformers"},
     )
     register(
         "clip",

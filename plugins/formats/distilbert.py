@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import Options
+from zoo.plugin_api import FormatError, Options
 
 from .bert import ACTIVATIONS, BertFormat
 
@@ -96,3 +96,54 @@ class DistilBertFormat(BertFormat):
                 name = f"{TOP[top.group(1)]}.{top.group(2)}"
             renamed[name] = value
         return super().weights(renamed, config)
+
+    def export_problems(self, recipe: dict[str, Any], s: dict[str, Any],
+                        parts: dict[str, tuple[str, dict[str, Any]]]) -> list[str]:
+        """BERT's, but with no token types, and a ReLU pooler for a classifier (its
+        pre_classifier) and none otherwise."""
+        found = super().export_problems(
+            recipe, {**s, "type_vocab_size": 2, "pooler_activation": "tanh"}, parts)
+        if s.get("type_vocab_size", 2):
+            found.append("token types: DistilBERT has none")
+        if s.get("head", "hidden") == "classification":
+            if s.get("pooler_activation", "tanh") != "relu":
+                found.append("a classifier's pooler without ReLU: DistilBERT's pre_classifier "
+                             "is dense and ReLU")
+        elif s.get("pooler", True):
+            found.append("a pooler: DistilBERT has none outside its classifier")
+        norm = parts["norm"][1].get("eps", 1e-5)
+        if norm != 1e-12:
+            found.append(f"norm eps {norm}: DistilBERT's LayerNorms have eps 1e-12")
+        return found
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any] | None):
+        """BERT's export in DistilBERT's config keys and names (:meth:`weights`
+        backwards)."""
+        bert, _, weights = super().export(recipe, state, generation)
+        config = {KEYS_BACK.get(k, k): v for k, v in bert.items()
+                  if k not in ("type_vocab_size", "layer_norm_eps", "position_embedding_type")}
+        config.update(model_type="distilbert", sinusoidal_pos_embds=False)
+        out = {}
+        for key, value in weights.items():
+            name = key.removeprefix("bert.")
+            layer = re.match(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$", name)
+            prefix = "distilbert." if key.startswith("bert.") else ""
+            if layer:
+                sub = {v: k for k, v in LAYER.items()}[layer.group(2)]
+                out[f"{prefix}transformer.layer.{layer.group(1)}.{sub}.{layer.group(3)}"] = value
+            elif name == "cls.predictions.bias":
+                out["vocab_projector.bias"] = value
+            elif name.rpartition(".")[0] in TOP_BACK:
+                out[f"{TOP_BACK[name.rpartition('.')[0]]}.{name.rpartition('.')[2]}"] = value
+            elif name.startswith("embeddings."):
+                out[prefix + name] = value
+            else:
+                raise FormatError(f"distilbert: zoo's {key} has no place in DistilBERT")
+        return config, None, out
+
+
+KEYS_BACK = {v: k for k, v in KEYS.items()}
+"""BERT's config keys, and DistilBERT's for the same."""
+TOP_BACK = {v: k for k, v in TOP.items()}
+"""BERT's names of the heads, and DistilBERT's."""
