@@ -90,6 +90,24 @@ def test_the_disentangled_terms_are_what_makes_them_equal(tmp_path):
     assert _compare(reference, unbucketed, "DebertaV2Model") > 1e-3
 
 
+@pytest.mark.parametrize("cls,changes", [
+    ("DebertaV2Model", {}), ("DebertaV2ForMaskedLM", {"legacy": False}),
+    ("DebertaV2ForSequenceClassification", {}),
+    ("DebertaV2Model", {"share_att_key": False, "position_buckets": -1,
+                        "max_relative_positions": 6, "norm_rel_ebd": "none"})],
+    ids=["model", "mlm", "classification", "own-projections-clipped"])
+def test_zoo_export_writes_a_deberta_folder_transformers_reads_with_zoos_outputs(
+        cls, changes, tmp_path):
+    from zoo.export import export
+
+    _folder(cls, tmp_path / "in", **changes)
+    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
+    export(ours, tmp_path / "out", "transformers")
+    back, info = getattr(tf, cls).from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert _compare(back.eval(), ours, cls) < 1e-5
+
+
 @pytest.mark.parametrize("key,value,says", [
     ("position_biased_input", True, "position_biased_input=True"),
     ("relative_attention", False, "relative_attention=False"),

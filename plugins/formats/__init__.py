@@ -99,7 +99,7 @@ def register_formats(register):
         description="transformers' DebertaV2Model, DebertaV2ForMaskedLM and "
                     "DebertaV2ForSequenceClassification (He et al. 2021, 2023): deberta-v3, "
                     "mdeberta-v3",
-        capabilities={"model_types": ("deberta-v2",)},
+        capabilities={"model_types": ("deberta-v2",), "writes": "transformers"},
     )
     register(
         "modernbert",

@@ -31,7 +31,7 @@ import torch
 
 from zoo.plugin_api import FormatError, Options
 
-from .bert import BertFormat
+from .bert import BertFormat, component_part
 
 HEADS = {"DebertaV2Model": "hidden", "DebertaV2ForMaskedLM": "masked_lm",
          "DebertaV2ForSequenceClassification": "classification"}
@@ -148,3 +148,70 @@ class DebertaV2Format(BertFormat):
                               "table of relative distances every layer reads. Nothing was "
                               "loaded.")
         return {**super().weights(renamed, config), **extra}
+
+    def export_problems(self, recipe: dict[str, Any], s: dict[str, Any],
+                        parts: dict[str, tuple[str, dict[str, Any]]]) -> list[str]:
+        """BERT's, with disentangled attention over the deberta positions in place of
+        vanilla attention and learned positions, and no token types needed."""
+        attention, positional = parts["attention"], parts["positional"]
+        found = super().export_problems(
+            recipe, {**s, "type_vocab_size": max(1, s.get("type_vocab_size", 0)),
+                     "pooler_activation": "tanh"},
+            {**parts, "attention": ("vanilla", {}), "positional": ("learned", {})})
+        if attention[0] != "disentangled":
+            found.append(f"attention {attention}: DeBERTa's is disentangled")
+        if positional[0] != "deberta":
+            found.append(f"positional {positional}: DeBERTa's are the deberta positions")
+        elif positional[1].get("eps", 1e-7) != parts["norm"][1].get("eps", 1e-5):
+            found.append("the distance table's norm eps differs from the layers': DeBERTa's "
+                         "is the model's layer_norm_eps")
+        if s.get("pooler_activation", "tanh") not in POOLER_ACTIVATIONS:
+            found.append(f"pooler_activation {s.get('pooler_activation')!r}")
+        return found
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any] | None):
+        """BERT's export in DeBERTa's keys and names (:meth:`weights` backwards; the
+        masked-LM head under the legacy ``cls.predictions`` names)."""
+        s, state = recipe["architecture"].get("settings", {}), dict(state)
+        extra = {k: state.pop(k) for k in list(state) if k.startswith(TABLE)
+                 or re.match(r"^layers\.\d+\.attn\.pos_[qk]_proj\.", k)}
+        bert, _, weights = super().export(recipe, state, generation)
+        attention = component_part(recipe, "attention")[1]
+        table = component_part(recipe, "positional")[1]
+        buckets = table.get("buckets", 256)
+        bert.update(
+            model_type="deberta-v2", relative_attention=True, position_biased_input=False,
+            pos_att_type="|".join(attention.get("terms", ["c2p", "p2c"])),
+            share_att_key=attention.get("share_projections", True),
+            position_buckets=buckets if table.get("log", True) else -1,
+            max_relative_positions=table.get("max_distance", 512) if table.get("log", True)
+            else buckets,
+            norm_rel_ebd="layer_norm" if table.get("norm", True) else "none",
+            pooler_hidden_act=s.get("pooler_activation", "tanh"), legacy=True)
+        bert.pop("position_embedding_type", None)
+        out = {}
+        for key, value in weights.items():
+            name = key.removeprefix("bert.")
+            match = re.match(r"^encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)"
+                             r"\.(weight|bias)$", name)
+            body = "deberta." if key.startswith("bert.") else ""
+            if match:
+                i, sub, kind = match.groups()
+                out[f"{body}encoder.layer.{i}.attention.self.{sub}_proj.{kind}"] = value
+            elif name.startswith("pooler.") or name.startswith(("cls.", "classifier.")):
+                out[name] = value
+            else:
+                out[body + name] = value
+        body = "" if s.get("head", "hidden") == "hidden" else "deberta."
+        for key, value in extra.items():
+            if key.startswith(TABLE):
+                part = key.removeprefix(TABLE)
+                out[body + ("encoder.rel_embeddings.weight" if part.startswith("rel_")
+                            else f"encoder.LayerNorm.{part.rpartition('.')[2]}")] = value
+            else:
+                i, sub = re.match(r"^layers\.(\d+)\.attn\.(pos_[qk]_proj)\.", key).groups()
+                full = {"pos_q_proj": "pos_query_proj", "pos_k_proj": "pos_key_proj"}[sub]
+                out[f"{body}encoder.layer.{i}.attention.self.{full}.{key.rpartition('.')[2]}"] \
+                    = value
+        return bert, None, out
