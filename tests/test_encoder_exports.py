@@ -95,3 +95,52 @@ def test_an_encoder_berts_layout_cannot_hold_is_refused_not_written_wrong(tmp_pa
     ours = zoo.build(f"local-dir:{tmp_path}")
     with pytest.raises(FormatError, match="a pooler other than dense and tanh"):
         BertFormat().export(ours.recipe.to_dict(), {}, None)
+
+
+@pytest.mark.parametrize("cls", ["MPNetModel", "MPNetForMaskedLM",
+                                 "MPNetForSequenceClassification"])
+def test_an_mpnet_folder_is_written_back_with_zoos_outputs(cls, tmp_path):
+    """RoBERTa's positions, no token types, and the relative bias table (drawn wide, so
+    that it matters) as MPNet's own encoder.relative_attention_bias."""
+    torch.manual_seed(0)
+    model = getattr(tf, cls)(tf.MPNetConfig(**TINY, max_position_embeddings=66, num_labels=3,
+                                            architectures=[cls], pad_token_id=1,
+                                            layer_norm_eps=1e-5)).eval()
+    with torch.no_grad():
+        model.base_model.encoder.relative_attention_bias.weight.normal_(std=1.0)
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(tmp_path / "in")
+    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
+    export(ours, tmp_path / "out", "transformers")
+    back, info = getattr(tf, cls).from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    tokens = torch.randint(2, 99, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(tokens)
+    mask[1, 6:] = 0
+    tokens[mask == 0] = 1
+    with torch.no_grad():
+        out = back.eval()(input_ids=tokens, attention_mask=mask)
+        got = ours(tokens, padding_mask=mask == 0)
+    expected = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    real = mask.bool() if expected.dim() == 3 else slice(None)
+    assert (got[real] - expected[real]).abs().max() < 1e-5
+
+
+def test_a_roberta_config_without_a_pad_token_pads_with_robertas(tmp_path):
+    """transformers' RoBERTa pads with id 1 when its config names none; zoo read BERT's 0,
+    RoBERTa's <s>, and a batch without a mask lost every <s> as padding."""
+    torch.manual_seed(0)
+    model = tf.RobertaModel(tf.RobertaConfig(**TINY, type_vocab_size=1,
+                                             max_position_embeddings=66)).eval()
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["pad_token_id"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ours = zoo.build(f"local-dir:{tmp_path}")
+    assert ours.settings.pad_id == 1
+    tokens = torch.tensor([[0, 5, 6, 7, 2]])  # <s> ... </s>
+    with torch.no_grad():
+        expected = tf.RobertaModel.from_pretrained(tmp_path).eval()(tokens).last_hidden_state
+        assert (ours(tokens) - expected).abs().max() < 1e-5

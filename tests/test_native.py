@@ -298,42 +298,42 @@ def test_a_hung_compiler_and_a_held_build_are_given_up_with_a_message(tmp_path):
 
 
 @needs_kernel
-def test_a_rebuild_compiles_only_the_sources_that_changed(tmp_path, monkeypatch):
+def test_other_sources_build_into_a_folder_of_their_own_and_old_ones_are_pruned(
+        tmp_path, monkeypatch):
+    """Two installations with other sources (two versions of zoo, a checkout beside a
+    wheel) each keep their own build: changed sources build into a new folder and leave
+    the earlier build as it was (one folder for all had each find the other's library
+    stale); past KEPT_BUILDS folders of a library, the ones used longest ago go."""
     monkeypatch.setenv("ZOO_NATIVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(native, "KEPT_BUILDS", 2)
     op = ('#include <ATen/ops/mul.h>\n#include <ATen/core/Tensor.h>\n#include <torch/library.h>\n'
           'at::Tensor {name}(const at::Tensor& x) {{ return at::mul(x, {k}); }}\n'
           'TORCH_LIBRARY_FRAGMENT(zoo_test_rebuild, m) {{ m.def("{name}(Tensor x) -> Tensor"); }}\n'
           'TORCH_LIBRARY_IMPL(zoo_test_rebuild, CPU, m) {{ m.impl("{name}", {name}); }}\n')
-    (tmp_path / "a.cpp").write_text(op.format(name="twice", k=2))
-    (tmp_path / "b.cpp").write_text(op.format(name="thrice", k=3))
-    library = native.NativeLibrary("zoo_test_rebuild", [tmp_path / "a.cpp", tmp_path / "b.cpp"],
-                                   declare=False)
+    source = tmp_path / "a.cpp"
+    source.write_text(op.format(name="twice", k=2))
+    library = native.NativeLibrary("zoo_test_rebuild", [source], declare=False)
     assert library.status()["state"] == "not built"
     said: list[str] = []
     assert library.build(said.append), said
-    assert torch.ops.zoo_test_rebuild.thrice(torch.ones(2)).tolist() == [3.0, 3.0]
-    folder = Path(library.status()["folder"])
-    objects = {o.name: o.stat().st_mtime_ns for o in folder.glob("*.o")}
-    assert set(objects) == {"a.o", "b.o"}
-    (tmp_path / "b.cpp").write_text(op.format(name="thrice", k=3) + "// changed\n")
-    assert library.status()["state"] == "stale"
-    assert library.build(said.append)
-    assert library.status()["state"] == "loaded"
-    assert (folder / "a.o").stat().st_mtime_ns == objects["a.o"]  # not compiled again
-    assert (folder / "b.o").stat().st_mtime_ns != objects["b.o"]
+    assert torch.ops.zoo_test_rebuild.twice(torch.ones(2)).tolist() == [2.0, 2.0]
+    first = Path(library.status()["folder"])
+    built = library.file(first).read_bytes()
+    folders = [first]
+    for edit in ("// changed\n", "// changed again\n"):
+        source.write_text(op.format(name="twice", k=2) + edit)
+        assert library.status()["state"] == "not built"  # a folder of its own, not stale
+        said.clear()
+        assert library.build(said.append), said  # built; this process keeps the first
+        assert any("this process keeps it" in line for line in said), said
+        folders.append(Path(library.status()["folder"]))
+        assert library.status()["state"] == "built"
+        if edit == "// changed\n":
+            assert library.file(first).read_bytes() == built  # the earlier build untouched
+    assert torch.ops.zoo_test_rebuild.twice(torch.ones(2)).tolist() == [2.0, 2.0]
+    assert len(set(folders)) == 3
+    assert not folders[0].exists() and folders[1].exists() and folders[2].exists()
     assert library not in native.libraries()  # declare=False: not zoo native build's
-
-
-def test_a_relative_cache_is_taken_from_the_working_folder(tmp_path, monkeypatch):
-    """ZOO_NATIVE_CACHE=C is the working folder's C, made absolute: the step's library is
-    linked against the products' library by that path from inside its own build folder,
-    where a relative one named nothing (the link failed: 'cannot find C/...')."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ZOO_NATIVE_CACHE", "C")
-    assert native.cache_root() == tmp_path / "C"
-    monkeypatch.delenv("ZOO_NATIVE_CACHE")
-    monkeypatch.setenv("XDG_CACHE_HOME", "x")
-    assert native.cache_root() == tmp_path / "x" / "zoo" / "native"
 
 
 def _copy_of_the_built_cache(to: Path) -> dict[Path, Path]:

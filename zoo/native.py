@@ -88,6 +88,11 @@ def enabled() -> bool:
     return os.environ.get("ZOO_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+KEPT_BUILDS = 3
+"""Build folders kept of each library (each other sources' build: another version of zoo
+installed beside this one, or earlier sources of a checkout)."""
+
+
 def cache_root() -> Path:
     """The folder under which compiled libraries are kept: ``$ZOO_NATIVE_CACHE``, else
     the former ``$ZOO_KERNEL_CACHE`` (with a deprecation warning), else
@@ -159,6 +164,9 @@ class NativeLibrary:
         self.needs = tuple(needs)
         self.on_load = on_load
         self._loaded: bool | None = None
+        self._loaded_from: Path | None = None
+        """The library file this process loaded: another build of it (other sources)
+        is never loaded beside it (two registrations of its operators abort torch)."""
         self._failed_here: str | None = None  # the sources a build in this process failed on
         if declare:  # False: built only by its own build() (a test's, a script's)
             _libraries.append(self)
@@ -186,12 +194,35 @@ class NativeLibrary:
         return key.hexdigest()
 
     def folder(self, torch, cxx: str) -> Path:
-        """This library's build folder for this torch and compiler (its path and
-        ``--version``): kept across changes of the sources, which ninja rebuilds one by
-        one."""
-        key = hashlib.sha256("\0".join((self.name, torch.__version__, cxx,
-                                        _compiler_version(cxx), *FLAGS)).encode())
+        """This library's build folder for these sources (:meth:`sources_key`), this torch
+        and this compiler (its path and ``--version``): two installations of zoo with
+        other sources (two versions in two environments, a checkout beside a wheel) each
+        build and keep their own, where one folder for all had each find the other's
+        library stale and build it again, the other's decoding falling back meanwhile."""
+        key = hashlib.sha256("\0".join((self.name, self.sources_key(), torch.__version__,
+                                        cxx, _compiler_version(cxx), *FLAGS)).encode())
         return cache_root() / f"{self.name}-{key.hexdigest()[:16]}"
+
+    def prune(self, keep: Path, kept: int | None = None) -> None:
+        """Remove this library's build folders but ``keep`` and the ``kept`` - 1 used
+        last (by their library's time; ``kept`` None: :data:`KEPT_BUILDS`), so that a cache of many versions does not grow
+        without end; a folder whose build is under way (its lock held) is left."""
+        from filelock import FileLock, Timeout
+
+        kept = KEPT_BUILDS if kept is None else kept
+        others = [f for f in cache_root().glob(f"{self.name}-*") if f.is_dir() and f != keep]
+        others.sort(key=lambda f: self.file(f).stat().st_mtime if self.file(f).is_file()
+                    else 0.0, reverse=True)
+        for old in others[kept - 1:]:
+            lock = FileLock(str(old / ".lock"))
+            try:
+                lock.acquire(timeout=0)
+            except (Timeout, OSError):
+                continue
+            try:
+                shutil.rmtree(old, ignore_errors=True)
+            finally:
+                lock.release()
 
     def file(self, folder: Path) -> Path:
         """The compiled library in ``folder``."""
@@ -204,7 +235,8 @@ class NativeLibrary:
         if built is not None and built.get("sources") == current:
             if not matches(self.file(folder), built):
                 return "damaged"
-            return "loaded" if self._loaded else "built"
+            return "loaded" if self._loaded and self._loaded_from in (
+                None, self.file(folder)) else "built"
         if failed.is_file() and failed.read_text() == current:
             return "failed"
         return "stale" if self.file(folder).exists() else "not built"
@@ -279,6 +311,12 @@ class NativeLibrary:
                 self._compile(torch, cxx, folder, say, damaged=state == "damaged")
         finally:
             lock.release()
+        if self._state(folder) == "built":
+            self.prune(folder)
+        if self._loaded_from is not None and self._loaded_from != self.file(folder):
+            say(f"{self.name} was loaded from {self._loaded_from} before its sources changed; "
+                "this process keeps it, the next one loads the new build")
+            return bool(self._loaded)
         self._loaded = None
         if self.available(quiet=True):
             return True
@@ -376,6 +414,7 @@ class NativeLibrary:
                         "build` compiles it, once (about half a minute on 2 cores)")
         try:
             torch.ops.load_library(str(self.file(folder)))
+            self._loaded_from = self.file(folder)
             return self.on_load() if self.on_load is not None else True
         except Exception as exc:  # a library that loads but is not this one's build
             return _off(quiet, f"{self.file(folder)} did not load ({type(exc).__name__}: "

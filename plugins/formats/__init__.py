@@ -115,7 +115,7 @@ def register_formats(register):
         description="transformers' MPNetModel, MPNetForMaskedLM and "
                     "MPNetForSequenceClassification (Song et al. 2020): mpnet-base, "
                     "all-mpnet-base-v2",
-        capabilities={"model_types": ("mpnet",)},
+        capabilities={"model_types": ("mpnet",), "writes": "transformers"},
     )
     register(
         "xlm-roberta",

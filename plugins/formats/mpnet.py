@@ -26,7 +26,8 @@ import torch
 
 from zoo.plugin_api import FormatError
 
-from .roberta import RobertaFormat
+from .bert import BertFormat
+from .roberta import NAMES, RobertaFormat
 
 HEADS = {"MPNetModel": "hidden", "MPNetForMaskedLM": "masked_lm",
          "MPNetForSequenceClassification": "classification"}
@@ -82,3 +83,48 @@ class MPNetFormat(RobertaFormat):
         out = super().weights(renamed, config)
         out["layers.0.attn.positional.relative_attention_bias.weight"] = bias
         return out
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any] | None):
+        """RoBERTa's layout with no token types, in MPNet's names, and the relative bias
+        (the ``relative`` slot's ``t5-bias``, 32 buckets up to 128) as
+        ``encoder.relative_attention_bias`` (:meth:`weights` backwards)."""
+        relative = recipe.get("components", {}).get("relative")
+        expected = {"name": "t5-bias", "settings": {"num_buckets": BUCKETS,
+                                                    "max_distance": MAX_DISTANCE}}
+        if relative != expected:
+            raise FormatError(f"this model cannot be written as {self.family}: its relative "
+                              f"positions are {relative!r}, MPNet's are {expected!r}")
+        s = recipe["architecture"].get("settings", {})
+        if s.get("type_vocab_size", 2):
+            raise FormatError(f"this model cannot be written as {self.family}: MPNet has no "
+                              "token types")
+        plain = {**recipe, "components": {k: v for k, v in recipe["components"].items()
+                                          if k != "relative"}}
+        state = dict(state)
+        bias = state.pop("layers.0.attn.positional.relative_attention_bias.weight")
+        config, _, weights = BertFormat.export(
+            self, {**plain, "architecture": {**plain["architecture"], "settings": {
+                **s, "type_vocab_size": 1}}}, state, generation)
+        pad = s.get("pad_id", 1)
+        config.update(model_type="mpnet", relative_attention_num_buckets=BUCKETS,
+                      max_position_embeddings=config["max_position_embeddings"] + pad + 1)
+        config.pop("type_vocab_size", None)
+        config.pop("position_embedding_type", None)
+        back = {bert: mpnet for mpnet, bert in NAMES.items()}
+        attention = {f"attention.{bert}": f"attention.{mpnet}" for mpnet, bert in ATTENTION.items()}
+        classifies = s.get("head", "hidden") == "classification"
+        body = "" if s.get("head", "hidden") == "hidden" else "mpnet."
+        out = {f"{body}encoder.relative_attention_bias.weight": bias}
+        for key, value in weights.items():
+            name = key.removeprefix("bert.")
+            match = re.match(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$", name)
+            if name.startswith(("cls.", "classifier.")) or (classifies
+                                                            and name.startswith("pooler.")):
+                out[back[name]] = value
+            elif match and match.group(2) in attention:
+                i, sub, kind = match.groups()
+                out[f"{body}encoder.layer.{i}.{attention[sub]}.{kind}"] = value
+            else:
+                out[body + name] = value
+        return config, None, out

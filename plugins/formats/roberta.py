@@ -65,6 +65,7 @@ class RobertaFormat(BertFormat):
                               "positions start after the padding token's row; zoo needs it")
         recipe = super().recipe(config)
         s = recipe["architecture"]["settings"]
+        s["pad_id"] = pad  # RoBERTa's default, 1 (BERT's 0 is RoBERTa's <s>)
         # fairseq's table holds padding_idx + 1 rows before position 0's
         s["max_len"] -= pad + 1
         if s["max_len"] < 1:
