@@ -197,3 +197,24 @@ def test_what_zoo_cannot_express_is_refused_by_name(clip_folder, tmp_path):
         (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(FormatError, match=says):
             zoo.build(f"local-dir:{tmp_path}", pretrained=False)
+
+
+def test_zoo_export_writes_a_clip_folder_with_the_same_zero_shot_probabilities(clip_folder,
+                                                                               tmp_path):
+    """CLIPModel's config and weights, the tokenizer's and image processor's files beside
+    them: transformers' pipeline over the written folder gives zoo's probabilities."""
+    from zoo.export import export
+
+    _, folder = clip_folder
+    ours = zoo.build(f"local-dir:{folder}")
+    export(ours, tmp_path / "out", "transformers")
+    assert (tmp_path / "out" / "preprocessor_config.json").is_file()
+    back, info = tf.CLIPModel.from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    pipe = tf.pipeline("zero-shot-image-classification", model=str(tmp_path / "out"),
+                       device="cpu")
+    paths = _images(tmp_path)
+    got = zoo.classify_image(ours, paths, LABELS)
+    for path, row in zip(paths, got):
+        expected = {r["label"]: r["score"] for r in pipe(str(path), candidate_labels=LABELS)}
+        assert max(abs(expected[label] - p) for label, p in zip(LABELS, row.tolist())) < 1e-5

@@ -328,11 +328,11 @@ class Format:
             generation = model.generation.model_dump(mode="json")
             generation.update(start_id=start, eos_ids=[end] + [
                 i for i in generation.get("eos_ids", ()) if i != end])
-        elif kind != "encoder":
-            raise ExportError(f"--format transformers writes models that generate text and "
-                              f"encoders; this {type(model).__name__} ({kind or 'no'} kind) "
-                              "has no generation settings and is no encoder. Export it with "
-                              "--format onnx.")
+        elif kind not in ("encoder", "image-text"):
+            raise ExportError(f"--format transformers writes models that generate text, "
+                              f"encoders and CLIPs; this {type(model).__name__} ({kind or 'no'} "
+                              "kind) has no generation settings and is neither. Export it "
+                              "with --format onnx.")
         from safetensors.torch import save_file
 
         state = {k: v.float() for k, v in weights_to_save(model).items()}
@@ -344,8 +344,8 @@ class Format:
         save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
         imported = model.imported
         copy_tokenizer_files(imported.folder if imported is not None else tokenizer, folder)
-        auto = {"language-model": "AutoModelForCausalLM", "encoder": "AutoModel"}.get(
-            kind, "AutoModelForSeq2SeqLM")
+        auto = {"language-model": "AutoModelForCausalLM", "encoder": "AutoModel",
+                "image-text": "AutoModel"}.get(kind, "AutoModelForSeq2SeqLM")
         return {"family": self.family, "load": f"{auto}.from_pretrained"}
 
 
@@ -391,11 +391,13 @@ def is_tokenizer_file(name: str) -> bool:
 
 
 def copy_tokenizer_files(source: Any, folder: Path) -> None:
-    """The tokenizer's files of the folder ``source`` (None: none) copied into ``folder``."""
+    """The tokenizer's files of the folder ``source`` (None: none), and its image
+    processor's (``preprocessor_config.json``: CLIP's, ViT's), copied into ``folder``."""
     if source is None:
         return
     for path in Path(source).iterdir():
-        if path.is_file() and is_tokenizer_file(path.name):
+        if path.is_file() and (is_tokenizer_file(path.name)
+                               or path.name == "preprocessor_config.json"):
             (folder / path.name).write_bytes(path.read_bytes())
 
 

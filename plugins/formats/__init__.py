@@ -91,7 +91,7 @@ def register_formats(register):
         "zoo.plugins.formats.clip:CLIPFormat",
         description="transformers' CLIPModel (Radford et al. 2021): openai/clip-vit-base-patch32, "
                     "-patch16, clip-vit-large-patch14",
-        capabilities={"model_types": ("clip",)},
+        capabilities={"model_types": ("clip",), "writes": "transformers"},
     )
     register(
         "deberta-v2",

@@ -33,6 +33,7 @@ import torch
 from zoo.plugin_api import DECODER_FLAGS, Format, FormatError, Options
 
 from ._kv import KeysValues, finish
+from .bert import component_part
 
 ACTIVATIONS = {"quick_gelu": {"approximate": "sigmoid"}, "gelu": {},
                "gelu_new": {"approximate": "tanh"}, "gelu_pytorch_tanh": {"approximate": "tanh"}}
@@ -166,3 +167,81 @@ class CLIPFormat(Format):
                               f"{out['logit_scale'].numel()} values, not one. Nothing was "
                               "loaded.")
         return finish(out, kv, unknown, what="zoo's clip")
+
+    def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
+               generation: dict[str, Any] | None):
+        """A zoo CLIP as CLIPModel's config.json and state dict (:meth:`weights`
+        backwards); what CLIP cannot express is refused by name."""
+        if recipe["architecture"]["name"] != "clip":
+            raise FormatError(f"this model cannot be written as {self.family}: architecture "
+                              f"{recipe['architecture']['name']!r}, not 'clip'")
+        s = recipe["architecture"]["settings"]
+        text, vision = s["text"], s["vision"]
+        parts = {slot: component_part(recipe, slot) for slot in ("attention", "positional",
+                                                                  "norm", "ffn", "block")}
+        found = [f"{slot} {parts[slot]}: CLIP's is {want!r}" for slot, want in (
+            ("attention", "vanilla"), ("positional", "learned"), ("block", "encoder"))
+            if parts[slot] != (want, {})]
+        (norm, norm_settings), (ffn, ffn_settings) = parts["norm"], parts["ffn"]
+        act = next((a for a, v in ACTIVATIONS.items() if v == ffn_settings), None)
+        if norm != "layernorm" or set(norm_settings) - {"eps"}:
+            found.append(f"norm {parts['norm']}: CLIP's is a LayerNorm")
+        if ffn != "gelu" or act is None:
+            found.append(f"ffn {parts['ffn']}: CLIP's is GELU (or quick_gelu) between two "
+                         "layers")
+        if found:
+            raise FormatError(f"this model cannot be written as {self.family}:\n  - "
+                              + "\n  - ".join(found))
+        eps = norm_settings.get("eps", 1e-5)
+        tower = {"hidden_act": act, "layer_norm_eps": eps,
+                 "projection_dim": s.get("projection_dim", 512)}
+        eos = s.get("eos_id")
+        config = {
+            "architectures": ["CLIPModel"], "model_type": "clip",
+            "projection_dim": s.get("projection_dim", 512),
+            "logit_scale_init_value": s.get("logit_scale", 2.6592),
+            "text_config": {**tower, "vocab_size": text["vocab_size"],
+                            "hidden_size": text.get("d_model", 768),
+                            "intermediate_size": text.get("d_ff", 3072),
+                            "num_hidden_layers": text.get("layers", 12),
+                            "num_attention_heads": text.get("n_heads", 12),
+                            "max_position_embeddings": text.get("max_len", 512),
+                            "attention_dropout": text.get("attention_dropout", 0.0),
+                            # the first configs' 2 reads the highest id, as eos_id None
+                            "eos_token_id": 2 if eos is None else eos},
+            "vision_config": {**tower, "hidden_size": vision.get("d_model", 768),
+                              "intermediate_size": vision.get("d_ff", 3072),
+                              "num_hidden_layers": vision.get("depth", 12),
+                              "num_attention_heads": vision.get("n_heads", 12),
+                              "image_size": vision.get("image_size", 224),
+                              "patch_size": vision.get("patch_size", 16),
+                              "num_channels": vision.get("in_chans", 3),
+                              "attention_dropout": vision.get("attention_dropout", 0.0)},
+        }
+        return config, None, _to_clip(state)
+
+
+def _to_clip(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """zoo's CLIP state dict in CLIPModel's names: :meth:`CLIPFormat.weights` backwards."""
+    names = {v: k for k, v in TOP.items()}
+    layer_names = {v: k for k, v in RENAMES.items()}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        value = value.detach().contiguous().clone()
+        match = re.match(r"^(text\.layers|vision\.blocks)\.(\d+)\.(.+)\.(weight|bias)$", key)
+        if match:
+            where, i, sub, kind = match.groups()
+            base = f"{'text' if where.startswith('text') else 'vision'}_model.encoder.layers.{i}."
+            if sub == "attn.kv_proj":
+                k, v = value.chunk(2, 0)
+                out[f"{base}self_attn.k_proj.{kind}"] = k.clone()
+                out[f"{base}self_attn.v_proj.{kind}"] = v.clone()
+            else:
+                out[f"{base}{layer_names[sub]}.{kind}"] = value
+        elif key in names:
+            out[names[key]] = value
+        elif key == "vision.cls_token":
+            out["vision_model.embeddings.class_embedding"] = value.reshape(-1)
+        else:
+            raise FormatError(f"clip: zoo's {key} has no place in CLIPModel")
+    return out

@@ -20,7 +20,7 @@ from ..recipe import Recipe
 from .contract import Failed, Seed, Skip, check, close
 
 AUTO = {"seq2seq": "AutoModelForSeq2SeqLM", "language-model": "AutoModelForCausalLM",
-        "encoder": "AutoModel"}
+        "encoder": "AutoModel", "image-text": "AutoModel"}
 """transformers' class that loads each kind of model's folder."""
 
 
@@ -43,6 +43,13 @@ def _no_other_target(*args, **kwargs):
     raise Skip("the format's write asks for another export target")
 
 
+def _images(model) -> torch.Tensor:
+    """Two images of an image-text model's size."""
+    s = model.settings.vision
+    return torch.randn(2, s.in_chans, s.image_size, s.image_size,
+                       generator=torch.Generator().manual_seed(3))
+
+
 def _run(model, tokens: torch.Tensor) -> torch.Tensor:
     kind = kind_of(model)
     with torch.no_grad():
@@ -50,6 +57,8 @@ def _run(model, tokens: torch.Tensor) -> torch.Tensor:
             return model(tokens, tokens[:, :4])
         if kind == "encoder":
             return model.hidden_states(tokens)
+        if kind == "image-text":  # each tower's vectors in the shared space
+            return torch.cat([model.text_features(tokens), model.image_features(_images(model))])
         return model(tokens)
 
 
@@ -60,6 +69,12 @@ def _transformers(folder: Path, kind: str, tokens: torch.Tensor) -> torch.Tensor
         return None
     reference = getattr(transformers, AUTO[kind]).from_pretrained(folder).eval()
     with torch.no_grad():
+        if kind == "image-text":
+            images = _images(build(f"local-dir:{folder}", pretrained=False))
+            text = reference.get_text_features(input_ids=tokens)
+            image = reference.get_image_features(pixel_values=images)
+            return torch.cat([getattr(text, "pooler_output", text),
+                              getattr(image, "pooler_output", image)])
         if kind == "seq2seq":
             return reference(input_ids=tokens, decoder_input_ids=tokens[:, :4]).logits
         out = reference(input_ids=tokens)
