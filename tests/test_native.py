@@ -305,7 +305,9 @@ def test_other_sources_build_into_a_folder_of_their_own_and_old_ones_are_pruned(
     the earlier build as it was (one folder for all had each find the other's library
     stale); past KEPT_BUILDS folders of a library, the ones used longest ago go."""
     monkeypatch.setenv("ZOO_NATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(native, "KEPT_BUILDS", 2)
+    from zoo import native_cache
+
+    monkeypatch.setattr(native_cache, "KEPT_BUILDS", 2)
     op = ('#include <ATen/ops/mul.h>\n#include <ATen/core/Tensor.h>\n#include <torch/library.h>\n'
           'at::Tensor {name}(const at::Tensor& x) {{ return at::mul(x, {k}); }}\n'
           'TORCH_LIBRARY_FRAGMENT(zoo_test_rebuild, m) {{ m.def("{name}(Tensor x) -> Tensor"); }}\n'

@@ -65,7 +65,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from .deprecations import warn_deprecated
+from .native_cache import KEPT_BUILDS, cache_root, prune_builds  # noqa: F401
 from .native_record import matches, read_record, write_record
 
 CSRC = Path(__file__).with_name("csrc")
@@ -86,27 +86,6 @@ _lock = threading.RLock()
 def enabled() -> bool:
     """False when ``ZOO_NATIVE`` is set to 0 (or false, no, off)."""
     return os.environ.get("ZOO_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-KEPT_BUILDS = 3
-"""Build folders kept of each library (each other sources' build: another version of zoo
-installed beside this one, or earlier sources of a checkout)."""
-
-
-def cache_root() -> Path:
-    """The folder under which compiled libraries are kept: ``$ZOO_NATIVE_CACHE``, else
-    the former ``$ZOO_KERNEL_CACHE`` (with a deprecation warning), else
-    ``$XDG_CACHE_HOME/zoo/native``; made absolute (a relative one is taken from the
-    working folder), since the compiler links one library to another by that path."""
-    if os.environ.get("ZOO_NATIVE_CACHE"):
-        return Path(os.environ["ZOO_NATIVE_CACHE"]).expanduser().absolute()
-    if os.environ.get("ZOO_KERNEL_CACHE"):
-        warn_deprecated("ZOO_KERNEL_CACHE", "ZOO_KERNEL_CACHE is now named "
-                        "ZOO_NATIVE_CACHE (in zoo, 'kernel' names the attention kernel "
-                        "family only)")
-        return Path(os.environ["ZOO_KERNEL_CACHE"]).expanduser().absolute()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return (Path(base).expanduser() / "zoo" / "native").absolute()
 
 
 def _compiler() -> str | None:
@@ -204,25 +183,9 @@ class NativeLibrary:
         return cache_root() / f"{self.name}-{key.hexdigest()[:16]}"
 
     def prune(self, keep: Path, kept: int | None = None) -> None:
-        """Remove this library's build folders but ``keep`` and the ``kept`` - 1 used
-        last (by their library's time; ``kept`` None: :data:`KEPT_BUILDS`), so that a cache of many versions does not grow
-        without end; a folder whose build is under way (its lock held) is left."""
-        from filelock import FileLock, Timeout
-
-        kept = KEPT_BUILDS if kept is None else kept
-        others = [f for f in cache_root().glob(f"{self.name}-*") if f.is_dir() and f != keep]
-        others.sort(key=lambda f: self.file(f).stat().st_mtime if self.file(f).is_file()
-                    else 0.0, reverse=True)
-        for old in others[kept - 1:]:
-            lock = FileLock(str(old / ".lock"))
-            try:
-                lock.acquire(timeout=0)
-            except (Timeout, OSError):
-                continue
-            try:
-                shutil.rmtree(old, ignore_errors=True)
-            finally:
-                lock.release()
+        """This library's build folders but ``keep`` and the most recent others removed
+        (:func:`zoo.native_cache.prune_builds`)."""
+        prune_builds(self.name, keep, self.file, kept)
 
     def file(self, folder: Path) -> Path:
         """The compiled library in ``folder``."""
