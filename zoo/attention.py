@@ -98,7 +98,9 @@ class MultiHeadAttention(nn.Module):
 
     What it may call: ``self._dense(q, k, v, mask, offset=, scale=)``, softmax attention
     through the kernel with bias and relative positions applied and the weights
-    recorded when asked; ``boolean_mask`` for the mask.
+    recorded when asked; ``self._weights(scores, mask)``, the softmax weights of scores
+    it wrote out itself (masked, recorded when asked, dropped out in training);
+    ``boolean_mask`` for the mask.
 
     Attributes (set by ``__init__``; read them, do not reassign them after building):
     ``d_model``, ``n_heads``, ``head_dim`` (d_model // n_heads unless given),
@@ -338,19 +340,30 @@ class MultiHeadAttention(nn.Module):
         scores = scores * (self.head_dim**-0.5 if scale is None else scale)
         if self.position_kind == "bias":
             scores = scores + self.positional.bias(rel).to(scores.dtype)[None]
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        if record:
-            self.last_weights = weights.detach()
-        if dropout > 0.0:
-            weights = nn.functional.dropout(weights, p=dropout)
+        weights = self._weights(scores, mask, record=record, dropout=dropout)
         out = weights @ v
         if self.position_kind == "relative":
             term = self.positional.values_term(weights, rel)
             if term is not None:
                 out = out + term
         return out
+
+
+    def _weights(self, scores: torch.Tensor, mask: torch.Tensor | None, *,
+                 record: bool | None = None, dropout: float | None = None) -> torch.Tensor:
+        """Softmax weights of scores written out (B, H, Lq, Lk): -inf where ``mask`` is
+        False, the softmax in fp32, kept in ``last_weights`` when ``record`` (None:
+        ``record_weights``), then dropped out at ``dropout`` (None: the attention's own
+        in training). What a mechanism that computes its own scores multiplies v by."""
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+        if self.record_weights if record is None else record:
+            self.last_weights = weights.detach()
+        dropout = (self.dropout if self.training else 0.0) if dropout is None else dropout
+        if dropout > 0.0:
+            weights = nn.functional.dropout(weights, p=dropout)
+        return weights
 
 
 class InsideAttention(nn.Module):

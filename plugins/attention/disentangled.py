@@ -77,11 +77,4 @@ class DisentangledAttention(MultiHeadAttention):
         mask = boolean_mask(lq, lk, causal=self.causal and lq > 1,
                             key_padding_mask=key_padding_mask, attn_mask=attn_mask,
                             device=q.device)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        if self.record_weights:
-            self.last_weights = weights.detach()
-        if self.training and self.dropout > 0.0:
-            weights = torch.nn.functional.dropout(weights, p=self.dropout)
-        return weights @ v
+        return self._weights(scores, mask) @ v

@@ -86,11 +86,4 @@ class VanillaAttention(MultiHeadAttention):
         scale = self.head_dim ** -0.5 if self.scale is None else self.scale
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale
         scores = torch.tanh(scores / self.softcap) * self.softcap
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        if self.record_weights:
-            self.last_weights = weights.detach()
-        if self.training and self.dropout > 0.0:
-            weights = torch.nn.functional.dropout(weights, p=self.dropout)
-        return torch.matmul(weights, v)
+        return torch.matmul(self._weights(scores, mask), v)
