@@ -24,7 +24,7 @@ from torch import nn
 
 from zoo.plugin_api import Dropout, GenerationSettings, LanguageModelCache, Linear, Slot
 
-from .layer_kinds import LayerKinds
+from .layer_kinds import LayerKinds, layers_of_kinds
 from .seq2seq import MAX_FF, MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 
@@ -124,20 +124,14 @@ class CausalLM(nn.Module):
         nn.init.normal_(self.embed.weight, std=0.02)
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
         self.drop = Dropout(s.dropout)
-        made = {}  # each kind of layer's factories, made once (its shared positions)
-
-        def block(kind: str | None) -> nn.Module:
-            variant = parts.variant(kind)
-            if kind not in made:
-                made[kind] = variant.layer_factories(
-                    d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
-                    attention_dropout=s.attention_dropout, max_len=s.max_len,
-                    activation_dropout=s.activation_dropout, head_dim=s.head_dim,
-                    n_kv_heads=s.n_kv_heads)
-            return variant.make("block", d_model=s.d_model, dropout=s.dropout,
-                                norm_first=s.norm_placement == "pre", **made[kind])
-
-        self.layers = nn.ModuleList(block(kind) for kind in s.kinds())
+        self.layers = layers_of_kinds(
+            parts, s.kinds(),
+            factories=dict(d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
+                           attention_dropout=s.attention_dropout, max_len=s.max_len,
+                           activation_dropout=s.activation_dropout, head_dim=s.head_dim,
+                           n_kv_heads=s.n_kv_heads),
+            block=dict(d_model=s.d_model, dropout=s.dropout,
+                       norm_first=s.norm_placement == "pre"))
         final = s.norm_placement == "pre" if s.final_norm is None else s.final_norm
         self.norm = parts.make("norm", dim=s.d_model) if final else None
         self.lm_head = Linear(s.d_model, s.vocab_size, bias=s.output_bias)

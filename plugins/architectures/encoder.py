@@ -20,7 +20,7 @@ weights load, ``pooled`` gives its output).
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from pydantic import ConfigDict, Field, model_validator
@@ -28,7 +28,7 @@ from torch import nn
 
 from zoo.plugin_api import Dropout, Linear, RecipeError, Slot
 
-from .layer_kinds import LayerKinds
+from .layer_kinds import LayerKinds, layers_of_kinds
 from .seq2seq import MAX_FF, MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 
@@ -112,15 +112,15 @@ class MaskedLMHead(nn.Module):
         return self.decoder(self.norm(self.act(self.dense(x)))) + self.bias
 
 
-def causal(parts, factories: dict) -> Callable[..., nn.Module]:
-    """``factories``' make_attention, each attention made causal; refused by name when the
-    attention does not claim it."""
+def causal(parts, factories: dict) -> dict:
+    """``factories`` with make_attention making each attention causal; refused by name
+    when the attention does not claim it."""
     attention = parts.parts["attention"].component
     if not attention.capabilities.causal:
         raise RecipeError(f"encoder setting causal: true needs an attention that claims "
                           f"'causal', and {attention.name!r} does not; use 'vanilla'")
     make = factories["make_attention"]
-    return lambda **kwargs: make(**{**kwargs, "causal": True})
+    return {**factories, "make_attention": lambda **kwargs: make(**{**kwargs, "causal": True})}
 
 
 class Encoder(nn.Module):
@@ -155,20 +155,13 @@ class Encoder(nn.Module):
         if self.token_types is not None:
             nn.init.normal_(self.token_types.weight, std=0.02)
         self.positional = parts.embedding_positions(d_model=s.d_model, max_len=s.max_len)
-        made = {}  # each kind of layer's factories, made once (its shared positions)
-
-        def block(kind: str | None) -> nn.Module:
-            variant = parts.variant(kind)
-            if kind not in made:
-                made[kind] = variant.layer_factories(
-                    d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
-                    attention_dropout=s.attention_dropout, max_len=s.max_len)
-                if s.causal:
-                    made[kind]["make_attention"] = causal(variant, made[kind])
-            return variant.make("block", d_model=s.d_model, dropout=s.dropout,
-                                norm_first=s.norm_placement == "pre", **made[kind])
-
-        self.layers = nn.ModuleList(block(kind) for kind in s.kinds())
+        self.layers = layers_of_kinds(
+            parts, s.kinds(),
+            factories=dict(d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff, dropout=s.dropout,
+                           attention_dropout=s.attention_dropout, max_len=s.max_len),
+            block=dict(d_model=s.d_model, dropout=s.dropout,
+                       norm_first=s.norm_placement == "pre"),
+            adapt=causal if s.causal else None)
 
         def norm() -> nn.Module:
             return parts.make("norm", dim=s.d_model)

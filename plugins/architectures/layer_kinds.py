@@ -11,9 +11,10 @@ layer from ``parts.variant(kind)``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, Field, model_validator
+from torch import nn
 
 
 class LayerKinds(BaseModel):
@@ -50,3 +51,23 @@ class LayerKinds(BaseModel):
         """Each layer's kind, None for the recipe's own components."""
         return list(self.layer_types) if self.layer_types is not None \
             else [None] * getattr(self, "layers")
+
+
+def layers_of_kinds(parts, kinds: list[str | None], *, factories: dict[str, Any],
+                    block: dict[str, Any],
+                    adapt: Callable[[Any, dict], dict] | None = None) -> nn.ModuleList:
+    """One block per entry of ``kinds``, each built from its kind's parts
+    (``parts.variant``): the layer factories made once a kind (so that its layers share
+    their positions) from ``factories``, changed by ``adapt(variant, made)`` where given,
+    and the block made with ``block``'s arguments and them."""
+    made: dict[str | None, dict] = {}
+
+    def one(kind: str | None) -> nn.Module:
+        variant = parts.variant(kind)
+        if kind not in made:
+            made[kind] = variant.layer_factories(**factories)
+            if adapt is not None:
+                made[kind] = adapt(variant, made[kind])
+        return variant.make("block", **block, **made[kind])
+
+    return nn.ModuleList(one(kind) for kind in kinds)
