@@ -21,6 +21,34 @@ TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_he
             intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
+def _written_back(model, cls: str, tmp_path, pad: int, rows=((1, 6),)):
+    """``model`` (transformers', its biases drawn) saved, built by zoo, written back by
+    zoo; transformers' read of what zoo wrote: no missing or unexpected weight, and zoo's
+    outputs on a batch padded with ``pad`` (row, from) as ``rows`` say. The written
+    config."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(tmp_path / "in")
+    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
+    export(ours, tmp_path / "out", "transformers")
+    back, info = getattr(tf, cls).from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    tokens = torch.randint(2, 99, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(tokens)
+    for row, start in rows:
+        mask[row, start:] = 0
+    tokens[mask == 0] = pad
+    with torch.no_grad():
+        out = back.eval()(input_ids=tokens, attention_mask=mask)
+        got = ours(tokens, padding_mask=mask == 0)
+    expected = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    real = mask.bool() if expected.dim() == 3 else slice(None)
+    assert (got[real] - expected[real]).abs().max() < 1e-5
+    return json.loads((tmp_path / "out" / "config.json").read_text())
+
+
 @pytest.mark.parametrize("cls", ["RobertaModel", "RobertaForMaskedLM",
                                  "RobertaForSequenceClassification", "XLMRobertaModel",
                                  "XLMRobertaForSequenceClassification"])
@@ -30,28 +58,10 @@ def test_a_roberta_folder_is_written_back_with_zoos_outputs(cls, tmp_path):
     model = getattr(tf, cls)(config_class(**TINY, type_vocab_size=1, max_position_embeddings=66,
                                           num_labels=3, pad_token_id=1,
                                           architectures=[cls])).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(std=0.1)
-    model.save_pretrained(tmp_path / "in")
-    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
-    export(ours, tmp_path / "out", "transformers")
-    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    # RoBERTa's <pad>: two rows padded differently
+    config = _written_back(model, cls, tmp_path, pad=1, rows=((1, 6), (2, 3)))
     assert config["model_type"] == ("xlm-roberta" if cls.startswith("XLM") else "roberta")
     assert config["max_position_embeddings"] == 66
-    back, info = getattr(tf, cls).from_pretrained(tmp_path / "out", output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
-    tokens = torch.randint(2, 99, (3, 9), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(tokens)
-    mask[1, 6:], mask[2, 3:] = 0, 0
-    tokens[mask == 0] = 1  # RoBERTa's <pad>: two rows padded differently
-    with torch.no_grad():
-        out = back.eval()(input_ids=tokens, attention_mask=mask)
-        got = ours(tokens, padding_mask=mask == 0)
-    expected = out.logits if hasattr(out, "logits") else out.last_hidden_state
-    real = mask.bool() if expected.dim() == 3 else slice(None)
-    assert (got[real] - expected[real]).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("cls", ["DistilBertModel", "DistilBertForMaskedLM",
@@ -61,27 +71,7 @@ def test_a_distilbert_folder_is_written_back_with_zoos_outputs(cls, tmp_path):
     model = getattr(tf, cls)(tf.DistilBertConfig(
         vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64,
         dropout=0.0, attention_dropout=0.0, num_labels=3, architectures=[cls])).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(std=0.1)
-    model.save_pretrained(tmp_path / "in")
-    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
-    export(ours, tmp_path / "out", "transformers")
-    assert json.loads((tmp_path / "out" / "config.json").read_text())["model_type"] == \
-        "distilbert"
-    back, info = getattr(tf, cls).from_pretrained(tmp_path / "out", output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
-    tokens = torch.randint(2, 99, (3, 9), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(tokens)
-    mask[1, 6:] = 0
-    tokens[mask == 0] = 0
-    with torch.no_grad():
-        out = back.eval()(input_ids=tokens, attention_mask=mask)
-        got = ours(tokens, padding_mask=mask == 0)
-    expected = out.logits if hasattr(out, "logits") else out.last_hidden_state
-    real = mask.bool() if expected.dim() == 3 else slice(None)
-    assert (got[real] - expected[real]).abs().max() < 1e-5
+    assert _written_back(model, cls, tmp_path, pad=0)["model_type"] == "distilbert"
 
 
 def test_an_encoder_berts_layout_cannot_hold_is_refused_not_written_wrong(tmp_path):
@@ -108,24 +98,7 @@ def test_an_mpnet_folder_is_written_back_with_zoos_outputs(cls, tmp_path):
                                             layer_norm_eps=1e-5)).eval()
     with torch.no_grad():
         model.base_model.encoder.relative_attention_bias.weight.normal_(std=1.0)
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(std=0.1)
-    model.save_pretrained(tmp_path / "in")
-    ours = zoo.build(f"local-dir:{tmp_path / 'in'}")
-    export(ours, tmp_path / "out", "transformers")
-    back, info = getattr(tf, cls).from_pretrained(tmp_path / "out", output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
-    tokens = torch.randint(2, 99, (3, 9), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(tokens)
-    mask[1, 6:] = 0
-    tokens[mask == 0] = 1
-    with torch.no_grad():
-        out = back.eval()(input_ids=tokens, attention_mask=mask)
-        got = ours(tokens, padding_mask=mask == 0)
-    expected = out.logits if hasattr(out, "logits") else out.last_hidden_state
-    real = mask.bool() if expected.dim() == 3 else slice(None)
-    assert (got[real] - expected[real]).abs().max() < 1e-5
+    assert _written_back(model, cls, tmp_path, pad=1)["model_type"] == "mpnet"
 
 
 def test_a_roberta_config_without_a_pad_token_pads_with_robertas(tmp_path):
