@@ -8,13 +8,15 @@ expresses is exported: softmax attention with the paper's scale, sinusoidal or l
 positions, LayerNorm or RMSNorm, ReLU, GELU or SwiGLU feed-forward, pre- or post-norm;
 any other component is refused by name before anything is written. A language model
 (for CTranslate2's ``Generator``) or an encoder (its ``Encoder``) is its transformers
-export (GPT-2, Llama, Qwen2, Mistral; BERT, RoBERTa) converted by CTranslate2's own
-converter, with the model's vocabulary and start and end tokens (Klein et al. 2020,
+export (GPT-2, Llama, Qwen2 and 3, Mistral, Phi-3, Gemma 1 to 3; BERT, DistilBERT,
+RoBERTa, XLM-RoBERTa) converted by CTranslate2's own converter, with the model's
+vocabulary and start and end tokens; a family it has no conversion for is refused by name (Klein et al. 2020,
 "Efficient and High-Quality Neural Machine Translation with OpenNMT").
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -295,14 +297,13 @@ def _converted(model: nn.Module, folder: Path, export: Callable[..., Path], *,
                           "CTranslate2's converter rotates every feature of a Phi-3 head; "
                           "export with --format onnx or transformers")
     size = model.settings.vocab_size
-    tokens = list(vocabulary) if vocabulary is not None else (
-        _tokenizer_vocabulary(model, size) or default_vocabulary(size))
+    named = None if vocabulary is not None else _tokenizer_vocabulary(model, size)
+    tokens = list(vocabulary) if vocabulary is not None else (named or default_vocabulary(size))
     _checked_vocabulary(tokens, size)
     start, end = start_and_end(model, bos_id, eos_id)
     encoder = kind_of(model) == "encoder"
-    imported = model.imported
-    if encoder and imported is not None and vocabulary is None:
-        unk_id = getattr(imported.tokenizer(), "unk_token_id", unk_id)  # BERT's [UNK]: 100
+    if encoder and named is not None:  # the folder's tokenizer names the ids
+        unk_id = getattr(model.imported.tokenizer(), "unk_token_id", unk_id)  # BERT's: 100
     unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < size else ""
     names = _TokenNames(tokens, tokens[start], tokens[end], unk)
     engine = "Encoder" if encoder else "Generator"
@@ -318,8 +319,18 @@ def _converted(model: nn.Module, folder: Path, export: Callable[..., Path], *,
         except ExportError as exc:
             raise ExportError(f"CTranslate2's {engine} runs the models of transformers' "
                               f"families, and {exc}") from None
-        Converter(str(Path(work) / "transformers")).convert(
-            str(folder), quantization=quantization, force=True)
+        written = Path(work) / "transformers"
+        try:
+            Converter(str(written)).convert(str(folder), quantization=quantization, force=True)
+        except ValueError as exc:
+            if "No conversion is registered" not in str(exc):
+                raise
+            family = json.loads((written / "config.json").read_text())["model_type"]
+            raise ExportError(f"CTranslate2's converter has no conversion for {family} "
+                              f"models (it converts BERT, DistilBERT, RoBERTa and "
+                              f"XLM-RoBERTa encoders, and GPT-2, Llama, Qwen, Mistral, Phi "
+                              f"and Gemma language models); export with --format onnx or "
+                              f"transformers") from None
     return {"quantization": quantization or "float32",
             "load": "ctranslate2.Encoder(FOLDER).forward_batch([[token, ...], ...])"
             if encoder else "ctranslate2.Generator(FOLDER).generate_batch([[token, ...], ...])",
