@@ -198,3 +198,23 @@ def xlm_roberta_tokenizer(folder: Path):
     tokenizer = tf.XLMRobertaTokenizer(vocab=[*vocab, ("<mask>", 0.0)])
     tokenizer.save_pretrained(folder)
     return tokenizer
+
+
+def onnx_encoder(model, folder: Path):
+    """An encoder exported by ``zoo export --format onnx`` to ``folder``, as a function of
+    ``tokens`` and ``mask`` (1 at real tokens, 0 at padding) that ONNX Runtime runs: its
+    head's output."""
+    import onnxruntime
+
+    from zoo.export import export
+
+    export(model, folder, "onnx")
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"))
+
+    def run(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        (out,) = session.run(None, {"tokens": tokens.numpy(),
+                                    "padding_mask": (mask == 0).numpy(),
+                                    "token_types": torch.zeros_like(tokens).numpy()})
+        return torch.from_numpy(out)
+
+    return run

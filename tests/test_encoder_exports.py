@@ -2,7 +2,9 @@
 positions counting real tokens from the pad's row + 1, their heads' own names) and
 DistilBERT's (its own keys and names, its classifier's ReLU) that transformers reads with
 zoo's outputs and no missing or unexpected weight; and an encoder BERT's layout cannot
-hold (DistilBERT's ReLU pooler) refused by BERT's writer rather than written wrong."""
+hold (DistilBERT's ReLU pooler) refused by BERT's writer rather than written wrong. Written
+for CTranslate2 (DistilBERT, RoBERTa, XLM-RoBERTa: the families its converter takes) and
+ONNX Runtime, with transformers' outputs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import torch
 import zoo
 from zoo.errors import FormatError
 from zoo.export import export
+
+from .formats import onnx_encoder
 
 tf = pytest.importorskip("transformers")
 
@@ -142,3 +146,80 @@ def test_a_distilbert_exports_to_ctranslate2s_encoder_with_zoos_hidden_states(tm
         with torch.no_grad():
             expected = ours.hidden_states(torch.tensor([i]))[0]
         assert (row[:len(i)] - expected).abs().max() < 1e-4
+
+
+def _saved(cls: str, folder):
+    """A transformers model of class ``cls`` (TINY, biases drawn) saved to ``folder``;
+    (the model, its pad id)."""
+    torch.manual_seed(0)
+    if cls.startswith("DistilBert"):
+        config, pad = tf.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4,
+                                          hidden_dim=37, dropout=0.0, attention_dropout=0.0,
+                                          num_labels=3), 0
+    else:
+        config_class = getattr(tf, cls[:cls.index("For")] + "Config" if "For" in cls
+                               else cls.replace("Model", "Config"))
+        config, pad = config_class(**TINY, max_position_embeddings=66, num_labels=3,
+                                   pad_token_id=1, **({} if cls.startswith("MPNet") else
+                                                      {"type_vocab_size": 1})), 1
+    model = getattr(tf, cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(folder)
+    return model, pad
+
+
+@pytest.mark.parametrize("cls", ["DistilBertForSequenceClassification", "MPNetForMaskedLM",
+                                 "XLMRobertaModel", "RobertaForSequenceClassification"])
+def test_the_onnx_export_of_each_encoder_family_gives_transformers_outputs(cls, tmp_path):
+    """At another batch size and length than the export's, right-padded."""
+    pytest.importorskip("onnxruntime")
+    reference, pad = _saved(cls, tmp_path / "in")
+    tokens = torch.randint(2, 99, (4, 11), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(tokens)
+    mask[1, 6:], mask[3, 3:] = 0, 0
+    tokens[mask == 0] = pad
+    run = onnx_encoder(zoo.build(f"local-dir:{tmp_path / 'in'}"), tmp_path / "onnx")
+    got = run(tokens, mask)
+    with torch.no_grad():
+        out = reference(input_ids=tokens, attention_mask=mask)
+    expected = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    real = mask.bool() if expected.dim() == 3 else slice(None)
+    assert (got[real] - expected[real]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("cls", ["XLMRobertaModel", "RobertaModel"])
+def test_a_roberta_exports_to_ctranslate2s_encoder_with_transformers_hidden_states(cls,
+                                                                                  tmp_path):
+    """CTranslate2's own converter of zoo's transformers export (its positions from the
+    pad's row + 1); the ids named by zoo's default vocabulary, as the export names them."""
+    ct2 = pytest.importorskip("ctranslate2")
+    import numpy as np
+
+    from zoo.export import default_vocabulary
+
+    reference, pad = _saved(cls, tmp_path / "in")
+    export(zoo.build(f"local-dir:{tmp_path / 'in'}"), tmp_path / "ct2", "ctranslate2")
+    names = default_vocabulary(99)
+    rows = [[5, 17, 42, 8, 96, 3], [7, 7, 60]]
+    found = ct2.Encoder(str(tmp_path / "ct2"), device="cpu").forward_batch(
+        [[names[i] for i in row] for row in rows])
+    hidden = torch.tensor(np.array(found.last_hidden_state))
+    for got, row in zip(hidden, rows):
+        with torch.no_grad():
+            expected = reference(input_ids=torch.tensor([row])).last_hidden_state[0]
+        assert (got[:len(row)] - expected).abs().max() < 1e-4
+
+
+def test_an_encoder_ctranslate2_cannot_convert_is_refused_by_name(tmp_path):
+    """MPNet: its transformers folder is written, CTranslate2's converter has no conversion
+    for it; one zoo error, nothing left behind."""
+    pytest.importorskip("ctranslate2")
+    from zoo.export import ExportError
+
+    _saved("MPNetModel", tmp_path / "in")
+    with pytest.raises(ExportError, match="no conversion for mpnet models"):
+        export(zoo.build(f"local-dir:{tmp_path / 'in'}"), tmp_path / "ct2", "ctranslate2")
+    assert not (tmp_path / "ct2").exists()
