@@ -218,3 +218,32 @@ def test_zoo_export_writes_a_clip_folder_with_the_same_zero_shot_probabilities(c
     for path, row in zip(paths, got):
         expected = {r["label"]: r["score"] for r in pipe(str(path), candidate_labels=LABELS)}
         assert max(abs(expected[label] - p) for label, p in zip(LABELS, row.tolist())) < 1e-5
+
+
+def test_the_onnx_export_gives_transformers_embeddings_and_logits(clip_folder, tmp_path):
+    """image.onnx and text.onnx in ONNX Runtime, at other batch sizes and lengths than the
+    export's: CLIPModel's unit-length image_embeds and text_embeds, and with the recorded
+    logit_scale its logits_per_image."""
+    ort = pytest.importorskip("onnxruntime")
+    from zoo.export import export
+
+    reference, folder = clip_folder
+    export(zoo.build(f"local-dir:{folder}"), tmp_path / "onnx", "onnx")
+    info = json.loads((tmp_path / "onnx" / "zoo-export.json").read_text())
+    images = torch.randn(3, 3, 32, 32)
+    tokens = torch.randint(3, 500, (4, 11))
+    tokens[:, -1] = 522
+    tokens[2, 6:] = 522
+    mask = torch.ones_like(tokens)
+    mask[2, 7:] = 0
+    image = ort.InferenceSession(str(tmp_path / "onnx" / "image.onnx"))
+    text = ort.InferenceSession(str(tmp_path / "onnx" / "text.onnx"))
+    image_embeds = torch.from_numpy(image.run(None, {"pixel_values": images.numpy()})[0])
+    text_embeds = torch.from_numpy(text.run(None, {"tokens": tokens.numpy(),
+                                                  "padding_mask": (mask == 0).numpy()})[0])
+    with torch.no_grad():
+        expected = reference(input_ids=tokens, attention_mask=mask, pixel_values=images)
+    assert (image_embeds - expected.image_embeds).abs().max() < 1e-5
+    assert (text_embeds - expected.text_embeds).abs().max() < 1e-5
+    logits = image_embeds @ text_embeds.T * info["logit_scale"]
+    assert (logits - expected.logits_per_image).abs().max() < 1e-4

@@ -16,6 +16,8 @@ import torch
 import zoo
 from zoo.errors import FormatError
 
+from .formats import onnx_encoder
+
 tf = pytest.importorskip("transformers")
 
 PUBLISHED = {"model_type": "deberta-v2", "attention_probs_dropout_prob": 0.1,
@@ -128,3 +130,17 @@ def test_what_zoo_cannot_express_is_refused_by_name(key, value, says, tmp_path):
     path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
     with pytest.raises(FormatError, match=f"deberta-v2 config option.*{says}"):
         zoo.build(f"local-dir:{tmp_path}")
+
+
+def test_the_onnx_export_gives_transformers_hidden_states(tmp_path):
+    """The disentangled terms and the log-bucketed distances traced into the graph: ONNX
+    Runtime's hidden states equal transformers' at another length than the export's."""
+    pytest.importorskip("onnxruntime")
+    reference = _folder("DebertaV2Model", tmp_path / "in")
+    tokens, mask = _batch()
+    run = onnx_encoder(zoo.build(f"local-dir:{tmp_path / 'in'}"), tmp_path / "onnx")
+    got = run(tokens, mask)
+    with torch.no_grad():
+        expected = reference(input_ids=tokens, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    assert (got[real] - expected[real]).abs().max() < 1e-5

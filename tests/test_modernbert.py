@@ -15,6 +15,8 @@ import torch
 import zoo
 from zoo.errors import FormatError
 
+from .formats import onnx_encoder
+
 tf = pytest.importorskip("transformers")
 
 PUBLISHED = {
@@ -184,3 +186,18 @@ def test_what_modernbert_cannot_express_is_not_written_as_it():
     recipe = zoo.get_recipe("minilm-l6-h384").to_dict()
     with pytest.raises(FormatError, match="positional .*ModernBERT's positions are RoPE"):
         ModernBertFormat().export(recipe, {}, None)
+
+
+def test_the_onnx_export_gives_transformers_logits_on_padded_batches(tmp_path):
+    """Local and global layers, RoPE, the mean-pooling head: ONNX Runtime's logits equal
+    transformers', padded on either side (another length than the export's)."""
+    pytest.importorskip("onnxruntime")
+    cls = "ModernBertForSequenceClassification"
+    reference = _folder(cls, tmp_path / "in", True)
+    run = onnx_encoder(zoo.build(f"local-dir:{tmp_path / 'in'}"), tmp_path / "onnx")
+    for side in ("right", "left"):
+        tokens, mask = _batch(side)
+        got = run(tokens, mask)
+        with torch.no_grad():
+            expected = reference(input_ids=tokens, attention_mask=mask).logits
+        assert (got - expected).abs().max() < 1e-5, side

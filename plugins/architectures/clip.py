@@ -86,7 +86,9 @@ class CLIP(nn.Module):
             end = tokens.argmax(-1)
         else:
             end = tokens.eq(self.settings.eos_id).int().argmax(-1)
-        return self.text_projection(hidden[torch.arange(len(tokens)), end])
+        # gathered, not indexed by arange(B): an exporter keeps the batch dynamic
+        at_end = hidden.gather(1, end[:, None, None].expand(-1, 1, hidden.shape[-1]))
+        return self.text_projection(at_end.squeeze(1))
 
     def forward(self, images: torch.Tensor, tokens: torch.Tensor,
                 padding_mask: torch.Tensor | None = None) -> torch.Tensor:

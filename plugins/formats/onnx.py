@@ -8,7 +8,11 @@ and the lengths dynamic (no cache: the whole text or prefix is fed each time).
 - a language model: ``model.onnx``, ``tokens`` and ``padding_mask`` (True at the left
   padding) to the logits of every next token;
 - an encoder: ``model.onnx``, ``tokens``, ``padding_mask`` and ``token_types`` to its
-  head's output (``hidden_states`` or ``logits``).
+  head's output (``hidden_states`` or ``logits``);
+- an image-text model (CLIP): ``image.onnx`` (``pixel_values`` to ``image_embeds``) and
+  ``text.onnx`` (``tokens`` and ``padding_mask`` to ``text_embeds``), each vector of unit
+  length, as transformers' ``CLIPModel`` gives them; the export's record holds the
+  ``logit_scale`` that turns their cosines into logits.
 """
 
 from __future__ import annotations
@@ -52,6 +56,29 @@ class _TextEncoder(nn.Module):
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor,
                 token_types: torch.Tensor) -> torch.Tensor:
         return self.model(tokens, padding_mask=padding_mask, token_types=token_types)
+
+
+class _Images(nn.Module):
+    """An image-text model's image tower: images to vectors of unit length."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(self.model.image_features(images), dim=-1)
+
+
+class _Texts(nn.Module):
+    """An image-text model's text tower: tokens and their padding to vectors of unit
+    length."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(self.model.text_features(tokens, padding_mask), dim=-1)
 
 
 class _LanguageModel(nn.Module):
@@ -145,8 +172,29 @@ def _encoder(model: nn.Module, folder: Path, opset: int) -> dict[str, str]:
     return calls
 
 
+def _image_text(model: nn.Module, folder: Path, opset: int) -> dict[str, str]:
+    """``image.onnx`` and ``text.onnx``: each tower to vectors of unit length."""
+    device = next(model.parameters()).device
+    s = model.settings.vision
+    images = torch.randn(2, s.in_chans, s.image_size, s.image_size, device=device)
+    _onnx_export(_Images(model).eval(), (images,), folder / "image.onnx", ["pixel_values"],
+                 "image_embeds", {"images": {0: "batch"}}, opset)
+    tokens = torch.randint(0, model.settings.text.vocab_size, (2, 7), device=device)
+    padding = torch.zeros_like(tokens, dtype=torch.bool)
+    padding[1, 5:] = True
+    axes = {0: "batch", 1: "length"}
+    _onnx_export(_Texts(model).eval(), (tokens, padding), folder / "text.onnx",
+                 ["tokens", "padding_mask"], "text_embeds",
+                 {"tokens": axes, "padding_mask": axes}, opset)
+    return {"image.onnx": "pixel_values (B, C, H, W) float32 -> image_embeds (B, d), "
+                          "unit length",
+            "text.onnx": "tokens (B, L) int64, padding_mask (B, L) bool (True at padding) "
+                         "-> text_embeds (B, d), unit length; logits_per_image = "
+                         "image_embeds @ text_embeds.T * logit_scale"}
+
+
 WRITERS = {"image-classifier": _image_classifier, "seq2seq": _seq2seq,
-           "language-model": _language_model, "encoder": _encoder}
+           "language-model": _language_model, "encoder": _encoder, "image-text": _image_text}
 """What each kind of model is written as."""
 
 
@@ -170,11 +218,14 @@ class OnnxWriter(Format):
         kind = kind_of(model)
         if kind is None:
             raise ExportError(f"--format onnx exports image classifiers, seq2seq and language "
-                              f"models and encoders; this {type(model).__name__} is of none "
-                              "of these kinds")
+                              f"models, encoders and image-text models; this "
+                              f"{type(model).__name__} is of none of these kinds")
         if is_quantized(model):
             raise ExportError("export the fp32 model: ONNX Runtime quantizes an ONNX graph "
                               "itself (onnxruntime.quantization.quantize_dynamic)")
         model = model.eval()
         calls = WRITERS[kind](model, folder, opset)
-        return {"opset": opset, "files": calls, "load": "onnxruntime.InferenceSession(FILE)"}
+        info = {"opset": opset, "files": calls, "load": "onnxruntime.InferenceSession(FILE)"}
+        if kind == "image-text":  # what turns the towers' cosines into logits
+            info["logit_scale"] = float(model.logit_scale.detach().exp())
+        return info
