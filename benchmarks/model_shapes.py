@@ -1,15 +1,24 @@
-"""Folders of the seq2seq models users pull, at their published sizes with random weights,
-for ``zoo bench decode --model local-dir:FOLDER`` (docs/bench.md): what transformers saves
-from the published configurations of Helsinki-NLP/opus-mt-de-en (Marian), google-t5/t5-small,
-google/flan-t5-small and facebook/mbart-large-cc25, with weights drawn at random (seeded),
-so that the timings need no download. Decoding speed depends on the sizes and the layer,
-not on the weights' values; every implementation is told to make exactly the same number
-of tokens.
+"""Folders of the models users pull, with random weights, for ``zoo bench decode --model
+local-dir:FOLDER`` (docs/bench.md): what transformers saves from the published
+configurations, with weights drawn at random (seeded), so that the timings need no download.
+Decoding speed depends on the sizes and the layer, not on the weights' values; every
+implementation is told to make exactly the same number of tokens.
 
-    python benchmarks/model_shapes.py OUT [--only opus-mt-de-en,t5-small] [--small]
+- the seq2seq models at their published sizes: Helsinki-NLP/opus-mt-de-en (Marian),
+  google-t5/t5-small, google/flan-t5-small and facebook/mbart-large-cc25;
+- the decoder-only families at one size, llama-110m-shape's (width 768, 12 layers, a
+  network 2048 wide, 32,000 words), each with its published layer: Qwen3-0.6B's (heads of
+  128 wider than the width, queries and keys normed, 2 queries a key/value head), Mistral
+  7B's (4 queries a key/value head, a window of 4096), Phi-3-mini's (fused projections),
+  gemma-2b's (one key/value head, GELU, scaled embeddings), gemma-2-2b's (sandwich norms,
+  soft caps, local and global layers) and gemma-3-1b's (queries and keys normed, one
+  global layer in six, two RoPE bases). At one size, the families' figures compare with
+  each other and with ``llama-110m-shape``'s.
 
-writes OUT/NAME for each; ``--small`` shrinks widths, layers and vocabularies (a test's
-quick check of the same code)."""
+    python benchmarks/model_shapes.py OUT [--only opus-mt-de-en,qwen3-at-110m] [--small]
+
+writes OUT/NAME for each; ``--small`` shrinks the seq2seq models' widths, layers and
+vocabularies (a quick check of the same code)."""
 
 from __future__ import annotations
 
@@ -43,6 +52,42 @@ SHAPES = {
         decoder_start_token_id=2)),
 }
 
+AT_110M = dict(hidden_size=768, num_hidden_layers=12, intermediate_size=2048, vocab_size=32000,
+               max_position_embeddings=2048, attention_dropout=0.0)
+"""llama-110m-shape's sizes, which each decoder family below takes."""
+
+FAMILIES = {
+    "qwen3-at-110m": ("Qwen3ForCausalLM", "Qwen3Config", dict(
+        num_attention_heads=8, num_key_value_heads=4, head_dim=128, hidden_act="silu",
+        rms_norm_eps=1e-6, rope_theta=1000000, tie_word_embeddings=True,
+        use_sliding_window=False, bos_token_id=31998, eos_token_id=31999)),
+    "mistral-at-110m": ("MistralForCausalLM", "MistralConfig", dict(
+        num_attention_heads=12, num_key_value_heads=3, hidden_act="silu", rms_norm_eps=1e-5,
+        rope_theta=10000.0, sliding_window=4096, tie_word_embeddings=False, bos_token_id=1,
+        eos_token_id=2)),
+    "phi3-at-110m": ("Phi3ForCausalLM", "Phi3Config", dict(
+        num_attention_heads=12, num_key_value_heads=12, hidden_act="silu", rms_norm_eps=1e-5,
+        rope_theta=10000.0, sliding_window=2047, original_max_position_embeddings=2048,
+        tie_word_embeddings=False, vocab_size=32064, bos_token_id=1, eos_token_id=32000,
+        pad_token_id=32000)),
+    "gemma-at-110m": ("GemmaForCausalLM", "GemmaConfig", dict(
+        num_attention_heads=12, num_key_value_heads=1, head_dim=64,
+        hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, rope_theta=10000.0,
+        bos_token_id=2, eos_token_id=1, pad_token_id=0)),
+    "gemma2-at-110m": ("Gemma2ForCausalLM", "Gemma2Config", dict(
+        num_attention_heads=12, num_key_value_heads=6, head_dim=64, query_pre_attn_scalar=64,
+        hidden_activation="gelu_pytorch_tanh", attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0, sliding_window=4096, rms_norm_eps=1e-6,
+        rope_theta=10000.0, bos_token_id=2, eos_token_id=1, pad_token_id=0)),
+    "gemma3-at-110m": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(
+        num_attention_heads=12, num_key_value_heads=1, head_dim=64, query_pre_attn_scalar=64,
+        hidden_activation="gelu_pytorch_tanh", sliding_window=512, sliding_window_pattern=6,
+        rope_local_base_freq=10000, rope_theta=1000000, rms_norm_eps=1e-6,
+        bos_token_id=2, eos_token_id=1, pad_token_id=0)),
+}
+"""Each decoder family's transformers class, config class and its published layer's keys
+(sizes from ``AT_110M``)."""
+
 SMALL = {"vocab_size": 512, "decoder_vocab_size": 512, "d_model": 64, "d_ff": 128, "d_kv": 16,
          "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "num_layers": 2, "num_decoder_layers": 2,
          "encoder_layers": 2, "decoder_layers": 2, "num_heads": 4, "encoder_attention_heads": 4,
@@ -50,11 +95,15 @@ SMALL = {"vocab_size": 512, "decoder_vocab_size": 512, "d_model": 64, "d_ff": 12
 
 
 def save_shape(name: str, out: Path, small: bool = False) -> Path:
-    """The folder of model ``name`` (a key of SHAPES) in ``out / name``."""
+    """The folder of model ``name`` (a key of SHAPES or FAMILIES) in ``out / name``."""
     import transformers
 
-    model_class, config_class, options = SHAPES[name]
-    options = dict(options)
+    if name in FAMILIES:
+        model_class, config_class, options = FAMILIES[name]
+        options = {**AT_110M, **options}
+    else:
+        model_class, config_class, options = SHAPES[name]
+        options = dict(options)
     if small:
         options.update({k: v for k, v in SMALL.items() if k in options})
         if "pad_token_id" in options and options["pad_token_id"] >= options["vocab_size"]:
@@ -69,7 +118,7 @@ def save_shape(name: str, out: Path, small: bool = False) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--only", default=",".join(SHAPES))
+    parser.add_argument("--only", default=",".join([*SHAPES, *FAMILIES]))
     parser.add_argument("--small", action="store_true")
     args = parser.parse_args()
     for name in args.only.split(","):
