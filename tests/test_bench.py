@@ -4,6 +4,7 @@ it says. (Timings are never asserted: machines are shared and noisy.)"""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -250,3 +251,30 @@ def test_bench_decode_of_an_imported_folder_times_the_folder_itself(tmp_path):
         assert {(r["impl"], r["mode"], r["dtype"]) for r in rows if r["bench"] == bench} \
             == expected
     assert "skipped" not in stdout
+
+
+def test_a_peer_in_a_process_of_its_own_is_let_settle_before_the_next_turn(monkeypatch):
+    """CTranslate2's threads spin on after its call; zoo takes the cores left free at
+    each call, so without a pause it ran its turn after CTranslate2's on one thread (half
+    its speed). The next turn waits, untimed, until the threads other processes run are
+    back to what ran before the peer's call (here one real neighbour), a second at most."""
+    from zoo.bench import harness
+
+    spinning = {"reads": 0}
+
+    def others_running(reads=3):  # a neighbour always, the peer's threads for 3 reads
+        spinning["reads"] = max(0, spinning["reads"] - 1)
+        return 1 + (2 if spinning["reads"] else 0)
+
+    monkeypatch.setattr(harness, "others_running", others_running)
+    seen = []
+    cases = [harness.Case("x", "ct2", "fp32", "m", lambda: spinning.update(reads=4), 1,
+                          "items/s", in_process=False),
+             harness.Case("x", "zoo", "fp32", "m", lambda: seen.append(spinning["reads"]), 1,
+                          "items/s")]
+    harness.alternate(cases, repeats=3, warmup=1)
+    assert len(seen) == 1 + 3 + 1 and set(seen) == {0}
+    monkeypatch.setattr(harness, "others_running", lambda reads=3: 5)  # a busy machine
+    start = time.monotonic()
+    harness.settle(1, limit=0.2)
+    assert 0.2 <= time.monotonic() - start < 1.0

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..hardware import cpu_busy
+from ..hardware import cpu_busy, others_running
 from .memory import PeakMemory
 
 
@@ -134,6 +134,32 @@ def count_flops(fn: Callable[[], object]) -> float:
     return float(counter.get_total_flops())
 
 
+def settle(before: int, limit: float = 1.0) -> None:
+    """Wait (up to ``limit`` s, untimed) until other processes run no more threads than
+    the ``before`` seen ahead of a peer's call in a process of its own. Its thread pool
+    spins on after the call (CTranslate2's OpenMP, about 200 ms), and zoo, which takes
+    the cores left free at each call (:func:`zoo.hardware.threads_for_a_call`), would
+    count it as a neighbour and run its own turn on one thread: measured on a 2-core Xeon,
+    zoo's one-prompt decoding of a Qwen3 at 1,110 ms after CTranslate2's turn against
+    605 ms with the cores free."""
+    deadline = time.monotonic() + limit
+    while others_running() > before and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _call(case: Case) -> float:
+    """One call of ``case``, its seconds; after a call in another process, the machine
+    settled back to what it ran before (:func:`settle`)."""
+    before = 0 if case.in_process else others_running()
+    start = time.perf_counter()
+    case.run()
+    _sync(case.device)
+    seconds = time.perf_counter() - start
+    if not case.in_process:
+        settle(before)
+    return seconds
+
+
 def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
               peaks: dict[str, float] | None = None, say=None) -> list[Result]:
     """Run every case ``warmup`` times, then ``repeats`` rounds of each in turn, then one
@@ -145,8 +171,7 @@ def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
             say(f"warming up {case.bench} {case.mode} {case.dtype} {case.impl} "
                 f"({n}/{len(cases)})")
         for _ in range(warmup):
-            case.run()
-        _sync(case.device)
+            _call(case)
     order = list(range(len(cases)))
     started = time.perf_counter()
     for round_ in range(repeats):
@@ -157,16 +182,12 @@ def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
                 left = f", about {per_round * (repeats - round_):.0f} s left"
             say(f"round {round_ + 1}/{repeats} of {len(cases)} cases{left}")
         for i in order[round_ % len(order):] + order[: round_ % len(order)]:
-            start = time.perf_counter()
-            cases[i].run()
-            _sync(cases[i].device)
-            times[i].append(time.perf_counter() - start)
+            times[i].append(_call(cases[i]))
     # peak memory last: measuring it sends large allocations to mmap, which slows what runs
     memory: dict[int, float | None] = {}
     for i, case in enumerate(cases):
         with PeakMemory(case.device, restore=True) as peak:
-            case.run()
-            _sync(case.device)
+            _call(case)
         memory[i] = None if peak.peak is None or not case.in_process else peak.peak / 2**20
     results = []
     for i, case in enumerate(cases):
