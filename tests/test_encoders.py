@@ -426,6 +426,24 @@ def test_the_real_minilm_in_int8_keeps_its_embeddings_and_their_order(minilm):
     assert similar[0, 1] > 0.7 and similar[0, 2] < 0.0  # the paraphrase still nearest
 
 
+def test_the_real_minilm_in_bf16_keeps_its_embeddings_and_their_order(minilm):
+    """Built in bf16 (its weights converted once; products, norms and softmax as zoo runs
+    bf16), against sentence-transformers' fp32 vectors: on this CPU's bf16 units where it
+    has them, else emulated by PyTorch (slower, the same numbers)."""
+    st = pytest.importorskip("sentence_transformers")
+    folder, _ = minilm
+    bf16 = zoo.build(f"local-dir:{folder}", dtype=torch.bfloat16)
+    ours = zoo.embed(bf16, SENTENCES)
+    assert ours.dtype == torch.bfloat16
+    ours = ours.float()
+    expected = st.SentenceTransformer(str(folder), device="cpu").encode(
+        SENTENCES, convert_to_tensor=True)
+    agreement = (expected * ours).sum(-1) / ours.norm(dim=-1)
+    assert agreement.min() > 0.999  # measured 0.99993 on 32 sentences
+    similar = zoo.cosine(ours, ours)
+    assert similar[0, 1] > 0.7 and similar[0, 2] < 0.0  # the paraphrase still nearest
+
+
 def test_the_onnx_export_of_the_real_minilm_gives_zoos_hidden_states(minilm, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     from zoo.export import export

