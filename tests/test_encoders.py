@@ -442,6 +442,10 @@ def test_the_real_minilm_in_bf16_keeps_its_embeddings_and_their_order(minilm):
     assert agreement.min() > 0.999  # measured 0.99993 on 32 sentences
     similar = zoo.cosine(ours, ours)
     assert similar[0, 1] > 0.7 and similar[0, 2] < 0.0  # the paraphrase still nearest
+    done = run_zoo("embed", f"local-dir:{folder}", *SENTENCES[:2], "--bf16")  # the CLI's
+    assert done.returncode == 0, done.stderr
+    printed = torch.tensor([json.loads(line)["embedding"] for line in done.stdout.splitlines()])
+    assert (printed - ours[:2]).abs().max() < 1e-6
 
 
 def test_the_onnx_export_of_the_real_minilm_gives_zoos_hidden_states(minilm, tmp_path):

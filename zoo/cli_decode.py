@@ -251,6 +251,9 @@ def add_embed(sub) -> None:
                    "standard input")
     p.add_argument("--batch-size", type=int, default=32, help="texts encoded together, of "
                    "similar length (32)")
+    p.add_argument("--bf16", action="store_true", help="encode in bf16 (the weights converted "
+                   "once): the fastest on a CPU with bf16 units (AMX, AVX512-BF16), emulated "
+                   "and slow elsewhere")
     p.add_argument("--device")
     p.set_defaults(func=cmd_embed)
 
@@ -267,8 +270,17 @@ def cmd_embed(args: argparse.Namespace) -> int:
     if kind_of(model) != "encoder":
         raise SystemExit(f"zoo embed: {args.model} is not an encoder (BERT, "
                          "sentence-transformers); zoo embed pools an encoder's hidden states")
+    if args.bf16:
+        import torch
+
+        from .hardware import detect
+
+        why = detect().why_no_bf16(args.device or "cpu")
+        if why:
+            print(f"zoo embed: warning: --bf16 with {why}", file=sys.stderr)
+        model = model.to(torch.bfloat16)
     vectors = embed(model, texts, batch_size=args.batch_size)
-    for text, vector in zip(texts, vectors.tolist()):
+    for text, vector in zip(texts, vectors.float().tolist()):
         print(json.dumps({"text": text, "embedding": [round(v, 7) for v in vector]}))
     return 0
 
