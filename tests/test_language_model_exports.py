@@ -85,6 +85,11 @@ def test_phi3_rotating_a_share_of_each_head_gives_transformers_logits_and_export
     torch.testing.assert_close(again[real], ref[real], rtol=0, atol=1e-4)
     with pytest.raises(ExportError, match="rope fraction 0.5: CTranslate2's converter"):
         export(model, tmp_path / "ct2", format="ctranslate2")
+    ort = pytest.importorskip("onnxruntime")
+    export(model, tmp_path / "onnx", format="onnx")
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    theirs = session.run(None, {"tokens": prompts.numpy(), "padding_mask": (mask == 0).numpy()})
+    torch.testing.assert_close(torch.from_numpy(theirs[0])[real], ref[real], rtol=0, atol=1e-4)
     with pytest.raises(ExportError, match="Phi-3 alone rotates a share"):
         export(zoo.build("llama-tiny", **{"positional.fraction": 0.5,
                                           "attention.qk_norm": True}),
