@@ -283,3 +283,24 @@ def test_a_peer_in_a_process_of_its_own_is_let_settle_before_the_next_turn(monke
     start = time.monotonic()
     harness.settle(1, limit=0.2)
     assert 0.2 <= time.monotonic() - start < 1.0
+
+
+def test_a_language_models_bf16_rows_decode_with_weights_in_bf16():
+    """zoo bench decode --model LM --dtypes bf16 timed the fp32 model under the name bf16
+    (no autocast either): its bf16 rows were fp32 rows. Each bf16 row now decodes a copy
+    with its weights converted to bf16 once; the fp32 rows keep the fp32 model."""
+    import zoo
+    from zoo.bench.language_models import generate_cases
+
+    model = zoo.build("llama-tiny").eval()
+    seen = []  # the dtype of the weights each forward pass reads (the hook is copied along)
+    model.register_forward_pre_hook(lambda m, args: seen.append(next(m.parameters()).dtype))
+    cases = generate_cases(model, batch=2, prompt_len=4, new_tokens=3, modes=("greedy",),
+                           dtypes=("fp32", "bf16"), impls=["zoo"], device="cpu",
+                           latency=None, say=None)
+    assert sorted(c.dtype for c in cases) == ["bf16", "fp32"]
+    for case in cases:
+        seen.clear()
+        case.run()
+        assert seen and set(seen) == {getattr(torch, {"fp32": "float32",
+                                                     "bf16": "bfloat16"}[case.dtype])}

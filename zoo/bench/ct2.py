@@ -23,6 +23,32 @@ import subprocess
 import sys
 
 
+def why_not(compute_type: str) -> str:
+    """Why CTranslate2 cannot compute in ``compute_type`` on this CPU (empty when it can):
+    it has no bf16 on the CPU, for one."""
+    import ctranslate2
+
+    supported = ctranslate2.get_supported_compute_types("cpu")
+    if compute_type in supported:
+        return ""
+    return (f"CTranslate2 has no {compute_type} on this CPU (it computes in "
+            f"{', '.join(sorted(supported))})")
+
+
+def computable(dtypes, names: dict[str, str], say) -> list[str]:
+    """Those of ``dtypes`` (zoo's names, CTranslate2's in ``names``) that CTranslate2
+    computes in on this CPU; ``say`` hears why each other one is skipped."""
+    kept = []
+    for dtype in dtypes:
+        why = why_not(names[dtype])
+        if why:
+            if say:
+                say(f"peer ct2 {dtype} skipped: {why}")
+        else:
+            kept.append(dtype)
+    return kept
+
+
 class Translator:
     """A CTranslate2 translator (or, ``kind="generator"``, generator) of ``model_dir`` in a
     child process.

@@ -90,6 +90,7 @@ def _generators(folder: str | None, sources: dict[str, list[list[str]]], dtypes,
     found: dict[str, dict] = {bench: {} for bench in sources}
     if folder is None:
         return found
+    dtypes = ct2.computable(dtypes, CT2_COMPUTE_TYPES, say)
     for bench, source in sources.items():
         for dtype in dtypes:
             try:
@@ -120,9 +121,14 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
     if "int8" in dtypes and torch.device(device).type != "cpu":
         dtypes = tuple(d for d in dtypes if d != "int8")
         say("decode int8 skipped: zoo's int8 kernels run on the CPU")
-    zoos = {dtype: model for dtype in dtypes if dtype != "int8"}
+    zoos = {"fp32": model}
+    if "bf16" in dtypes:  # its weights converted once, as a bf16 model is run
+        zoos["bf16"] = copy.deepcopy(model).to(torch.bfloat16)
     if "int8" in dtypes:
         zoos["int8"] = zoo.quantize(copy.deepcopy(model))
+    theirs = {"fp32": peers.transformers}
+    if peers.transformers is not None and "bf16" in dtypes:
+        theirs["bf16"] = copy.deepcopy(peers.transformers).to(torch.bfloat16)
     generators = _generators(peers.ct2, {b: [[peers.names[i] for i in row]
                                              for row in p.tolist()]
                                          for b, p, _ in groups}, dtypes, say)
@@ -135,8 +141,8 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
             for dtype in dtypes:
                 runs = {"zoo": _zoo_run(zoos[dtype], prompts, mode, tokens)} \
                     if dtype in zoos else {}
-                if peers.transformers is not None and dtype == "fp32":
-                    runs["transformers"] = _transformers_run(peers.transformers, prompts, mode,
+                if theirs.get(dtype) is not None:
+                    runs["transformers"] = _transformers_run(theirs[dtype], prompts, mode,
                                                              tokens)
                 for name, run in runs.items():
                     made = run().shape[1] - (prompts.shape[1] if name == "transformers" else 0)

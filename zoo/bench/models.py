@@ -98,8 +98,9 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
                  kernel: str | None = None, model: str | None = None,
                  latency: tuple[int, int] | None = (20, 20), say=None) -> list[Case]:
     """Decoding cases (greedy, beam 4): zoo, Marian's generate, torch.nn.Transformer and
-    CTranslate2, in each dtype asked for: ``fp32``; ``bf16`` (CPU autocast for zoo and
-    Marian); ``int8`` (zoo quantized by :func:`zoo.quantize`, CTranslate2's ``int8``).
+    CTranslate2, in each dtype asked for: ``fp32``; ``bf16`` (each model's weights
+    converted to bf16 once; CTranslate2 has none on the CPU); ``int8`` (zoo quantized by
+    :func:`zoo.quantize`, CTranslate2's ``int8``).
     ``model`` names a saved or imported model to decode instead of ``recipe`` (its own
     weights and vocabulary: ``hf-hub:Helsinki-NLP/opus-mt-de-en``); the peers get its
     sizes. ``latency`` = (source length, new tokens) adds the bench ``latency``: one
@@ -164,6 +165,8 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
             say("decode int8 skipped: zoo's int8 kernels run on the CPU")
     variants = {("zoo", "int8"): zoo.quantize(copy.deepcopy(model))} if "int8" in dtypes \
         else {}
+    if "bf16" in dtypes:  # each model's weights converted once, as a bf16 model is run
+        variants.update({(name, "bf16"): _in_bf16(m) for name, m in models.items()})
     cases = []
     for bench, src, tokens in groups:
         cases += _decode_group(bench, src, tokens, models, variants, translators[bench],
@@ -186,7 +189,7 @@ def _decode_group(bench: str, src: torch.Tensor, new_tokens: int, models: dict, 
                 if dtype == "int8" and (name, dtype) not in variants:
                     continue  # only zoo and CTranslate2 decode in int8
                 m.to(device).eval()
-                run = _decoder(name, m, src, beams, new_tokens, dtype=dtype, device=device)
+                run = _decoder(name, m, src, beams, new_tokens)
                 if run is not None:
                     extra = ({"step_bytes": step_bytes(m), "steps": new_tokens}
                              if (bench, name, mode) == ("latency", "zoo", "greedy") else {})
@@ -254,6 +257,7 @@ def _ct2_translators(convert: Callable, sources: dict[str, torch.Tensor], dtypes
         folder.cleanup()
         return none
     translators: dict[str, dict] = {}
+    dtypes = ct2.computable(dtypes, CT2_COMPUTE_TYPES, say)
     for bench, src in sources.items():
         source = [[tokens[i] for i in row] for row in src.tolist()]
         translators[bench] = {}
@@ -271,21 +275,14 @@ def _ct2_translators(convert: Callable, sources: dict[str, torch.Tensor], dtypes
     return translators
 
 
-def _decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens: int, *,
-             dtype: str = "fp32", device: str = "cpu"):
+def _in_bf16(m: nn.Module) -> nn.Module:
+    """A copy of a decoding implementation with its weights in bf16 (a peer's wrapper, such
+    as Marian's, holds its model as ``model``)."""
+    return copy.deepcopy(m).to(torch.bfloat16)
+
+
+def _decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens: int):
     # no end token before the last, so every implementation makes exactly new_tokens
-    run = _plain_decoder(name, m, src, beams, new_tokens)
-    if run is None or dtype != "bf16":
-        return run
-
-    def in_bf16():
-        with _autocast("bf16", device):
-            return run()
-
-    return in_bf16
-
-
-def _plain_decoder(name: str, m: nn.Module, src: torch.Tensor, beams: int, new_tokens: int):
     if name == "zoo":  # the model's own settings (an imported model's), as zoo translate
         return lambda: m.generate(src, num_beams=beams, do_sample=False,
                                   max_new_tokens=new_tokens, min_new_tokens=new_tokens)
