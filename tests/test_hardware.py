@@ -157,6 +157,7 @@ def test_zoo_env_json_names_what_a_bug_report_needs(monkeypatch):
     assert data["hub"]["endpoint"] == "http://127.0.0.1:9" and data["hub"]["cache"]
     assert data["settings"]["ZOO_PLUGINS"] == "norm,attention"
     assert data["packages"]["pydantic"]
+    assert set(data["dtypes"]) == {"fp32", "bf16", "int8"}
 
 
 def test_zoo_env_text_says_whether_the_cpu_has_bf16_units(bf16_units, capsys):
@@ -164,6 +165,9 @@ def test_zoo_env_text_says_whether_the_cpu_has_bf16_units(bf16_units, capsys):
     out = capsys.readouterr().out
     assert "Copy and paste" in out and f"zoo version: {zoo.__version__}" in out
     assert f"bf16 units: {'yes' if bf16_units else 'no'}" in out and "Test CPU 9000" in out
+    # which products each dtype takes: bf16 on the units, or emulated without them
+    assert ("bf16: oneDNN's on" if bf16_units else "bf16: emulated by PyTorch") in out
+    assert "- Products by dtype: fp32: " in out and "; int8: " in out
 
 
 # -- sharing the machine ------------------------------------------------------------------------

@@ -43,6 +43,37 @@ def _hub() -> dict[str, Any]:
     }
 
 
+def dtype_paths() -> dict[str, str]:
+    """Which products each inference dtype takes on this CPU, one line each: zoo's native
+    ones (and up to how many rows), oneDNN's (on AMX where the CPU has it), FBGEMM's."""
+    import torch
+
+    from .ops import onednn_bf16
+
+    cpu = hardware.detect().cpu
+    built = native.available()
+    fp32 = (f"zoo's native products up to {native.default_rows()} rows (decoding steps, "
+            "the native decoding step), oneDNN's above" if built else
+            "oneDNN's (zoo's native products are not built: zoo native build)")
+    if not cpu.bf16:
+        bf16 = "emulated by PyTorch (no bf16 units): far slower than fp32"
+    else:
+        units = "AMX tiles" if cpu.amx else "AVX512-BF16"
+        bf16 = (f"oneDNN's on {units} (a model built in bf16; the general decoding path)"
+                if onednn_bf16() else f"PyTorch's on {units}")
+    engine = torch.backends.quantized.engine
+    engine = ENGINES.get(engine, f"PyTorch's {engine} engine")
+    bits = "8-bit activations (VNNI)" if cpu.vnni else "7-bit activations (no VNNI)"
+    int8 = (f"zoo's native int8 products up to {native.default_rows(int8=True)} rows, "
+            f"{engine} above; {bits}" if built else f"{engine}; {bits}")
+    return {"fp32": fp32, "bf16": bf16, "int8": int8}
+
+
+ENGINES = {"x86": "PyTorch's x86 engine (FBGEMM, oneDNN)", "fbgemm": "FBGEMM",
+           "onednn": "oneDNN", "qnnpack": "QNNPACK"}
+"""PyTorch's quantized engines, by the names ``torch.backends.quantized.engine`` gives."""
+
+
 def report() -> dict[str, Any]:
     """Everything ``zoo env`` shows, as plain data (never a token's value)."""
     import torch
@@ -60,6 +91,7 @@ def report() -> dict[str, Any]:
                      "ok": i.ok, "error": i.error} for i in list_plugins()],
         "hub": _hub(),
         "native_libraries": native.status(),
+        "dtypes": dtype_paths(),
         "packages": {name: _version(name) for name in PACKAGES},
         "settings": {name: os.environ.get(name) for name in SETTINGS},
     }
@@ -87,6 +119,7 @@ def as_text(data: dict[str, Any]) -> str:
         f"- CPU: {cpu['name']}; capability {cpu['capability']}; bf16 units: {_yes(cpu['bf16'])};"
         f" AMX: {_yes(cpu['amx'])}; {cpu['cores']} cores, {cpu['threads']} torch threads",
         f"- GPUs: {gpus or 'none'}",
+        "- Products by dtype: " + "; ".join(f"{k}: {v}" for k, v in data["dtypes"].items()),
         f"- zoo's native libraries: {libraries['state']}"
         + (f" ({libraries['folder']})" if libraries["folder"] else "")
         + (f"; log {libraries['log']}" if libraries["log"] else "")

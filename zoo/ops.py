@@ -128,7 +128,7 @@ _ONEDNN = None
 _ONEDNN_BF16 = None
 
 
-def _onednn_bf16() -> bool:
+def onednn_bf16() -> bool:
     """True when oneDNN multiplies bf16 on this CPU (its packed bf16 path raises on an
     AVX2 CPU without AVX-NE-CONVERT)."""
     global _ONEDNN_BF16
@@ -249,7 +249,7 @@ class Linear(nn.Linear):
             dtype = torch.get_autocast_dtype("cpu")
             if dtype != torch.bfloat16 or x.dtype not in (torch.float32, torch.bfloat16):
                 return None
-            if not _onednn_bf16():  # oneDNN packs bf16 only on AVX-512 (bw, vl, dq) or AVX-NE
+            if not onednn_bf16():  # oneDNN packs bf16 only on AVX-512 (bw, vl, dq) or AVX-NE
                 return None
         elif x.dtype == torch.float32:
             dtype = torch.float32
