@@ -10,8 +10,9 @@ any other component is refused by name before anything is written. A language mo
 (for CTranslate2's ``Generator``) or an encoder (its ``Encoder``) is its transformers
 export (GPT-2, Llama, Qwen2 and 3, Mistral, Phi-3, Gemma 1 to 3; BERT, DistilBERT,
 RoBERTa, XLM-RoBERTa) converted by CTranslate2's own converter, with the model's
-vocabulary and start and end tokens; a family it has no conversion for is refused by name (Klein et al. 2020,
-"Efficient and High-Quality Neural Machine Translation with OpenNMT").
+vocabulary and start and end tokens (Klein et al. 2020, "Efficient and High-Quality
+Neural Machine Translation with OpenNMT"); a family it has no conversion for (MPNet,
+ModernBERT, DeBERTa) is refused by name.
 """
 
 from __future__ import annotations
