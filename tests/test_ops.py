@@ -158,6 +158,32 @@ def test_sdpa_kernel_in_bf16_is_the_fp32_attention_rounded():
     assert q.grad is not None and q.grad.dtype == torch.float32
 
 
+@pytest.mark.parametrize("amx", [True, False], ids=["tiles", "no-tiles"])
+def test_sdpa_kernel_in_bf16_inference_is_pytorchs_bf16_attention_on_amx(amx, monkeypatch):
+    """Inference in bf16 on a CPU with AMX tiles runs PyTorch's bf16 kernel as it is
+    (its additive mask cast to bf16); elsewhere the fp32 attention rounded. Both within
+    bf16's rounding of the fp32 attention."""
+    import dataclasses
+
+    from zoo.plugins.kernels import sdpa
+
+    machine = sdpa.detect_hardware()
+    cpu = dataclasses.replace(machine.cpu, amx=amx)
+    monkeypatch.setattr(sdpa, "detect_hardware",
+                        lambda: dataclasses.replace(machine, cpu=cpu))
+    q, k, v = (torch.randn(2, 4, 9, 16) for _ in range(3))
+    bias = torch.randn(1, 4, 9, 9)  # a float mask: a relative bias, say
+    with torch.no_grad():
+        out = sdpa_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), attn_mask=bias)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        tiles = F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(),
+                                               attn_mask=bias.bfloat16())
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
+    if amx:
+        assert torch.equal(out, tiles)
+
+
 # -- the KV cache ---------------------------------------------------------------------------------
 def test_growing_cache_equals_concatenation_and_reorders_rows():
     cache, ks, vs = KVCache(), [], []

@@ -73,6 +73,8 @@ from .families import (
     Slot,
     TaskCapabilities,
 )
+from .hardware import CPU
+from .hardware import detect as detect_hardware
 from .hookspecs import hookimpl
 from .kinds import Encoder, ImageClassifier, ImageText, LanguageModel, Seq2SeqModel, kind_of
 from .native import PRODUCTS as NATIVE_PRODUCTS
@@ -94,8 +96,8 @@ __all__ = [
     "QuantizedLinear", "is_quantized", "plain_linears", "rms_norm", "HeadNorm",
     # copies derived from weights (packed, joined), checked against them
     "derived_copy", "private_copy", "fixed_weights",
-    # native code of a plugin's own
-    "NativeLibrary", "NATIVE_PRODUCTS",
+    # native code of a plugin's own, and the machine it runs on
+    "NativeLibrary", "NATIVE_PRODUCTS", "detect_hardware", "CPU",
     # architectures, and the kinds of model they build
     "Slot", "Seq2SeqModel", "LanguageModel", "Encoder", "ImageClassifier", "ImageText", "kind_of",
     # decoding
