@@ -43,11 +43,14 @@ def bf16_units(request, monkeypatch) -> bool:
 @pytest.mark.skipif(not Path("/proc/cpuinfo").exists() or platform.machine() != "x86_64",
                     reason="reads x86 flags from Linux's /proc/cpuinfo")
 def test_the_cpu_reading_agrees_with_proc_cpuinfo():
-    flags = set()
+    flags, vendor = set(), None
     for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("vendor_id") and vendor is None:
+            vendor = line.partition(":")[2].strip()
         if line.startswith("flags"):
             flags = set(line.partition(":")[2].split())
             break
+    assert REAL.cpu.vendor == vendor
     assert REAL.cpu.bf16 == bool({"avx512_bf16", "amx_bf16"} & flags)
     assert REAL.cpu.amx == ("amx_bf16" in flags or "amx_tile" in flags)
     assert REAL.cpu.cores >= 1 and REAL.cpu.threads >= 1

@@ -42,6 +42,9 @@ class CPU:
     vnni: bool = False
     """int8 dot products that sum into int32 (AVX512-VNNI or AVX-VNNI): int8 products
     of full 8-bit activations cannot saturate (``zoo.quantize``)."""
+    vendor: str = ""
+    """Who made it, as the system says (``GenuineIntel``, ``AuthenticAMD``; empty where it
+    does not): zoo's measured defaults differ between them (``zoo.native.default_rows``)."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ def detect_cpu() -> CPU:
                        or f.startswith(("amx", "avx512f", "avx2")))
     return CPU(name=name, capability=capability, bf16=bf16,
                amx=amx, cores=cores, threads=torch.get_num_threads(), flags=tuple(looked_at),
-               vnni=vnni)
+               vnni=vnni, vendor=info.get("vendor_id", ""))
 
 
 def detect_gpus() -> tuple[GPU, ...]:

@@ -470,14 +470,24 @@ def default_rows(int8: bool = False) -> int:
       halves), 1.5 times at 128 and 1.2 at 512. An Intel CPU with AVX-512 is not measured.
     - int8: 128 where PyTorch dispatches AVX2; 4 on AVX-512 (measured with VNNI: from 16
       rows FBGEMM's 512-bit product is faster, zoo's 0.84 to 0.90 times it there, 0.7 at
-      64)."""
+      64); 32 on an Intel CPU with AVX-512, measured on a 2-core Xeon of the Sapphire
+      Rapids class: zoo's 1.25 to 1.75 times FBGEMM's at 1 row, 1.1 to 1.3 at 4 to 8, 1.07
+      at 16, 1.02 at 32, 0.95 at 64 (one sentence of all-MiniLM-L6-v2 in int8 embedded in
+      5.0 ms instead of 6.1). On that Xeon zoo's fp32 product falls behind oneDNN's from
+      about 64 rows (0.85x, 0.74x at 128), yet whole decodings with a limit of 32 were
+      within 5% of these (``zoo bench decode``), so fp32 keeps 128 there."""
     if int8 not in _ROWS:
         import torch
 
         if torch.compiler.is_compiling():  # asked outside a traced function first
             return 0
         avx2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
-        _ROWS[int8] = 4 if int8 and not avx2 else 128
+        if not int8 or avx2:
+            _ROWS[int8] = 128
+        else:
+            from .hardware import detect
+
+            _ROWS[int8] = 32 if detect().cpu.vendor == "GenuineIntel" else 4
     return _ROWS[int8]
 
 

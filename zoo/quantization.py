@@ -101,8 +101,8 @@ class QuantizedLinear(nn.Module):
     native_rows: int | None = None
     """Inputs of at most this many rows are multiplied by zoo's native int8 product where it
     is available; 0 turns it off, None (the default) takes
-    ``zoo.native.default_rows(int8=True)``: 128 on AVX2, 4 on AVX-512, where FBGEMM's
-    product is faster from 16 rows (measured with VNNI)."""
+    ``zoo.native.default_rows(int8=True)``: 128 on AVX2; on AVX-512 4 (AMD, where
+    FBGEMM's product is faster from 16 rows, measured with VNNI) or 32 (Intel)."""
 
     def takes_native(self, rows: int) -> bool:
         """True when zoo's native int8 product may multiply ``rows`` rows by this layer: at
