@@ -445,7 +445,9 @@ def test_the_real_minilm_in_bf16_keeps_its_embeddings_and_their_order(minilm):
     done = run_zoo("embed", f"local-dir:{folder}", *SENTENCES[:2], "--bf16")  # the CLI's
     assert done.returncode == 0, done.stderr
     printed = torch.tensor([json.loads(line)["embedding"] for line in done.stdout.splitlines()])
-    assert (printed - ours[:2]).abs().max() < 1e-6
+    # bf16's rounding differs with the threads a call takes and the batch's padding
+    assert (printed - zoo.embed(bf16, SENTENCES[:2]).float()).abs().max() < 5e-3
+    assert ((printed * expected[:2]).sum(-1) / printed.norm(dim=-1)).min() > 0.999
 
 
 def test_the_onnx_export_of_the_real_minilm_gives_zoos_hidden_states(minilm, tmp_path):
