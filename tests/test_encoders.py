@@ -426,7 +426,7 @@ def test_the_real_minilm_in_int8_keeps_its_embeddings_and_their_order(minilm):
     assert similar[0, 1] > 0.7 and similar[0, 2] < 0.0  # the paraphrase still nearest
 
 
-def test_the_real_minilm_in_bf16_keeps_its_embeddings_and_their_order(minilm):
+def test_the_real_minilm_in_bf16_keeps_its_embeddings_and_their_order(minilm, capsys):
     """Built in bf16 (its weights converted once; products, norms and softmax as zoo runs
     bf16), against sentence-transformers' fp32 vectors: on this CPU's bf16 units where it
     has them, else emulated by PyTorch (slower, the same numbers)."""
@@ -442,9 +442,11 @@ def test_the_real_minilm_in_bf16_keeps_its_embeddings_and_their_order(minilm):
     assert agreement.min() > 0.999  # measured 0.99993 on 32 sentences
     similar = zoo.cosine(ours, ours)
     assert similar[0, 1] > 0.7 and similar[0, 2] < 0.0  # the paraphrase still nearest
-    done = run_zoo("embed", f"local-dir:{folder}", *SENTENCES[:2], "--bf16")  # the CLI's
-    assert done.returncode == 0, done.stderr
-    printed = torch.tensor([json.loads(line)["embedding"] for line in done.stdout.splitlines()])
+    from zoo.cli import main
+
+    assert main(["embed", f"local-dir:{folder}", *SENTENCES[:2], "--bf16"]) == 0  # the CLI's
+    printed = torch.tensor([json.loads(line)["embedding"]
+                            for line in capsys.readouterr().out.splitlines()])
     # bf16's rounding differs with the threads a call takes and the batch's padding
     assert (printed - zoo.embed(bf16, SENTENCES[:2]).float()).abs().max() < 5e-3
     assert ((printed * expected[:2]).sum(-1) / printed.norm(dim=-1)).min() > 0.999
