@@ -24,7 +24,7 @@ import torch
 
 from zoo.plugin_api import DECODER_FLAGS, Format, Options
 
-from ._kv import KeysValues, finish
+from ._kv import KeysValues, finish, unstacked
 
 ACTIVATIONS = {"swish": ("silu", {}), "silu": ("silu", {}), "relu": ("relu", {}),
                "gelu": ("gelu", {}), "gelu_new": ("gelu", {"approximate": "tanh"}),
@@ -95,7 +95,7 @@ def from_zoo(state: dict[str, torch.Tensor], *, shared: bool, tied: bool) -> dic
             stack, i, name, proj, kind = match.groups()
             base = f"model.{stack}.layers.{i}.{back[stack][name]}"
             if proj == "kv_proj":
-                out[f"{base}.k_proj.{kind}"], out[f"{base}.v_proj.{kind}"] = value.chunk(2, 0)
+                out.update(unstacked(value, f"{base}.k_proj.{kind}", f"{base}.v_proj.{kind}"))
             else:
                 out[f"{base}.{proj + '.' if proj else ''}{kind}"] = value
         elif key == "tgt_embed.weight":

@@ -34,6 +34,14 @@ class KeysValues:
         return out
 
 
+def unstacked(value: torch.Tensor, key_name: str, value_name: str) -> dict[str, torch.Tensor]:
+    """A ``kv_proj`` (keys then values) as transformers' two projections under
+    ``key_name`` and ``value_name``, each a tensor of its own: :meth:`KeysValues.stacked`
+    backwards, for the formats that write."""
+    keys, values = value.chunk(2, 0)
+    return {key_name: keys.clone(), value_name: values.clone()}
+
+
 def finish(out: dict[str, torch.Tensor], keys_values: KeysValues, unknown: list[str], *,
            untied: bool = False, what: str = "zoo's seq2seq") -> dict[str, torch.Tensor]:
     """``out`` with the stacked keys and values; refused when ``unknown`` names tensors;

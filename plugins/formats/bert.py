@@ -27,7 +27,7 @@ import torch
 
 from zoo.plugin_api import Format, FormatError
 
-from ._kv import KeysValues, finish
+from ._kv import KeysValues, finish, unstacked
 
 ACTIVATIONS = {"gelu": {}, "gelu_new": {"approximate": "tanh"},
                "gelu_pytorch_tanh": {"approximate": "tanh"}}
@@ -260,9 +260,8 @@ def _to_bert(state: dict[str, torch.Tensor], head: str) -> dict[str, torch.Tenso
             i, name, kind = match.groups()
             base = f"{prefix}encoder.layer.{i}."
             if name == "attn.kv_proj":
-                k, v = value.chunk(2, 0)
-                out[f"{base}attention.self.key.{kind}"] = k.clone()
-                out[f"{base}attention.self.value.{kind}"] = v.clone()
+                out.update(unstacked(value, f"{base}attention.self.key.{kind}",
+                                     f"{base}attention.self.value.{kind}"))
             else:
                 out[f"{base}{layer_names[name]}.{kind}"] = value
             continue

@@ -32,7 +32,7 @@ import torch
 
 from zoo.plugin_api import DECODER_FLAGS, Format, FormatError, Options
 
-from ._kv import KeysValues, finish
+from ._kv import KeysValues, finish, unstacked
 from .bert import component_part
 
 ACTIVATIONS = {"quick_gelu": {"approximate": "sigmoid"}, "gelu": {},
@@ -233,9 +233,8 @@ def _to_clip(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             where, i, sub, kind = match.groups()
             base = f"{'text' if where.startswith('text') else 'vision'}_model.encoder.layers.{i}."
             if sub == "attn.kv_proj":
-                k, v = value.chunk(2, 0)
-                out[f"{base}self_attn.k_proj.{kind}"] = k.clone()
-                out[f"{base}self_attn.v_proj.{kind}"] = v.clone()
+                out.update(unstacked(value, f"{base}self_attn.k_proj.{kind}",
+                                     f"{base}self_attn.v_proj.{kind}"))
             else:
                 out[f"{base}{layer_names[sub]}.{kind}"] = value
         elif key in names:

@@ -34,7 +34,7 @@ import torch
 from zoo.plugin_api import DECODER_FLAGS, Format, FormatError, Options, generation_json
 
 from ._decoder import common_problems, decoder_generation, part, refuse, to_family
-from ._kv import KeysValues
+from ._kv import KeysValues, unstacked
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
                    "special_tokens_map.json", "vocab.json", "merges.txt")
@@ -447,9 +447,8 @@ def _to_llama(state: dict[str, torch.Tensor], config: dict) -> dict[str, torch.T
             module = "self_attn" if name.startswith("attn.") else "mlp"
             return {f"model.layers.{i}.{module}.{name.split('.')[1]}.{kind}": value}
         if name == "attn.kv_proj":
-            k, v = value.chunk(2, dim=0)
-            return {f"model.layers.{i}.self_attn.k_proj.{kind}": k.contiguous(),
-                    f"model.layers.{i}.self_attn.v_proj.{kind}": v.contiguous()}
+            return unstacked(value, f"model.layers.{i}.self_attn.k_proj.{kind}",
+                             f"model.layers.{i}.self_attn.v_proj.{kind}")
         module = "self_attn" if name.startswith("attn.") else "mlp"
         return {f"model.layers.{i}.{module}.{back[name]}_proj.{kind}": value}
 
