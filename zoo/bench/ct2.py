@@ -23,6 +23,10 @@ import subprocess
 import sys
 
 
+COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
+"""CTranslate2's compute type for each of ``zoo bench``'s dtypes."""
+
+
 def why_not(compute_type: str) -> str:
     """Why CTranslate2 cannot compute in ``compute_type`` on this CPU (empty when it can):
     it has no bf16 on the CPU, for one."""
@@ -35,12 +39,12 @@ def why_not(compute_type: str) -> str:
             f"{', '.join(sorted(supported))})")
 
 
-def computable(dtypes, names: dict[str, str], say) -> list[str]:
-    """Those of ``dtypes`` (zoo's names, CTranslate2's in ``names``) that CTranslate2
-    computes in on this CPU; ``say`` hears why each other one is skipped."""
+def computable(dtypes, say) -> list[str]:
+    """Those of ``dtypes`` (``zoo bench``'s names) that CTranslate2 computes in on this
+    CPU (:data:`COMPUTE_TYPES`); ``say`` hears why each other one is skipped."""
     kept = []
     for dtype in dtypes:
-        why = why_not(names[dtype])
+        why = why_not(COMPUTE_TYPES[dtype])
         if why:
             if say:
                 say(f"peer ct2 {dtype} skipped: {why}")

@@ -29,7 +29,6 @@ WORDS = ("the a man woman child dog cat river city morning evening market garden
          "eats reads plays walks watches carries builds finds opens crosses quietly slowly "
          "today again near under over with without bread book bicycle piano horse train "
          "letter window story song").split()
-CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -128,9 +127,9 @@ class _Peers:
         out = Path(folder_ct2.name) / "ct2"  # (each encoder reads it whole as it starts)
         ctranslate2.converters.TransformersConverter(str(folder)).convert(str(out))
         threads = torch.get_num_threads()
-        for dtype in ct2.computable(dtypes, CT2_COMPUTE_TYPES, say):
+        for dtype in ct2.computable(dtypes, say):
             for size in (int(m.removeprefix("batch")) for m in MODES):
-                encoder = ct2.Translator(str(out), CT2_COMPUTE_TYPES[dtype], threads,
+                encoder = ct2.Translator(str(out), ct2.COMPUTE_TYPES[dtype], threads,
                                          kind="encoder")
                 tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in
                           tokenizer(sentences[:size], truncation=True)["input_ids"]]

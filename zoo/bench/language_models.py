@@ -30,7 +30,6 @@ from .harness import Case, count_flops
 SAMPLING = {"temperature": 0.8, "top_k": 50, "top_p": 0.95}
 """The sampling every implementation runs in the ``sample`` mode."""
 MODES = ("greedy", "sample")
-CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
 
 
 class _Peers:
@@ -90,11 +89,11 @@ def _generators(folder: str | None, sources: dict[str, list[list[str]]], dtypes,
     found: dict[str, dict] = {bench: {} for bench in sources}
     if folder is None:
         return found
-    dtypes = ct2.computable(dtypes, CT2_COMPUTE_TYPES, say)
+    dtypes = ct2.computable(dtypes, say)
     for bench, source in sources.items():
         for dtype in dtypes:
             try:
-                generator = ct2.Translator(folder, CT2_COMPUTE_TYPES[dtype],
+                generator = ct2.Translator(folder, ct2.COMPUTE_TYPES[dtype],
                                            torch.get_num_threads(), kind="generator")
                 generator.set_source(source)
             except RuntimeError as exc:

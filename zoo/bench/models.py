@@ -227,9 +227,6 @@ def step_bytes(model) -> int:
     return total
 
 
-CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
-
-
 def _ct2_translators(convert: Callable, sources: dict[str, torch.Tensor], dtypes,
                      device: str, say) -> dict[str, dict]:
     """For each source batch (by bench name), one CTranslate2 translator per dtype, each in
@@ -257,13 +254,13 @@ def _ct2_translators(convert: Callable, sources: dict[str, torch.Tensor], dtypes
         folder.cleanup()
         return none
     translators: dict[str, dict] = {}
-    dtypes = ct2.computable(dtypes, CT2_COMPUTE_TYPES, say)
+    dtypes = ct2.computable(dtypes, say)
     for bench, src in sources.items():
         source = [[tokens[i] for i in row] for row in src.tolist()]
         translators[bench] = {}
         for dtype in dtypes:
             try:
-                translator = ct2.Translator(path, CT2_COMPUTE_TYPES[dtype],
+                translator = ct2.Translator(path, ct2.COMPUTE_TYPES[dtype],
                                             torch.get_num_threads())
                 translator.set_source(source, start)
             except RuntimeError as exc:
