@@ -3,7 +3,9 @@ it says. (Timings are never asserted: machines are shared and noisy.)"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import time
 
 import pytest
@@ -69,14 +71,15 @@ def test_zoo_bench_attention_names_an_unknown_mechanism():
 REQUIRED = {"bench", "impl", "dtype", "mode", "throughput", "unit"}
 
 
-def _bench(tmp_path, *args):
+def _bench(tmp_path, *args, progress=False):
+    """zoo bench's report (with ``progress``, what it says on stderr after it) and rows."""
     out = tmp_path / "bench.json"
     result = run_zoo("bench", *args, "--repeats", "1", "--wait", "0", "--json", str(out))
     assert result.returncode == 0, result.stderr
     rows = json.loads(out.read_text())
     for row in rows:
         assert REQUIRED <= row.keys() and row["throughput"] > 0
-    return result.stdout, rows
+    return result.stdout + (result.stderr if progress else ""), rows
 
 
 @pytest.mark.slow(seconds=55)
@@ -141,12 +144,22 @@ def test_bench_embed_times_the_real_minilm_beside_its_peers(tmp_path):
     # bf16 where the CPU multiplies it in hardware (emulated, one sentence takes seconds)
     bf16 = hardware.detect().has_bf16()
     stdout, rows = _bench(tmp_path, "embed", "--modes", "batch1", "--dtypes",
-                          "fp32,bf16,int8" if bf16 else "fp32,int8")
+                          "fp32,bf16,int8" if bf16 else "fp32,int8", progress=True)
+    openvino = importlib.util.find_spec("openvino") and importlib.util.find_spec("nncf")
     assert {(r["impl"], r["dtype"]) for r in rows} == {
         ("zoo", "fp32"), ("sentence-transformers", "fp32"), ("ct2", "fp32"), ("zoo", "int8"),
-        ("ct2", "int8"), *([("zoo", "bf16"), ("sentence-transformers", "bf16")] if bf16 else [])}
+        ("ct2", "int8"), *([("zoo", "bf16"), ("sentence-transformers", "bf16")] if bf16 else []),
+        *([("openvino", d) for d in ("fp32", "int8", *(["bf16"] if bf16 else []))]
+          if openvino else [])}
     assert all(r["unit"] == "sentences/s" and r["mode"] == "batch1" for r in rows)
     assert "zoo int8 / zoo fp32, embed batch1" in stdout  # (CTranslate2: no bf16 on the CPU)
+    if openvino:  # held to zoo's fp32 vectors: the same within fp32 rounding, near in int8
+        cosines = {d: float(c) for d, c in re.findall(
+            r"peer openvino (\w+): least cosine to zoo's fp32 vectors ([\d.]+)", stdout)}
+        assert cosines["fp32"] >= 0.99999 and cosines["int8"] >= 0.99
+        assert cosines.get("bf16", 1.0) >= 0.999
+    else:
+        assert "peer openvino skipped: " in stdout
 
 
 def test_bench_times_each_implementation_at_each_count_of_threads(tmp_path):

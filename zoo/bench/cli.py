@@ -35,7 +35,7 @@ MODEL_BENCHES = (
      "CTranslate2's Generator"),
     ("vit", "ViT inference and training: zoo vs timm"),
     ("embed", "sentence embeddings of a real all-MiniLM-L6-v2 (or --model), one and 32 "
-     "texts a call: zoo vs sentence-transformers and CTranslate2's Encoder"),
+     "texts a call: zoo vs sentence-transformers, CTranslate2's Encoder and OpenVINO"),
     ("startup", "zoo --help, import zoo, zoo.build('transformer-base') in fresh processes"),
     ("all", "train, decode, vit and startup in one run"),
 )
@@ -160,7 +160,8 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,ct2 (decode; a "
-                        "language model: zoo,transformers,ct2), timm (vit)")
+                        "language model: zoo,transformers,ct2), timm (vit), "
+                        "zoo,sentence-transformers,ct2,openvino (embed)")
     parser.add_argument("--dtypes", help="comma-separated: fp32,bf16,int8 (int8: decode and "
                         "vit inference; decode's default is fp32 alone)")
     parser.add_argument("--modes", help="decode: greedy,beam4 (a language model: "

@@ -1,10 +1,8 @@
 """CTranslate2 as a decoding peer, in a process of its own.
 
-torch's and CTranslate2's OpenMP pools slow each other down when both live in one
-process (each pool's threads spin while the other works), so the translator runs in a
-child process that imports CTranslate2 and nothing of torch; :class:`Translator`
-hands it a batch and waits for the answer. A call costs the child's decoding plus one
-short line each way on a pipe.
+The translator runs in a child process that imports CTranslate2 and nothing of torch
+(:mod:`zoo.bench.child` says why); :class:`Translator` hands it a batch and waits for
+the answer.
 
 The child is ``python -m zoo.bench.ct2 MODEL_DIR COMPUTE_TYPE THREADS [KIND]``, KIND
 ``translator`` (the default: an encoder-decoder model), ``generator`` (a language
@@ -18,9 +16,10 @@ module imports no torch.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
+
+from . import child
+from .child import PeerProcess, mean_pooled
 
 
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
@@ -53,9 +52,9 @@ def computable(dtypes, say) -> list[str]:
     return kept
 
 
-class Translator:
-    """A CTranslate2 translator (or, ``kind="generator"``, generator) of ``model_dir`` in a
-    child process.
+class Translator(PeerProcess):
+    """A CTranslate2 translator (or, ``kind="generator"``, generator; ``kind="encoder"``,
+    encoder) of ``model_dir`` in a child process (:class:`~zoo.bench.child.PeerProcess`).
 
     ``compute_type`` is CTranslate2's (``float32``, ``int8``, ``int8_float32``, ...);
     ``threads`` its intra-op threads."""
@@ -63,33 +62,13 @@ class Translator:
     def __init__(self, model_dir: str, compute_type: str = "float32", threads: int = 1,
                  kind: str = "translator") -> None:
         self.compute_type = compute_type
-        self._child = subprocess.Popen(
-            [sys.executable, "-m", "zoo.bench.ct2", str(model_dir), compute_type, str(threads),
-             kind],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self._ask({"ping": True})  # fails here, with the child's error, if it cannot load
-
-    def _ask(self, job: dict) -> dict:
-        assert self._child.stdin is not None and self._child.stdout is not None
-        try:
-            self._child.stdin.write(json.dumps(job) + "\n")
-            self._child.stdin.flush()
-            line = self._child.stdout.readline()
-        except BrokenPipeError:
-            line = ""
-        if not line:
-            err = self._child.stderr.read() if self._child.stderr else ""
-            raise RuntimeError(f"the CTranslate2 process ended: {err.strip()[-2000:]}")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise RuntimeError(f"CTranslate2: {answer['error']}")
-        return answer
+        super().__init__("CTranslate2", "zoo.bench.ct2", model_dir, compute_type, threads, kind)
 
     def set_source(self, source: list[list[str]], start: str | None = None) -> None:
         """The batch every later :meth:`translate` call decodes (token strings); ``start``
         the decoder's first token where the model names none (mBART's, whose start is
         the target language's code), given as each sentence's target prefix."""
-        self._ask({"source": source, "start": start})
+        self.ask({"source": source, "start": start})
 
     def translate(self, beam_size: int, length: int,
                   sampling: dict | None = None) -> list[int]:
@@ -99,27 +78,12 @@ class Translator:
         job: dict = {"beam_size": beam_size, "length": length}
         if sampling:
             job["sampling"] = sampling
-        return self._ask(job)["lengths"]
+        return self.ask(job)["lengths"]
 
     def embed(self) -> list[int]:
         """(``kind="encoder"``) Encode the batch and pool each text's hidden states;
         returns the embeddings' shape."""
-        return self._ask({"encode": True})["shape"]
-
-    def close(self) -> None:
-        """End the child process."""
-        if self._child.poll() is None:
-            try:
-                self._child.stdin.close()  # type: ignore[union-attr]
-                self._child.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self._child.kill()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
+        return self.ask({"encode": True})["shape"]
 
 
 def _decode(engine, kind: str, source: list[list[str]], job: dict,
@@ -142,46 +106,36 @@ def _decode(engine, kind: str, source: list[list[str]], job: dict,
 
 
 def _embed(engine, source: list[list[str]]) -> list[int]:
-    """Mean-pooled, normalised hidden states of the batch (what sentence-transformers'
-    mean pooling gives); their shape."""
+    """Mean-pooled, normalised hidden states of the batch (:func:`~zoo.bench.child.mean_pooled`);
+    their shape."""
     import numpy as np
 
     hidden = np.array(engine.forward_batch(source).last_hidden_state)
-    lengths = np.array([len(s) for s in source])
-    keep = (np.arange(hidden.shape[1])[None, :] < lengths[:, None])[..., None]
-    pooled = (hidden * keep).sum(1) / lengths[:, None]
-    pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
-    return list(pooled.shape)
+    return list(mean_pooled(hidden, [len(s) for s in source]).shape)
 
 
 def serve(model_dir: str, compute_type: str, threads: int, kind: str = "translator") -> int:
     """The child: load the translator, generator or encoder, then answer one job per line
-    of stdin."""
+    of stdin (:func:`zoo.bench.child.serve`)."""
     import ctranslate2
 
     engines = {"generator": ctranslate2.Generator, "encoder": ctranslate2.Encoder}
     engine = engines.get(kind, ctranslate2.Translator)(
         model_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
         inter_threads=1)
-    source: list[list[str]] = []
-    start = None
-    for line in sys.stdin:
-        try:
-            job = json.loads(line)
-            if "source" in job:
-                source, start = job["source"], job.get("start")
-                answer: dict = {"sentences": len(source)}
-            elif "beam_size" in job:
-                answer = {"lengths": _decode(engine, kind, source, job, start)}
-            elif "encode" in job:
-                answer = {"shape": _embed(engine, source)}
-            else:
-                answer = {"ready": True}
-        except Exception as exc:  # the parent reports it
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
-    return 0
+    batch: dict = {"source": [], "start": None}
+
+    def answer(job: dict) -> dict:
+        if "source" in job:
+            batch.update(source=job["source"], start=job.get("start"))
+            return {"sentences": len(job["source"])}
+        if "beam_size" in job:
+            return {"lengths": _decode(engine, kind, batch["source"], job, batch["start"])}
+        if "encode" in job:
+            return {"shape": _embed(engine, batch["source"])}
+        return {"ready": True}
+
+    return child.serve(answer)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@ its peers on the same weights:
   the same model cast to bf16);
 - ``ct2``: CTranslate2's ``Encoder`` over CTranslate2's own converter of the folder, in a
   process of its own (:mod:`zoo.bench.ct2`), mean-pooled and normalised there (int8 too;
-  CTranslate2 has no bf16 on the CPU).
+  CTranslate2 has no bf16 on the CPU);
+- ``openvino``: transformers' model of the folder as OpenVINO's converter and NNCF make it
+  (optimum-intel's export), in a process of its own (:mod:`zoo.bench.openvino_peer`),
+  fp32, bf16 (where the CPU has bf16 units) and int8 weights, mean-pooled there and held
+  to zoo's fp32 vectors (the least cosine said).
 
 The texts are English sentences of 5 to 30 words; each implementation tokenizes them
 itself (CTranslate2 is handed the tokens, as its users hand them)."""
@@ -72,6 +76,9 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
     sentences = texts()
     cases = []
     peers = _Peers(folder, impls, dtypes, tokenizer, sentences, say)
+    if "openvino" in impls:
+        reference = zoo.embed(fp32, sentences, tokenizer=tokenizer, pooling=pooling)
+        peers.add_openvino(folder, dtypes, tokenizer, sentences, reference, pooling, say)
     for mode in modes:
         size = int(mode.removeprefix("batch"))
         batch = sentences[:size]
@@ -89,20 +96,23 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
                                   lambda b=batch, st=st: st.encode(
                                       b, batch_size=len(b), convert_to_tensor=True),
                                   len(batch), "sentences/s"))
-            encoder = peers.ct2.get((dtype, size))
-            if encoder is not None:
-                cases.append(Case("embed", "ct2", dtype, mode, encoder.embed, len(batch),
-                                  "sentences/s", in_process=False))
+            for impl, encoders in (("ct2", peers.ct2), ("openvino", peers.openvino)):
+                encoder = encoders.get((dtype, size))
+                if encoder is not None:
+                    cases.append(Case("embed", impl, dtype, mode, encoder.embed, len(batch),
+                                      "sentences/s", in_process=False))
     return cases
 
 
 class _Peers:
-    """sentence-transformers over the folder, and CTranslate2 encoders (one per dtype and
-    batch, each in its own process) over its conversion in a temporary folder."""
+    """sentence-transformers over the folder, and CTranslate2 and OpenVINO encoders (one
+    per dtype and batch, each in its own process) over their conversions in temporary
+    folders."""
 
     def __init__(self, folder: Path, impls, dtypes, tokenizer, sentences, say) -> None:
         self.sentence_transformers: dict = {}
         self.ct2: dict = {}
+        self.openvino: dict = {}
         if "sentence-transformers" in impls:
             try:
                 from sentence_transformers import SentenceTransformer
@@ -137,3 +147,44 @@ class _Peers:
                 if encoder.embed()[0] != size:  # the same work as the others
                     raise RuntimeError("CTranslate2 embedded another number of texts")
                 self.ct2[(dtype, size)] = encoder
+
+    def add_openvino(self, folder: Path, dtypes, tokenizer, sentences, reference, pooling,
+                     say) -> None:
+        """OpenVINO's encoders of ``folder`` (:mod:`zoo.bench.openvino_peer`), one per dtype
+        and batch, each held to zoo's fp32 vectors ``reference`` of ``sentences`` where
+        the model pools by the mean (an fp32 one that does not agree is not timed)."""
+        from . import openvino_peer
+
+        why = openvino_peer.installed()
+        if why:
+            say(f"peer openvino skipped: {why}")
+            return
+        temporary = tempfile.TemporaryDirectory(prefix="zoo-bench-embed-openvino-")
+        out = Path(temporary.name)  # (each encoder reads it as it starts)
+        why = openvino_peer.convert(folder, out)
+        if why:
+            say(f"peer openvino skipped: {why}")
+            return
+        ids = tokenizer(sentences, truncation=True)["input_ids"]
+        threads = torch.get_num_threads()
+        for dtype in dtypes:
+            name, precision = openvino_peer.PRECISIONS[dtype]
+            full = openvino_peer.Encoder(out / name, precision, threads)
+            if dtype == "bf16" and "BF16" not in full.ready["capabilities"]:
+                say("peer openvino bf16 skipped: OpenVINO computes no bf16 on this CPU")
+                full.close()
+                continue
+            full.set_source(ids)
+            if pooling.mode == "mean" and pooling.normalize:
+                cosine = openvino_peer.agreement(reference.tolist(), full.vectors())
+                say(f"peer openvino {dtype}: least cosine to zoo's fp32 vectors {cosine:.5f}")
+                if dtype == "fp32" and cosine < 0.999:
+                    say("peer openvino skipped: its fp32 vectors are not zoo's")
+                    return
+            for size in (int(m.removeprefix("batch")) for m in MODES):
+                encoder = full if size == len(sentences) else openvino_peer.Encoder(
+                    out / name, precision, threads)
+                encoder.set_source(ids[:size])
+                if encoder.embed()[0] != size:  # the same work as the others
+                    raise RuntimeError("OpenVINO embedded another number of texts")
+                self.openvino[(dtype, size)] = encoder

@@ -80,7 +80,8 @@ def cases_for(bench: str, args, say) -> list:
 
         return embed_cases(model=args.model, modes=_list(args.modes, MODES),
                            dtypes=dtypes_for(args) if args.dtypes else ("fp32",),
-                           impls=impls or ("zoo", "sentence-transformers", "ct2"), say=say)
+                           impls=impls or ("zoo", "sentence-transformers", "ct2", "openvino"),
+                           say=say)
     if bench == "vit":
         return models.vit_cases(
             recipe=args.vit_recipe, batch=args.batch or 8,
