@@ -310,8 +310,15 @@ def test_a_language_models_bf16_rows_decode_with_weights_in_bf16():
     model.register_forward_pre_hook(lambda m, args: seen.append(next(m.parameters()).dtype))
     cases = generate_cases(model, batch=2, prompt_len=4, new_tokens=3, modes=("greedy",),
                            dtypes=("fp32", "bf16"), impls=["zoo"], device="cpu",
-                           latency=None, say=None)
-    assert sorted(c.dtype for c in cases) == ["bf16", "fp32"]
+                           latency=(4, 3), say=None)
+    assert sorted(c.dtype for c in cases) == ["bf16", "bf16", "fp32", "fp32"]
+    # one prompt's memory limit: each step reads every matrix but the embedding (unless it
+    # is the output layer's too), 4 or 2 bytes a weight
+    matrices = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and (
+        not name.startswith("embed") or p is model.lm_head.weight))
+    assert {c.dtype: c.extra["step_bytes"] for c in cases if c.bench == "latency"} == {
+        "fp32": 4 * matrices, "bf16": 2 * matrices}
+    assert all(c.extra["steps"] == 3 for c in cases if c.bench == "latency")
     for case in cases:
         seen.clear()
         case.run()

@@ -134,6 +134,27 @@ def test_bf16_autocast_inference_matches_autocast_linear():
     torch.testing.assert_close(ours.float(), ref.float(), rtol=2e-2, atol=2e-2)
 
 
+def test_a_bf16_layer_with_fixed_weights_multiplies_by_its_weight_packed_once_in_bf16():
+    """A model converted to bf16 (its weights bf16) multiplies, inside a block that fixes
+    its weights, through oneDNN's bf16 product with the weight packed once, where oneDNN
+    packs bf16; elsewhere through F.linear. Either gives F.linear's bf16 product within
+    bf16's rounding, and a weight written in the block between calls is seen."""
+    from zoo.ops import onednn_bf16
+
+    layer = Linear(64, 48).to(torch.bfloat16).eval()
+    x = torch.randn(3, 64).bfloat16()
+    with torch.no_grad(), derived.fixed_weights(layer):
+        ours = layer(x)
+        assert ("_packed_cache" in derived.kept(layer)) == onednn_bf16()
+        ref = F.linear(x.float(), layer.weight.float(), layer.bias.float())
+        assert ours.dtype == torch.bfloat16
+        torch.testing.assert_close(ours.float(), ref, rtol=1.6e-2, atol=1e-2)
+    with torch.no_grad():
+        layer.weight.mul_(-1)
+        torch.testing.assert_close(layer(x).float(), -ref + 2 * layer.bias.float(),
+                                   rtol=1.6e-2, atol=1e-2)
+
+
 # -- the sdpa kernel's CPU shortcuts --------------------------------------------------------------
 @pytest.mark.parametrize("lq", [1, 3, 17])
 def test_sdpa_kernel_equals_pytorchs_with_masks(lq):

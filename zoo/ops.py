@@ -142,7 +142,8 @@ class Linear(nn.Linear):
     """``nn.Linear`` that, in CPU inference of a model whose weights are fixed (inside
     :func:`zoo.derived.fixed_weights`, which every decoding call enters), multiplies
     through oneDNN with its weight packed once: in fp32, or in bf16 under CPU autocast
-    (the weight cast once instead of at every call). In fp32, inputs of at most
+    (the weight cast once instead of at every call) or with bf16 weights (a model
+    converted to bf16 once), where oneDNN packs bf16. In fp32, inputs of at most
     ``native_row_limit()`` rows (decoding steps, a sentence's encoder) go to zoo's
     native product instead, with the weight packed once for it, where zoo's native
     libraries could be built (:mod:`zoo.native`). A packed copy is checked against the
@@ -225,10 +226,11 @@ class Linear(nn.Linear):
                 and native.available())
 
     def _cpu_inference(self, x: torch.Tensor) -> bool:
-        """True for inference on the CPU with an fp32 weight and a non-empty input: where
-        the native product and the packed oneDNN one may stand in for ``F.linear``."""
+        """True for inference on the CPU with an fp32 or bf16 weight and a non-empty input:
+        where the native product (fp32) and the packed oneDNN one may stand in for
+        ``F.linear``."""
         return (self.fast_inference and not torch.is_grad_enabled() and x.device.type == "cpu"
-                and self.weight.dtype == torch.float32 and x.numel() > 0)
+                and self.weight.dtype in (torch.float32, torch.bfloat16) and x.numel() > 0)
 
     def _native(self, x: torch.Tensor) -> bool:
         """True for fp32 CPU inference on rows that zoo's native product takes
@@ -239,13 +241,18 @@ class Linear(nn.Linear):
 
     def _packed_dtype(self, x: torch.Tensor) -> torch.dtype | None:
         """The dtype to multiply in with a packed weight, or None for F.linear: fp32, or
-        under CPU autocast its dtype (bf16), as autocast itself would."""
+        under CPU autocast its dtype (bf16), as autocast itself would; bf16 for a bf16
+        weight (a model converted to bf16 once) and input, where oneDNN packs bf16."""
         global _ONEDNN
         if not self._cpu_inference(x):
             return None
         if not self.keeps_copies():  # in torch.compile, F.linear keeps the graph whole
             return None
-        if torch.is_autocast_enabled("cpu"):
+        if self.weight.dtype == torch.bfloat16:
+            if x.dtype != torch.bfloat16 or not onednn_bf16():
+                return None
+            dtype = torch.bfloat16
+        elif torch.is_autocast_enabled("cpu"):
             dtype = torch.get_autocast_dtype("cpu")
             if dtype != torch.bfloat16 or x.dtype not in (torch.float32, torch.bfloat16):
                 return None

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..export import ExportError, default_vocabulary, to_ctranslate2, to_transformers
-from .harness import Case, count_flops
+from .harness import Case, count_flops, step_bytes
 
 SAMPLING = {"temperature": 0.8, "top_k": 50, "top_p": 0.95}
 """The sampling every implementation runs in the ``sample`` mode."""
@@ -147,8 +147,10 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
                     made = run().shape[1] - (prompts.shape[1] if name == "transformers" else 0)
                     if made != tokens:  # the same work as the others, or none
                         raise RuntimeError(f"{name} made {made} tokens, not exactly {tokens}")
+                    extra = ({"step_bytes": step_bytes(zoos[dtype]), "steps": tokens}
+                             if (bench, name, mode) == ("latency", "zoo", "greedy") else {})
                     cases.append(Case(bench, name, dtype, mode, run, per_call, unit, flops,
-                                      device))
+                                      device, extra=extra))
                 generator = generators[bench].get(dtype)
                 if generator is not None:
                     sampling = ({"topk": SAMPLING["top_k"], "topp": SAMPLING["top_p"],

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..kinds import kind_of
 from . import peers
-from .harness import Case, count_flops
+from .harness import Case, count_flops, step_bytes
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 """The dtypes run under autocast; ``int8`` (decode) is a quantized copy instead."""
@@ -205,26 +205,6 @@ def _decode_group(bench: str, src: torch.Tensor, new_tokens: int, models: dict, 
                                   lambda t=translator, b=beams, n=new_tokens: t.translate(b, n),
                                   per_call, unit, flops, device, in_process=False))
     return cases
-
-
-def step_bytes(model) -> int:
-    """Bytes of weights one greedy decoding step of one sentence reads at the least: every
-    linear layer's weight of the decoder and the output layer (fp32, or int8 with its
-    scales), each once, but cross-attention's keys and values (projected once from the
-    encoder's output). Embedding rows, norms, biases and the attention caches are left out
-    (under 1% at transformer-base's sizes and 20 tokens)."""
-    from ..quantization import QuantizedLinear
-
-    total = 0
-    for part in (model.decoder, model.lm_head):
-        for name, module in part.named_modules():
-            if name.endswith("cross_attn.kv_proj"):
-                continue
-            if isinstance(module, QuantizedLinear):
-                total += module.weight_int8.numel() + module.weight_scale.numel() * 4
-            elif isinstance(module, torch.nn.Linear):
-                total += module.weight.numel() * module.weight.element_size()
-    return total
 
 
 def _ct2_translators(convert: Callable, sources: dict[str, torch.Tensor], dtypes,

@@ -115,7 +115,7 @@ def latency_lines(results: list) -> list[str]:
 
 def limit_lines(results: list, rate: float | None) -> list[str]:
     """One sentence greedy against the memory's limit: a step reads the decoder's and the
-    output layer's weights at least once (:func:`zoo.bench.models.step_bytes`), so at
+    output layer's weights at least once (:func:`zoo.bench.harness.step_bytes`), so at
     ``rate`` bytes a second a sentence of N steps takes N x those bytes / ``rate`` at
     best; zoo's share of that limit (the encoder's pass is not counted in the limit)."""
     out = []
