@@ -267,6 +267,24 @@ def test_bf16_units_count_only_where_torch_dispatches_to_them(monkeypatch):
         assert hardware.detect_cpu().bf16 is units
 
 
+def test_amx_counts_only_where_onednn_may_dispatch_to_it(monkeypatch):
+    """An AMX CPU whose oneDNN is told to dispatch below AMX (zoo bench --isa no-amx)
+    multiplies and attends in bf16 without the tiles: zoo counts no AMX there (its sdpa
+    kernel then keeps bf16 attention off PyTorch's tile kernel), and still its bf16 units."""
+    monkeypatch.setattr(hardware, "_cpuinfo", lambda: {
+        "model name": "Test CPU 9000", "flags": "avx2 avx512f avx512_bf16 amx_bf16 amx_tile"})
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    for cap, amx in ((None, True), ("AVX512_CORE_FP16", False), ("avx512_core_amx", True),
+                     ("ALL", True), ("AVX2", False)):
+        if cap is None:
+            monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+        else:
+            monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        cpu = hardware.detect_cpu()
+        assert (cpu.amx, cpu.bf16) == (amx, True), cap
+
+
 def test_a_busy_neighbour_is_seen_at_once():
     """others_running reads the kernel's runnable threads at this moment: a process that
     keeps a core busy is counted within a few reads, without waiting to average."""

@@ -123,6 +123,15 @@ def _torch_cpu_says(name: str) -> bool:
         return False
 
 
+def _onednn_allows_amx() -> bool:
+    """False where oneDNN is told to dispatch below AMX (``ONEDNN_MAX_CPU_ISA`` or
+    ``DNNL_MAX_CPU_ISA``, as ``zoo bench --isa no-amx`` sets): torch's bf16 products and
+    attention then run without the tiles, and zoo counts none."""
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+           or "ALL").upper()
+    return cap == "ALL" or "AMX" in cap
+
+
 def detect_cpu() -> CPU:
     """The CPU, read from PyTorch and ``/proc/cpuinfo``."""
     import torch
@@ -130,7 +139,8 @@ def detect_cpu() -> CPU:
     info = _cpuinfo()
     flags = set((info.get("flags") or info.get("Features") or "").split())
     arm = platform.machine().lower() in ("aarch64", "arm64")
-    amx = "amx_bf16" in flags or _torch_cpu_says("_is_amx_tile_supported")
+    amx = ("amx_bf16" in flags or _torch_cpu_says("_is_amx_tile_supported")) and \
+        _onednn_allows_amx()
     capability = torch.backends.cpu.get_cpu_capability()
     bf16 = amx or ("avx512_bf16" in flags) or _torch_cpu_says("_is_avx512_bf16_supported") or (
         arm and "bf16" in flags)

@@ -131,8 +131,17 @@ ISA_ENVIRONMENT = {
              "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
     "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
                "MKL_ENABLE_INSTRUCTIONS": "AVX512", "CT2_FORCE_CPU_ISA": "AVX512"},
+    # AVX-512 with VNNI, BF16 and FP16, but no AMX tiles (oneDNN's ISA just below AMX's;
+    # MKL's AVX512_E1 is AVX-512 with VNNI): an AMX Xeon as an AVX-512 EPYC with bf16 runs
+    "no-amx": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_FP16",
+               "MKL_ENABLE_INSTRUCTIONS": "AVX512_E1", "CT2_FORCE_CPU_ISA": "AVX512"},
 }
-"""What each library reads to dispatch as on a CPU with at most that instruction set."""
+"""What each library reads to dispatch as on a CPU with at most that instruction set (zoo
+reads oneDNN's too: :func:`zoo.hardware.detect_cpu` counts no AMX below it)."""
+
+AS_ON = {"avx2": "an AVX2 CPU", "avx512": "an AVX-512 CPU",
+         "no-amx": "this CPU without its AMX tiles"}
+"""How ``zoo bench`` names each ``--isa`` it dispatches as."""
 
 
 def cmd_bench_models(args: argparse.Namespace) -> int:
@@ -145,7 +154,7 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
     wanted = ISA_ENVIRONMENT.get(args.isa)
     if wanted and os.environ.get("ZOO_BENCH_ISA") != args.isa:
         env = {**os.environ, **wanted, "ZOO_BENCH_ISA": args.isa}
-        print(f"zoo bench: dispatching as on an {args.isa.upper()} CPU: "
+        print(f"zoo bench: dispatching as on {AS_ON[args.isa]}: "
               + " ".join(f"{k}={v}" for k, v in wanted.items()), flush=True)
         return subprocess.call([sys.executable, "-m", "zoo", *sys.argv[1:]], env=env)
     from .run import main
@@ -174,10 +183,10 @@ def _model_bench_arguments(parser) -> None:
                         "and NEW tokens made (default 20,20)")
     parser.add_argument("--no-latency", action="store_true",
                         help="decode: leave out the one-sentence (latency) rows")
-    parser.add_argument("--isa", choices=["native", "avx2", "avx512"], default="native",
-                        help="run as on a CPU with this instruction set at most: every "
-                        "library is told to dispatch no further (torch, oneDNN, MKL, "
-                        "CTranslate2), in a process of its own")
+    parser.add_argument("--isa", choices=["native", *ISA_ENVIRONMENT], default="native",
+                        help="run as on a CPU with this instruction set at most (no-amx: "
+                        "this CPU without its AMX tiles): every library is told to dispatch "
+                        "no further (torch, oneDNN, MKL, CTranslate2), in a process of its own")
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--model", help="decode: a saved or imported model instead of "
                         "transformer-base (local-dir:PATH, hf-hub:Helsinki-NLP/opus-mt-de-en), "
