@@ -5,7 +5,8 @@ same priority), with zoo choosing its threads from the cores free at each call (
 default), and with `ZOO_ADAPT_THREADS=0` (every call at torch's threads, as before).
 All cases run in this one script, one after another; ratios are within it.
 
-    python benchmarks/decode_beside_a_neighbour.py [--repeats 3] [--json out.json]
+    python benchmarks/decode_beside_a_neighbour.py [--repeats 3] [--dtypes fp32,int8]
+        [--model llama-110m-shape] [--json out.json]
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ CASES = [("idle", False, {}), ("one busy neighbour", True, {}),
 BUSY = "while True:\n    pass\n"
 
 
-def bench(repeats: int, env: dict[str, str]) -> list[dict]:
+def bench(repeats: int, env: dict[str, str], dtypes: str, model: str | None) -> list[dict]:
     """`zoo bench decode`'s rows (one per implementation, dtype and mode)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
         command = [sys.executable, "-m", "zoo", "bench", "decode", "--impls", "zoo,ct2",
-                   "--dtypes", "fp32,int8", "--modes", "greedy", "--repeats", str(repeats),
+                   "--dtypes", dtypes, "--modes", "greedy", "--repeats", str(repeats),
                    "--wait", "0", "--json", str(out), "-q"]
+        if model:  # a language model: 8 prompts of 16 tokens, 32 new; one prompt likewise
+            command += ["--model", model, "--batch", "8", "--length", "16", "--new-tokens",
+                        "32", "--latency", "16,32"]
         done = subprocess.run(command, env={**os.environ, **env}, capture_output=True,
                               text=True)
         if done.returncode:
@@ -42,6 +46,8 @@ def main() -> int:
     """Each case's figures, side by side."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtypes", default="fp32,int8", help="zoo bench decode's --dtypes")
+    parser.add_argument("--model", help="a language model (zoo bench decode --model)")
     parser.add_argument("--json")
     args = parser.parse_args()
     results = {}
@@ -49,7 +55,7 @@ def main() -> int:
         neighbour = subprocess.Popen([sys.executable, "-c", BUSY]) if busy else None
         try:
             time.sleep(1.0 if busy else 0.0)
-            results[name] = bench(args.repeats, env)
+            results[name] = bench(args.repeats, env, args.dtypes, args.model)
         finally:
             if neighbour is not None:
                 neighbour.kill()

@@ -52,8 +52,9 @@ def dtype_paths() -> dict[str, str]:
 
     cpu = hardware.detect().cpu
     built = native.available()
-    fp32 = (f"zoo's native products up to {native.default_rows()} rows (decoding steps, "
-            "the native decoding step), oneDNN's above" if built else
+    fp32 = (f"zoo's native products ({torch.ops.zoo.product_isa()}) up to "
+            f"{native.default_rows()} rows (decoding steps, the native decoding step), "
+            "oneDNN's above" if built else
             "oneDNN's (zoo's native products are not built: zoo native build)")
     if not cpu.bf16:
         bf16 = "emulated by PyTorch (no bf16 units): far slower than fp32"

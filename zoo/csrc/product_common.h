@@ -5,6 +5,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/Version.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -16,6 +17,14 @@
 #include <vector>
 
 namespace zoo::common {
+
+// True where the CPU has AVX-512 (F) and PyTorch dispatches to it: ATEN_CPU_CAPABILITY=avx2
+// (zoo bench --isa avx2) keeps zoo's products on their AVX2 kernels too. Read once.
+inline bool avx512() {
+  static const bool on = __builtin_cpu_supports("avx512f") &&
+                         at::get_cpu_capability().rfind("AVX512", 0) == 0;
+  return on;
+}
 
 // The sum of a vector's eight floats.
 __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
@@ -51,8 +60,10 @@ inline at::Tensor bias_only(at::Tensor& y, const std::optional<at::Tensor>& bias
 // block below four), as even as they can be; tasks of ``per_task`` panels over the threads;
 // block(m, mr, p0, p1) multiplies mr rows from row m by panels [p0, p1). With more than one
 // block of rows, a panel at a time goes through every block: it stays in L2 between them.
+// ``group`` panels at a time go through the blocks (the last group may be shorter).
 template <class Block>
-void over_panels(int64_t rows, int64_t n_out, int64_t per_task, const Block& block) {
+void over_panels(int64_t rows, int64_t n_out, int64_t per_task, const Block& block,
+                 int64_t group = 1) {
   const int64_t blocks = (rows + 5) / 6, base = rows / blocks, longer = rows % blocks;
   const int64_t panels = (n_out + 15) / 16, tasks = (panels + per_task - 1) / per_task;
   at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
@@ -62,10 +73,10 @@ void over_panels(int64_t rows, int64_t n_out, int64_t per_task, const Block& blo
         block(0, rows, p0, p1);
         continue;
       }
-      for (int64_t p = p0; p < p1; ++p)
+      for (int64_t p = p0; p < p1; p += group)
         for (int64_t i = 0, m = 0; i < blocks; ++i) {
           const int64_t mr = base + (i < longer);
-          block(m, mr, p, p + 1);
+          block(m, mr, p, std::min(p1, p + group));
           m += mr;
         }
     }
