@@ -105,13 +105,14 @@ def test_quantized_linear_gives_few_rows_to_the_native_product_and_more_to_fbgem
 
 def test_the_rows_given_to_the_native_products_follow_the_cpu_they_were_measured_on(
         monkeypatch):
-    """int8: 128 rows on AVX2; on AVX-512 32 on an Intel CPU (measured on a Xeon of the
-    Sapphire Rapids class), 4 on an AMD one (measured on a Zen 4 EPYC); fp32 128 on each."""
+    """int8: 128 rows on AVX2; on AVX-512 128 on an Intel CPU (its 512-bit kernel, measured
+    on a Xeon of the Sapphire Rapids class), 4 on an AMD one (measured on a Zen 4 EPYC with
+    the 256-bit kernel); fp32 128 on each."""
     import dataclasses
 
     real = hardware.detect()
     avx2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
-    for vendor, int8 in (("GenuineIntel", 32), ("AuthenticAMD", 4), ("", 4)):
+    for vendor, int8 in (("GenuineIntel", 128), ("AuthenticAMD", 4), ("", 4)):
         machine = dataclasses.replace(real, cpu=dataclasses.replace(real.cpu, vendor=vendor))
         monkeypatch.setattr(hardware, "detect", lambda m=machine: m)
         monkeypatch.setattr(native, "_ROWS", {})

@@ -423,6 +423,7 @@ PRODUCTS = NativeLibrary(
     [CSRC / "packed_linear.cpp", CSRC / "int8_linear.cpp", CSRC / "skinny_linear.cpp",
      CSRC / "fingerprint.cpp"],
     [CSRC / "packed_linear.h", CSRC / "int8_linear.h", CSRC / "int8_kernel.h",
+     CSRC / "int8_kernel512.h",
      CSRC / "product_common.h",
      CSRC / "skinny_linear.h"],
     on_load=_products_loaded)
@@ -467,15 +468,15 @@ def default_rows(int8: bool = False) -> int:
 
     - fp32: 128. On AVX2, 1.15 to 1.3 times oneDNN's packed product at 128 rows, level
       from about 320; on AVX-512 (Zen 4, whose 512-bit operations take two 256-bit
-      halves), 1.5 times at 128 and 1.2 at 512. An Intel CPU with AVX-512 is not measured.
-    - int8: 128 where PyTorch dispatches AVX2; 4 on AVX-512 (measured with VNNI: from 16
-      rows FBGEMM's 512-bit product is faster, zoo's 0.84 to 0.90 times it there, 0.7 at
-      64); 32 on an Intel CPU with AVX-512, measured on a 2-core Xeon of the Sapphire
-      Rapids class: zoo's 1.25 to 1.75 times FBGEMM's at 1 row, 1.1 to 1.3 at 4 to 8, 1.07
-      at 16, 1.02 at 32, 0.95 at 64 (one sentence of all-MiniLM-L6-v2 in int8 embedded in
-      5.0 ms instead of 6.1). On that Xeon zoo's fp32 product falls behind oneDNN's from
-      about 64 rows (0.85x, 0.74x at 128), yet whole decodings with a limit of 32 were
-      within 5% of these (``zoo bench decode``), so fp32 keeps 128 there."""
+      halves, with the AVX2 kernel), 1.5 times at 128 and 1.2 at 512. On a 2-core Xeon of
+      the Sapphire Rapids class, with the AVX-512 kernel: 1.35x at 1 row, 1.6 to 1.8x at
+      4 to 20, 1.2 to 1.3x at 64, 1.05 to 1.09x at 128.
+    - int8: 128 where PyTorch dispatches AVX2; 4 on AMD's AVX-512 (measured with VNNI on
+      256-bit vectors: from 16 rows FBGEMM's 512-bit product is faster, zoo's 0.84 to 0.90
+      times it there, 0.7 at 64); 128 on an Intel CPU with AVX-512, where zoo's int8 kernel
+      runs on 512-bit vectors: on the Xeon 1.4x FBGEMM's at 1 to 4 rows, 1.3 to 1.45x at 16
+      to 32, 1.23 to 1.34x at 64 to 192 (on 256-bit vectors it was 1.02x at 32 and 0.95x at
+      64, and the limit 32)."""
     if int8 not in _ROWS:
         import torch
 
@@ -487,7 +488,7 @@ def default_rows(int8: bool = False) -> int:
         else:
             from .hardware import detect
 
-            _ROWS[int8] = 32 if detect().cpu.vendor == "GenuineIntel" else 4
+            _ROWS[int8] = 128 if detect().cpu.vendor == "GenuineIntel" else 4
     return _ROWS[int8]
 
 

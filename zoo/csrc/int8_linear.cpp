@@ -4,7 +4,8 @@
 // fp32's bytes. As FBGEMM's and CTranslate2's int8 products do, each row of x is rounded to
 // int8 too (dynamic quantization: symmetric, one scale a row, from its largest value) and the
 // products are integer dot products summed in int32: VNNI's vpdpbusd (four u8 x s8 products
-// and their sum in one instruction) where the CPU has it, else AVX2's vpmaddubsw and
+// and their sum in one instruction) where the CPU has it (on 512-bit vectors where it has
+// AVX-512 VNNI and PyTorch dispatches AVX-512: int8_kernel512.h, with the same bits), else AVX2's vpmaddubsw and
 // vpmaddwd, whose int16 pair sums saturate unless x keeps 7 bits (FBGEMM's reduce_range).
 // x goes in as unsigned bytes, x + z (z = 128, or 64 with 7 bits); the packed weight keeps
 // each output's sum of weights so that z times it is taken off again.
@@ -85,6 +86,21 @@ inline __m256i dot(__m256i acc, __m256i x, __m256i w) { return _mm256_dpbusd_epi
 #pragma GCC pop_options
 #endif
 }  // namespace vnni512
+
+namespace zmm {  // AVX-512 VNNI on 512-bit vectors
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vnni"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vnni")
+#endif
+#include "int8_kernel512.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+}  // namespace zmm
 
 namespace avxvnni {
 #if defined(__clang__)
@@ -234,7 +250,8 @@ void int8_product(const at::Tensor& x, const at::Tensor& packed, const float* bi
   const Product a{xq.data(), xscale.data(), packed.data_ptr<int8_t>() + HEADER, bias,
                   y.data_ptr<float>(), K, n_out, z};
   switch (isa()) {
-    case Isa::kAvx512Vnni: return vnni512::run(a, rows);
+    case Isa::kAvx512Vnni:  // 512 bits wide where PyTorch dispatches AVX-512 too
+      return zoo::common::avx512() ? zmm::run(a, rows) : vnni512::run(a, rows);
     case Isa::kAvxVnni: return avxvnni::run(a, rows);
     default: return avx2::run(a, rows);
   }

@@ -1,0 +1,79 @@
+// The int8 product's kernel on 512-bit vectors (int8_linear.cpp), for CPUs with AVX-512 VNNI
+// where PyTorch dispatches AVX-512: a panel's group of four inputs (64 bytes: four int8
+// weights of each of its 16 outputs) is one vector, and vpdpbusd adds four u8 x s8 products
+// into each output's int32 lane. The int32 sums are int8_kernel.h's exactly, and the scaling
+// after them the same operations in the same order, so the two kernels give the same bits.
+// Included once, inside a namespace compiled for AVX-512 VNNI.
+
+// MR rows of x against NP panels: y[m][0 .. cols) of each, cols < NR only in the last.
+template <int MR, int NP>
+inline void micro(const Product& a, int64_t m0, int64_t p0, int64_t cols_last) {
+  const int64_t K4 = padded(a.K), stride = panel_bytes(a.K);
+  const int8_t* w = a.w + p0 * stride;
+  __m512i acc[MR][NP];
+  for (int m = 0; m < MR; ++m)
+    for (int p = 0; p < NP; ++p) acc[m][p] = _mm512_setzero_si512();
+  for (int64_t k = 0; k < K4; k += 4) {
+    __m512i wv[NP];
+    for (int p = 0; p < NP; ++p) wv[p] = _mm512_loadu_si512(w + p * stride + k * NR);
+    for (int m = 0; m < MR; ++m) {
+      int32_t four;
+      std::memcpy(&four, a.x + (m0 + m) * K4 + k, 4);
+      const __m512i xb = _mm512_set1_epi32(four);
+      for (int p = 0; p < NP; ++p) acc[m][p] = _mm512_dpbusd_epi32(acc[m][p], xb, wv[p]);
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    const int64_t cols = p == NP - 1 ? cols_last : NR;
+    const int8_t* tail = w + p * stride + K4 * NR;
+    const __m512 scale = _mm512_loadu_ps(reinterpret_cast<const float*>(tail));
+    const __m512i zs = _mm512_mullo_epi32(
+        _mm512_set1_epi32(int32_t(a.z)), _mm512_loadu_si512(tail + NR * 4));
+    const float* bp = a.b ? a.b + (p0 + p) * NR : nullptr;
+    const __m512 bv = bp && cols == NR ? _mm512_loadu_ps(bp) : _mm512_setzero_ps();
+    for (int m = 0; m < MR; ++m) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[m][p], zs));
+      const __m512 r = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(a.xscale[m0 + m]), scale),
+                                       bv);
+      float* out = a.y + (m0 + m) * a.N + (p0 + p) * NR;
+      if (cols == NR) {
+        _mm512_storeu_ps(out, r);
+      } else {  // the bias added after, as int8_kernel.h does in a short panel
+        alignas(64) float tmp[NR];
+        _mm512_store_ps(tmp, r);
+        for (int64_t j = 0; j < cols; ++j) out[j] = tmp[j] + (bp ? bp[j] : 0.f);
+      }
+    }
+  }
+}
+
+// MR rows from row m against panels [p0, p1): four panels at a time at one to three rows,
+// two from four (eight to twelve accumulators).
+template <int MR>
+void rows_of(const Product& a, int64_t m, int64_t p0, int64_t p1) {
+  constexpr int NP = MR <= 3 ? 4 : 2;
+  const int64_t panels = (a.N + NR - 1) / NR;
+  auto cols_after = [&](int64_t p, int np) {
+    return p + np == panels ? a.N - (panels - 1) * NR : NR;
+  };
+  int64_t p = p0;
+  for (; p + NP <= p1; p += NP) micro<MR, NP>(a, m, p, cols_after(p, NP));
+  for (; p < p1; ++p) micro<MR, 1>(a, m, p, cols_after(p, 1));
+}
+
+void block(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
+  switch (mr) {
+    case 1: return rows_of<1>(a, m, p0, p1);
+    case 2: return rows_of<2>(a, m, p0, p1);
+    case 3: return rows_of<3>(a, m, p0, p1);
+    case 4: return rows_of<4>(a, m, p0, p1);
+    case 5: return rows_of<5>(a, m, p0, p1);
+    default: return rows_of<6>(a, m, p0, p1);
+  }
+}
+
+void run(const Product& a, int64_t rows) {
+  zoo::common::over_panels(
+      rows, a.N, BLOCK,
+      [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) { block(a, m, mr, p0, p1); }, 2);
+}
