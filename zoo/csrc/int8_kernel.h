@@ -59,28 +59,17 @@ inline void micro(
 template <int MR>
 void rows_of(const Product& a, int64_t m, int64_t p0, int64_t p1) {
   constexpr int NP = MR == 1 ? 4 : MR <= 3 ? 2 : 1;
-  const int64_t panels = (a.N + NR - 1) / NR;
-  auto cols_after = [&](int64_t p, int np) {
-    return p + np == panels ? a.N - (panels - 1) * NR : NR;
-  };
-  int64_t p = p0;
-  for (; p + NP <= p1; p += NP) micro<MR, NP>(a, m, p, cols_after(p, NP));
-  for (; p < p1; ++p) micro<MR, 1>(a, m, p, cols_after(p, 1));
+  zoo::common::over_groups<NP>(p0, p1, a.N, [&](auto np, int64_t p, int64_t cols) {
+    micro<MR, decltype(np)::value>(a, m, p, cols);
+  });
 }
 
 void block(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
-  switch (mr) {
-    case 1: return rows_of<1>(a, m, p0, p1);
-    case 2: return rows_of<2>(a, m, p0, p1);
-    case 3: return rows_of<3>(a, m, p0, p1);
-    case 4: return rows_of<4>(a, m, p0, p1);
-    case 5: return rows_of<5>(a, m, p0, p1);
-    default: return rows_of<6>(a, m, p0, p1);
-  }
+  zoo::common::with_rows(mr, [&](auto rows) { rows_of<decltype(rows)::value>(a, m, p0, p1); });
 }
 
 void run(const Product& a, int64_t rows) {
-  zoo::common::over_panels(rows, a.N, BLOCK, [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) {
-    block(a, m, mr, p0, p1);
-  });
+  zoo::common::over_panels(
+      rows, a.N, BLOCK,
+      [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) { block(a, m, mr, p0, p1); });
 }

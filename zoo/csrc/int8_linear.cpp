@@ -5,8 +5,9 @@
 // int8 too (dynamic quantization: symmetric, one scale a row, from its largest value) and the
 // products are integer dot products summed in int32: VNNI's vpdpbusd (four u8 x s8 products
 // and their sum in one instruction) where the CPU has it (on 512-bit vectors where it has
-// AVX-512 VNNI and PyTorch dispatches AVX-512: int8_kernel512.h, with the same bits), else AVX2's vpmaddubsw and
-// vpmaddwd, whose int16 pair sums saturate unless x keeps 7 bits (FBGEMM's reduce_range).
+// AVX-512 VNNI and PyTorch dispatches AVX-512: int8_kernel512.h, with the same bits), else
+// AVX2's vpmaddubsw and vpmaddwd, whose int16 pair sums saturate unless x keeps 7 bits
+// (FBGEMM's reduce_range).
 // x goes in as unsigned bytes, x + z (z = 128, or 64 with 7 bits); the packed weight keeps
 // each output's sum of weights so that z times it is taken off again.
 //

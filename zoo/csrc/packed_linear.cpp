@@ -118,66 +118,31 @@ struct Product {
   int64_t K, N;
 };
 
-// MR rows from row m, against panels [p0, p1), with AVX-512: four panels at a time at one to
-// three rows, two from four (eight to twelve accumulators, and at one row four streams).
-template <int MR>
-void rows_of_512(const Product& a, int64_t m, int64_t p0, int64_t p1) {
-  constexpr int NP = MR <= 3 ? 4 : 2;
-  const float* x = a.x + m * a.K;
-  float* y = a.y + m * a.N;
-  const int64_t panels = (a.N + NR - 1) / NR;
-  auto cols_after = [&](int64_t p, int np) {
-    return p + np == panels ? a.N - (panels - 1) * NR : NR;
-  };
-  int64_t p = p0;
-  for (; p + NP <= p1; p += NP)
-    micro512<MR, NP>(x, a.K, a.w + p * a.K * NR, a.K, y + p * NR, a.N,
-                     a.b ? a.b + p * NR : nullptr, cols_after(p, NP));
-  for (; p < p1; ++p)
-    micro512<MR, 1>(x, a.K, a.w + p * a.K * NR, a.K, y + p * NR, a.N,
-                    a.b ? a.b + p * NR : nullptr, cols_after(p, 1));
-}
-
-void block_512(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
-  switch (mr) {
-    case 1: return rows_of_512<1>(a, m, p0, p1);
-    case 2: return rows_of_512<2>(a, m, p0, p1);
-    case 3: return rows_of_512<3>(a, m, p0, p1);
-    case 4: return rows_of_512<4>(a, m, p0, p1);
-    case 5: return rows_of_512<5>(a, m, p0, p1);
-    default: return rows_of_512<6>(a, m, p0, p1);
-  }
-}
-
-// MR rows from row m, against panels [p0, p1): as many panels at a time as keep
-// eight to twelve accumulators (four at one row, two at two or three, one from four).
-template <int MR>
+// MR rows from row m, against panels [p0, p1), as many panels at a time as keep eight to
+// twelve accumulators: with AVX2 (a panel two vectors) four at one row, two at two or three,
+// one from four; with AVX-512 (``wide``: a panel one vector) four at one to three rows, two
+// from four. At one row, four panels are four streams from memory.
+template <int MR, bool WIDE>
 void rows_of(const Product& a, int64_t m, int64_t p0, int64_t p1) {
-  constexpr int NP = MR == 1 ? 4 : MR <= 3 ? 2 : 1;
+  constexpr int NP = WIDE ? (MR <= 3 ? 4 : 2) : (MR == 1 ? 4 : MR <= 3 ? 2 : 1);
   const float* x = a.x + m * a.K;
   float* y = a.y + m * a.N;
-  const int64_t panels = (a.N + NR - 1) / NR;
-  auto cols_after = [&](int64_t p, int np) {
-    return p + np == panels ? a.N - (panels - 1) * NR : NR;
-  };
-  int64_t p = p0;
-  for (; p + NP <= p1; p += NP)
-    micro<MR, NP>(x, a.K, a.w + p * a.K * NR, a.K, y + p * NR, a.N, a.b ? a.b + p * NR : nullptr,
-                  cols_after(p, NP));
-  for (; p < p1; ++p)
-    micro<MR, 1>(x, a.K, a.w + p * a.K * NR, a.K, y + p * NR, a.N, a.b ? a.b + p * NR : nullptr,
-                 cols_after(p, 1));
+  zoo::common::over_groups<NP>(p0, p1, a.N, [&](auto np, int64_t p, int64_t cols) {
+    constexpr int G = decltype(np)::value;
+    const float* w = a.w + p * a.K * NR;
+    const float* b = a.b ? a.b + p * NR : nullptr;
+    if constexpr (WIDE)
+      micro512<MR, G>(x, a.K, w, a.K, y + p * NR, a.N, b, cols);
+    else
+      micro<MR, G>(x, a.K, w, a.K, y + p * NR, a.N, b, cols);
+  });
 }
 
+template <bool WIDE>
 void block(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
-  switch (mr) {
-    case 1: return rows_of<1>(a, m, p0, p1);
-    case 2: return rows_of<2>(a, m, p0, p1);
-    case 3: return rows_of<3>(a, m, p0, p1);
-    case 4: return rows_of<4>(a, m, p0, p1);
-    case 5: return rows_of<5>(a, m, p0, p1);
-    default: return rows_of<6>(a, m, p0, p1);
-  }
+  zoo::common::with_rows(mr, [&](auto rows) {
+    rows_of<decltype(rows)::value, WIDE>(a, m, p0, p1);
+  });
 }
 
 }  // namespace
@@ -243,12 +208,12 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed,
                   K, n_out};
   if (common::avx512()) {  // two panels at a time through the blocks of rows
     common::over_panels(rows, n_out, BLOCK, [&](int64_t m, int64_t mr, int64_t p0,
-                                                int64_t p1) { block_512(a, m, mr, p0, p1); },
+                                                int64_t p1) { block<true>(a, m, mr, p0, p1); },
                         2);
     return y;
   }
   common::over_panels(rows, n_out, BLOCK, [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) {
-    block(a, m, mr, p0, p1);
+    block<false>(a, m, mr, p0, p1);
   });
   return y;
 }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace zoo::common {
@@ -54,6 +55,34 @@ inline const float* bias_data(const std::optional<at::Tensor>& bias, int64_t n_o
 // y = b for a product over no inputs (an empty sum), or 0 without a bias.
 inline at::Tensor bias_only(at::Tensor& y, const std::optional<at::Tensor>& bias) {
   return bias.has_value() && bias->defined() ? y.copy_(*bias) : y.zero_();
+}
+
+// f(std::integral_constant<int, mr>{}) for a block of mr rows (1 to 6; more run as 6): the
+// kernels' row counts are template arguments.
+template <class F>
+inline void with_rows(int64_t mr, const F& f) {
+  switch (mr) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    default: return f(std::integral_constant<int, 6>{});
+  }
+}
+
+// Panels [p0, p1) of a product of n_out outputs, NP at a time, then one at a time:
+// f(std::integral_constant<int, np>{}, the group's first panel, the outputs of its last
+// panel: 16, fewer only in the product's last).
+template <int NP, class F>
+inline void over_groups(int64_t p0, int64_t p1, int64_t n_out, const F& f) {
+  const int64_t panels = (n_out + 15) / 16;
+  auto cols = [&](int64_t p, int np) {
+    return p + np == panels ? n_out - (panels - 1) * 16 : int64_t(16);
+  };
+  int64_t p = p0;
+  for (; p + NP <= p1; p += NP) f(std::integral_constant<int, NP>{}, p, cols(p, NP));
+  for (; p < p1; ++p) f(std::integral_constant<int, 1>{}, p, cols(p, 1));
 }
 
 // The schedule of a product over panels of 16 outputs: rows in blocks of four to six (one

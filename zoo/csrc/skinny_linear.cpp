@@ -108,7 +108,8 @@ TORCH_LIBRARY_FRAGMENT(zoo, m) {
   m.def("skinny_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("cpu_has_avx2_fma() -> bool", [] { return zoo::avx2_fma(); });
   // the instruction set zoo's fp32 packed products run on here (packed_linear.cpp)
-  m.def("product_isa() -> str", [] { return std::string(zoo::common::avx512() ? "AVX-512" : "AVX2"); });
+  m.def("product_isa() -> str",
+        [] { return std::string(zoo::common::avx512() ? "AVX-512" : "AVX2"); });
 }
 
 TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("skinny_linear", zoo::skinny_linear); }
