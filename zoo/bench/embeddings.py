@@ -30,6 +30,8 @@ from ..hardware import detect as detect_hardware
 from .harness import Case
 
 MODES = ("batch1", "batch32")
+SIZES = tuple(int(mode.removeprefix("batch")) for mode in MODES)
+"""The texts a call of each mode."""
 WORDS = ("the a man woman child dog cat river city morning evening market garden music "
          "eats reads plays walks watches carries builds finds opens crosses quietly slowly "
          "today again near under over with without bread book bicycle piano horse train "
@@ -139,15 +141,12 @@ class _Peers:
         ctranslate2.converters.TransformersConverter(str(folder)).convert(str(out))
         threads = torch.get_num_threads()
         for dtype in ct2.computable(dtypes, say):
-            for size in (int(m.removeprefix("batch")) for m in MODES):
+            for size in SIZES:
                 encoder = ct2.Translator(str(out), ct2.COMPUTE_TYPES[dtype], threads,
                                          kind="encoder")
                 tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in
                           tokenizer(sentences[:size], truncation=True)["input_ids"]]
-                encoder.set_source(tokens)
-                if encoder.embed()[0] != size:  # the same work as the others
-                    raise RuntimeError("CTranslate2 embedded another number of texts")
-                self.ct2[(dtype, size)] = encoder
+                self.ct2[(dtype, size)] = _ready(encoder, tokens, size, "CTranslate2")
 
     def add_openvino(self, folder: Path, dtypes, tokenizer, sentences, reference, pooling,
                      say) -> None:
@@ -184,15 +183,22 @@ class _Peers:
                 continue
             full.set_source(ids)
             if pooling.mode == "mean" and pooling.normalize:
-                cosine = openvino_peer.agreement(reference.tolist(), full.vectors())
+                cosine = float(torch.nn.functional.cosine_similarity(
+                    reference, torch.tensor(full.vectors())).min())
                 say(f"peer openvino {dtype}: least cosine to zoo's fp32 vectors {cosine:.5f}")
                 if dtype == "fp32" and cosine < 0.999:
                     say("peer openvino skipped: its fp32 vectors are not zoo's")
                     return
-            for size in (int(m.removeprefix("batch")) for m in MODES):
+            for size in SIZES:
                 encoder = full if size == len(sentences) else openvino_peer.Encoder(
                     out / name, precision, threads)
-                encoder.set_source(ids[:size])
-                if encoder.embed()[0] != size:  # the same work as the others
-                    raise RuntimeError("OpenVINO embedded another number of texts")
-                self.openvino[(dtype, size)] = encoder
+                self.openvino[(dtype, size)] = _ready(encoder, ids[:size], size, "OpenVINO")
+
+
+def _ready(encoder, source, size: int, peer: str):
+    """``encoder`` (a peer's, in its own process) handed ``source``, once checked to embed
+    ``size`` texts: the same work as the others."""
+    encoder.set_source(source)
+    if encoder.embed()[0] != size:
+        raise RuntimeError(f"{peer} embedded another number of texts")
+    return encoder

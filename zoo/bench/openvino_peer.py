@@ -17,7 +17,7 @@ The child reads ``{"source": [[id, ...], ...]}`` once (token ids, as the model's
 tokenizer gives them), then ``{"encode": true}``: it runs the padded batch and
 mean-pools each text's hidden states to unit length (:func:`zoo.bench.child.mean_pooled`,
 sentence-transformers' mean pooling), answering their shape, or with ``"vectors": true``
-the vectors themselves, which the parent holds to zoo's (:func:`agreement`).
+the vectors themselves, which the parent holds to zoo's (their least cosine).
 """
 
 from __future__ import annotations
@@ -73,14 +73,6 @@ class Encoder(PeerProcess):
     def vectors(self) -> list[list[float]]:
         """The batch's embeddings themselves (to compare, untimed)."""
         return self.ask({"encode": True, "vectors": True})["vectors"]
-
-
-def agreement(ours, theirs) -> float:
-    """The least cosine between two lists of unit vectors, row by row."""
-    import numpy as np
-
-    a, b = np.asarray(ours, dtype=np.float64), np.asarray(theirs, dtype=np.float64)
-    return float((a * b).sum(1).min())
 
 
 def _convert(folder: str, out: str) -> int:
