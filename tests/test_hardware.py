@@ -304,13 +304,23 @@ def test_a_busy_neighbour_is_seen_at_once():
 def test_a_decoding_takes_only_the_cores_free_at_its_call(monkeypatch):
     """With the other processes running on every core but one, zoo.generate and the
     embedding batches (zoo.embed, zoo.rerank) run on one thread, and put torch's threads
-    back after; alone they keep torch's threads; ZOO_ADAPT_THREADS=0 keeps them whatever
-    runs."""
+    back after; alone they keep torch's threads, but for a sentence or two for an int8
+    model to embed (one thread: a second must be woken after a pause); ZOO_ADAPT_THREADS=0
+    keeps them whatever runs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # a 2-core machine, whatever this worker was given
+    monkeypatch.setattr(hardware, "usable_cores", lambda: 2)
+    try:
+        _takes_the_free_cores(monkeypatch)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _takes_the_free_cores(monkeypatch):
     from zoo.embedding import by_length
 
-    if torch.get_num_threads() < 2:
-        pytest.skip("one thread here: nothing to take away")
     model = zoo.build("llama-tiny").eval()
+    int8 = zoo.quantize(zoo.build("llama-tiny").eval())
     seen: list[int] = []
     model.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
     before = torch.get_num_threads()
@@ -321,7 +331,13 @@ def test_a_decoding_takes_only_the_cores_free_at_its_call(monkeypatch):
         monkeypatch.setenv("ZOO_ADAPT_THREADS", adapt)
         seen.clear()
         zoo.generate(model, prompt, max_new_tokens=3)
-        by_length(model, [3, 1], 1, lambda chosen: (seen.append(torch.get_num_threads())
-                                                     or torch.zeros(len(chosen), 1)))
+        by_length(model, [hardware.SHORT_CALL, 1], 1, lambda chosen: (
+            seen.append(torch.get_num_threads()) or torch.zeros(len(chosen), 1)))
         assert seen and set(seen) == {expected}, (others, adapt, seen)
         assert torch.get_num_threads() == before
+        for short, threads in ((model, expected), (int8, before if adapt == "0" else 1)):
+            seen.clear()  # a sentence or two: one thread for an int8 model
+            by_length(short, [hardware.SHORT_CALL - 1, 1], 1, lambda chosen: (
+                seen.append(torch.get_num_threads()) or torch.zeros(len(chosen), 1)))
+            assert set(seen) == {threads}, (others, adapt, seen)
+            assert torch.get_num_threads() == before

@@ -38,11 +38,13 @@ def _layer(n_out: int, n_in: int, bias: bool = True, seed: int = 0) -> Quantized
     return QuantizedLinear.from_linear(torch.nn.Linear(n_in, n_out, bias=bias)).eval()
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 13, 17])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 13, 17, 40])
 @pytest.mark.parametrize("n_out, n_in", [(3000, 512), (13, 7), (70, 33), (64, 2050), (1, 1)])
 def test_the_int8_product_is_the_dynamic_quantization_formula(rows, n_out, n_in):
-    """(8 bits with VNNI, 7 without: see the last test.) Every block of rows (one to six), one to four panels at a time, outputs with tails
-    (not multiples of 16) and inputs not a multiple of four (padded)."""
+    """(8 bits with VNNI, 7 without: see the last test.) Every block of rows (one to six), one
+    to four panels at a time, outputs with tails (not multiples of 16) and inputs not a
+    multiple of four (padded); on AMX's tiles (from 8 rows, inputs a multiple of 64), one
+    tile of rows and two (40: 16 + 16, then 8)."""
     assert native.available()
     for bias in (True, False):
         layer = _layer(n_out, n_in, bias, seed=rows)
@@ -107,17 +109,20 @@ def test_the_rows_given_to_the_native_products_follow_the_cpu_they_were_measured
         monkeypatch):
     """int8: 128 rows on AVX2; on AVX-512 128 on an Intel CPU (its 512-bit kernel, measured
     on a Xeon of the Sapphire Rapids class), 4 on an AMD one (measured on a Zen 4 EPYC with
-    the 256-bit kernel); fp32 128 on each."""
+    the 256-bit kernel), 8192 where the products run on AMX's tiles; fp32 128 on each."""
     import dataclasses
 
     real = hardware.detect()
     avx2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
-    for vendor, int8 in (("GenuineIntel", 128), ("AuthenticAMD", 4), ("", 4)):
-        machine = dataclasses.replace(real, cpu=dataclasses.replace(real.cpu, vendor=vendor))
-        monkeypatch.setattr(hardware, "detect", lambda m=machine: m)
-        monkeypatch.setattr(native, "_ROWS", {})
-        assert native.default_rows(int8=True) == (128 if avx2 else int8), vendor
-        assert native.default_rows() == 128
+    for amx in (False, True):
+        monkeypatch.setattr(torch.ops.zoo, "int8_on_amx", lambda amx=amx: amx, raising=False)
+        for vendor, int8 in (("GenuineIntel", 128), ("AuthenticAMD", 4), ("", 4)):
+            machine = dataclasses.replace(real, cpu=dataclasses.replace(real.cpu, vendor=vendor))
+            monkeypatch.setattr(hardware, "detect", lambda m=machine: m)
+            monkeypatch.setattr(native, "_ROWS", {})
+            expected = 128 if avx2 else 8192 if amx else int8
+            assert native.default_rows(int8=True) == expected, (vendor, amx)
+            assert native.default_rows() == 128
 
 
 def test_int8_self_attention_joins_its_products_exactly():
@@ -165,3 +170,40 @@ def test_avx2s_products_keep_the_formula_with_7_bit_rows():
         capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout.splitlines()[-1]
+
+
+AMX_BITS = """
+import sys, torch
+from zoo import native
+assert native.available()
+g = torch.Generator().manual_seed(0)
+out = [torch.ops.zoo.int8_isa()]
+for rows in (8, 16, 20, 33, 64):
+    for n_out, n_in in ((1152, 384), (70, 128), (37, 64)):
+        w = torch.randint(-127, 128, (n_out, n_in), generator=g, dtype=torch.int8)
+        packed = torch.ops.zoo.pack_int8_weight(w, torch.rand(n_out, generator=g) / 100)
+        x = torch.randn(rows, n_in, generator=g) * 3
+        out.append(torch.ops.zoo.packed_linear(x, packed, torch.randn(n_out, generator=g), n_out))
+torch.save(out, sys.argv[1])
+"""
+
+
+def test_amxs_tiles_give_the_vector_kernels_bits(tmp_path):
+    """On AMX's tiles the int32 sums are the same integers and the scaling after them the
+    512-bit kernel's: the same bits as a process told to leave the tiles alone (oneDNN's cap,
+    as zoo bench --isa no-amx sets it), which runs the vector kernel."""
+    import subprocess
+    import sys
+
+    if not torch.ops.zoo.int8_on_amx():
+        pytest.skip("no AMX tiles for zoo's int8 products here")
+    results = {}
+    for name, cap in (("amx", {}), ("vnni", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_FP16"})):
+        path = tmp_path / f"{name}.pt"
+        done = subprocess.run([sys.executable, "-c", AMX_BITS, str(path)], capture_output=True,
+                              text=True, env={**os.environ, **cap}, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        results[name] = torch.load(path)
+    assert results["amx"][0].startswith("AMX") and results["vnni"][0] == "AVX-512 VNNI"
+    for a, b in zip(results["amx"][1:], results["vnni"][1:]):
+        assert torch.equal(a, b)

@@ -515,3 +515,61 @@ def test_below_avx2_dispatch_it_is_not_used(tmp_path):
     assert plain.returncode == 0, plain.stderr
     assert "available False" in plain.stdout and "Warning" not in plain.stderr
     assert not list(tmp_path.iterdir())
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape,k", [((1, 32000), 8), ((4, 8000), 8), ((3, 5), 5),
+                                     ((2, 100), 64), ((2, 100), 65), ((1, 7), 0)])
+def test_top_k_is_torch_topk(shape, k):
+    """zoo's one-pass top k gives torch.topk's values and indices, sorted, infinities,
+    NaN (above every number) and past its own limit of k (torch's sort) included; equal
+    values keep the row's order."""
+    from zoo.decoding.search import top_k
+
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(k))
+    if shape[1] > 20:  # (torch.topk does not say which of equal values comes first)
+        x[:, ::3] = float("-inf")
+        x[0, 11], x[-1, -2] = float("nan"), float("inf")
+    values, indices = top_k(x, k)
+    expected = x.topk(k, dim=1)
+    torch.testing.assert_close(values, expected.values, equal_nan=True)
+    assert torch.equal(indices, expected.indices)
+    ties = torch.tensor([[1.0, 3.0, 2.0, 3.0, 3.0, 0.0, 2.0, 3.0, 1.0, 2.0]])
+    assert torch.ops.zoo.top_k(ties, 5)[1].tolist() == [[1, 3, 4, 7, 2]]
+
+
+def _memory_kb(field: str) -> int:
+    """A field of this process's memory (/proc/self/smaps_rollup), in KiB."""
+    for line in open("/proc/self/smaps_rollup"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+@needs_kernel
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="Linux's smaps")
+def test_packed_weights_share_slabs_of_huge_pages_and_give_them_back():
+    """Packed weights lie one after another, aligned to a cache line, in slabs the kernel is
+    asked to back with 2 MiB pages: where transparent huge pages are on ("always" or
+    "madvise"), 64 MB of them are mostly in huge pages. Packed and dropped again and
+    again, they give their memory back (a slab is unmapped with its last weight)."""
+    torch.manual_seed(0)
+    weights = [torch.randint(-127, 128, (2048, 512), dtype=torch.int8) for _ in range(64)]
+    scale = torch.rand(2048)
+    before = _memory_kb("AnonHugePages")
+    packed = [torch.ops.zoo.pack_int8_weight(w, scale) for w in weights]
+    assert all(p.data_ptr() % 64 == 0 for p in packed)
+    assert packed[1].data_ptr() - packed[0].data_ptr() < 2 * packed[0].numel()  # one slab
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if mode.exists() and "[never]" not in mode.read_text():
+        assert _memory_kb("AnonHugePages") - before >= 32 * 1024
+    x = torch.randn(3, 512)
+    expected = x @ (weights[5].float() * scale[:, None]).T
+    torch.testing.assert_close(torch.ops.zoo.packed_linear(x, packed[5], None, 2048), expected,
+                               rtol=0.02, atol=0.02 * float(expected.abs().max()))
+    del packed
+    held = _memory_kb("Rss")
+    for _ in range(20):  # 1.3 GB packed and dropped in all
+        packed = [torch.ops.zoo.pack_int8_weight(w, scale) for w in weights]
+        del packed
+    assert _memory_kb("Rss") - held < 100 * 1024

@@ -398,3 +398,42 @@ def test_a_weight_changed_between_two_steps_is_followed(native_step, monkeypatch
             a = static(steps[:, t:t + 1])
             b = model.decode(steps[:, t:t + 1], memory, mask, cache=cache)
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_one_kept_plan_serves_calls_alive_at_once_and_follows_a_changed_setting(monkeypatch):
+    """The decoder's plan is made once and each decoding call copies it with buffers of its
+    own: two calls alive at once (steps taken in turn, one of them reordered) make one
+    plan and each give the general path's logits; a setting changed before the next block
+    (a norm's eps) makes it again, and a block with nothing changed makes none."""
+    from zoo.derived import fixed_weights
+    from zoo.plugins.architectures import static_decoder
+
+    monkeypatch.setattr(Linear, "native_rows", 16)
+    model = tiny()
+    made = []
+    seal = static_decoder.seal_kept
+    monkeypatch.setattr(static_decoder, "seal_kept",
+                        lambda *a, **kw: made.append(1) or seal(*a, **kw))
+    src = source()
+    memories = [(model.encode(s), model.padding_mask(s)) for s in (src, src.flip(0))]
+    steps = torch.randint(3, 16, (6, 6), generator=torch.Generator().manual_seed(2))
+    moved = torch.tensor([1, 0, 2, 3, 5, 4])  # two beams of each source, some swapped
+    for eps, plans in ((None, 1), (0.5, 1), (None, 0)):
+        if eps is not None:
+            model.decoder.layers[1].norm2.eps = eps
+        made.clear()
+        with torch.no_grad(), fixed_weights(model):
+            static = [StaticDecoder(model, m, k, groups=2, length=6) for m, k in memories]
+            assert [d.native is not None for d in static] == [True, True]
+            assert len(made) == plans
+            caches = [model.init_cache() for _ in memories]
+            for t in range(6):
+                for i, ((memory, mask), decoder) in enumerate(zip(memories, static)):
+                    a = decoder(steps[:, t:t + 1])
+                    b = model.decode(steps[:, t:t + 1], memory.repeat_interleave(2, 0),
+                                     mask.repeat_interleave(2, 0), cache=caches[i])
+                    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+                    if t == 2 and i == 0:
+                        decoder.reorder(moved)
+                        caches[i].reorder(moved, within_groups=True)

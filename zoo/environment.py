@@ -65,8 +65,9 @@ def dtype_paths() -> dict[str, str]:
     engine = torch.backends.quantized.engine
     engine = ENGINES.get(engine, f"PyTorch's {engine} engine")
     bits = "8-bit activations (VNNI)" if cpu.vnni else "7-bit activations (no VNNI)"
-    int8 = (f"zoo's native int8 products up to {native.default_rows(int8=True)} rows, "
-            f"{engine} above; {bits}" if built else f"{engine}; {bits}")
+    int8 = (f"zoo's native int8 products ({torch.ops.zoo.int8_isa()}) up to "
+            f"{native.default_rows(int8=True)} rows, {engine} above; {bits}" if built
+            else f"{engine}; {bits}")
     return {"fp32": fp32, "bf16": bf16, "int8": int8}
 
 

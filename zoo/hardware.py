@@ -206,28 +206,28 @@ def cores_busy(interval: float = 0.25) -> float:
 
 def _running_now() -> tuple[int, int]:
     """(threads of the whole machine running or ready to run, this process's running
-    threads), as the kernel says at this moment."""
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("procs_running"):
-            machine = int(line.split()[1])
-            break
-    else:
-        raise ValueError("no procs_running in /proc/stat")
+    threads), as the kernel says at this moment: the running count of /proc/loadavg (the
+    kernel's ``nr_running``, which /proc/stat's ``procs_running`` also gives, in a file of
+    a few bytes instead of one with every interrupt's count), and the state of each of
+    this process's threads."""
+    with open("/proc/loadavg", "rb") as f:
+        machine = int(f.read().split()[3].split(b"/")[0])
     own = 0
-    for task in Path("/proc/self/task").iterdir():
+    for task in os.listdir("/proc/self/task"):
         try:
-            stat = (task / "stat").read_text()
+            with open(f"/proc/self/task/{task}/stat", "rb") as f:
+                stat = f.read()
         except OSError:  # a thread that ended meanwhile
             continue
-        own += stat[stat.rindex(")") + 2] == "R"
+        own += stat[stat.rindex(b")") + 2] == ord("R")
     return machine, own
 
 
 def others_running(reads: int = 3) -> int:
     """How many threads of other processes are running or ready to run now: the machine's
     runnable threads less this process's own, the most of ``reads`` reads one after the
-    other (a busy neighbour is seen at once; 0 where the kernel does not say). About 0.1
-    ms a read."""
+    other (a busy neighbour is seen at once; 0 where the kernel does not say). About 30
+    µs a read."""
     most = 0
     try:
         for _ in range(reads):
@@ -250,15 +250,30 @@ ADAPT_SETTING = "ZOO_ADAPT_THREADS"
 """Set to 0 to keep torch's threads as they are at every call."""
 
 
+SHORT_CALL = 300
+"""Characters of text at most in an int8 model's call that runs on one thread
+(:func:`threads_for_a_call` with ``short``): a sentence or two to embed."""
+
+
 @contextlib.contextmanager
-def threads_for_a_call():
+def threads_for_a_call(*, short: bool = False):
     """Torch's intra-op threads, for the ``with`` block (a decoding, a batch of
     embeddings), no more than the cores that other processes leave free now, and at least
     one; put back after. Threads that share a core with a busy neighbour wait for it at
     every one of a decoding's thousands of parallel regions: on a 2-core Xeon, one busy
     process beside a 2-thread decode made it 10 to 27 times slower, where one thread
     loses only the second core (benchmarks/decode_beside_a_neighbour.py). Alone on the
-    machine, nothing changes. ``ZOO_ADAPT_THREADS=0`` keeps the threads as they are."""
+    machine, nothing changes.
+
+    A ``short`` call (a sentence or two for an int8 model to embed: :data:`SHORT_CALL`)
+    runs on one thread: a second thread saves it a millisecond, but after a pause it must
+    first be woken, and on a virtual machine the host gives an idle core back slowly.
+    Measured on a 2-core Xeon (benchmarks/calls_after_idle.py), one int8 sentence of
+    all-MiniLM-L6-v2 after 50 ms of idle took 13.8 ms on two threads and 4.5 on one; back
+    to back, 2.1 and 2.4. An fp32 or bf16 sentence (7 to 10 ms on one thread) still gains
+    from the second: in `zoo bench embed`'s turns, fp32 on one thread gave 103 sentences/s
+    where two gave 145.
+    ``ZOO_ADAPT_THREADS=0`` keeps the threads as they are."""
     import torch
 
     wanted = torch.get_num_threads()
@@ -266,7 +281,7 @@ def threads_for_a_call():
             "0", "false", "no", "off"):
         yield wanted
         return
-    chosen = max(1, min(wanted, usable_cores() - others_running()))
+    chosen = 1 if short else max(1, min(wanted, usable_cores() - others_running()))
     if chosen == wanted:
         yield wanted
         return

@@ -49,6 +49,8 @@ from .format_base import (
 )
 from .derived import derived as derived_copy
 from .derived import fixed_weights, private_copy
+from .derived import held as held_copy
+from .derived import trusted as weights_fixed
 from .embedding import Pooling, cosine, embed, pool, pooling_of
 from .errors import (
     CapabilityError,
@@ -95,7 +97,7 @@ __all__ = [
     "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
     "QuantizedLinear", "is_quantized", "plain_linears", "rms_norm", "HeadNorm",
     # copies derived from weights (packed, joined), checked against them
-    "derived_copy", "private_copy", "fixed_weights",
+    "derived_copy", "private_copy", "fixed_weights", "weights_fixed", "held_copy",
     # native code of a plugin's own, and the machine it runs on
     "NativeLibrary", "NATIVE_PRODUCTS", "detect_hardware", "CPU",
     # architectures, and the kinds of model they build

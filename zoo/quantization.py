@@ -102,18 +102,21 @@ class QuantizedLinear(nn.Module):
     """Inputs of at most this many rows are multiplied by zoo's native int8 product where it
     is available; 0 turns it off, None (the default) takes
     ``zoo.native.default_rows(int8=True)``: 128 on AVX2; on AVX-512 4 (AMD, where
-    FBGEMM's product is faster from 16 rows, measured with VNNI) or 32 (Intel)."""
+    FBGEMM's product is faster from 16 rows, measured with VNNI) or 128 (Intel, with the
+    512-bit kernel), 8192 where the products run on AMX's tiles."""
 
     def takes_native(self, rows: int) -> bool:
         """True when zoo's native int8 product may multiply ``rows`` rows by this layer: at
         most ``native_rows`` (resolved) of them, CPU weights, a contiguous fp32 bias (or
-        none), and zoo's native libraries available here."""
+        none), and zoo's native libraries available here (asked first: the default limit
+        depends on the kernels they load)."""
+        if not native.available():
+            return False
         limit = (native.default_rows(int8=True) if self.native_rows is None
                  else self.native_rows)
         bias = self.bias
         return (0 < rows <= limit and self.weight_int8.device.type == "cpu"
-                and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))
-                and native.available())
+                and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous())))
 
     def native_weight(self) -> torch.Tensor:
         """The int8 weight and its scales packed for zoo's native product

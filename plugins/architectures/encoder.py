@@ -29,6 +29,7 @@ from torch import nn
 from zoo.plugin_api import Dropout, Linear, RecipeError, Slot
 
 from .layer_kinds import LayerKinds, layers_of_kinds
+from .native_encoder import encode
 from .seq2seq import MAX_FF, MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_VOCAB, MAX_WIDTH
 
 
@@ -140,6 +141,10 @@ class Encoder(nn.Module):
         "block": Slot("block", {"role": "encoder"}, default="encoder"),
     }
 
+    native_pass = True
+    """Set False (on the class or one model) to keep every pass in Python; else a pass
+    over few rows with fixed weights runs in zoo's native code (:mod:`.native_encoder`)."""
+
     encoder_only = True
     """Reads whole texts and decodes nothing (``zoo.embed`` pools its hidden states)."""
 
@@ -188,7 +193,9 @@ class Encoder(nn.Module):
                       token_types: torch.Tensor | None = None) -> torch.Tensor:
         """tokens (B, L) -> the last layer's hidden states (B, L, d). ``padding_mask``
         (B, L) True at padding (None: ``pad_id``'s); ``token_types`` (B, L) each token's
-        segment (None: all 0)."""
+        segment (None: all 0). Padding's states mean nothing (pooling and heads skip them):
+        where the layers ran in native code (:mod:`.native_encoder`), which leaves padding
+        out, they are the final norm's of zeros."""
         if padding_mask is None:
             padding_mask = self.padding_mask(tokens)
         x = self.embed(tokens)
@@ -206,8 +213,12 @@ class Encoder(nn.Module):
         if (keys is not None and not torch.compiler.is_exporting()
                 and not bool(keys.any())):
             keys = None  # (an exported graph keeps the mask: it is an input)
-        for layer in self.layers:
-            x = layer(x, key_padding_mask=keys)
+        native = encode(self, x, keys) if self.native_pass else None
+        if native is not None:
+            x = native
+        else:
+            for layer in self.layers:
+                x = layer(x, key_padding_mask=keys)
         return self.norm(x) if self.norm is not None else x
 
     def pooled(self, hidden: torch.Tensor,

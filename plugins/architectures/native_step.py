@@ -12,7 +12,8 @@ from zoo.native import PRODUCTS, NativeLibrary  # zoo.plugin_api has them too; t
 CSRC = Path(__file__).with_name("csrc")
 
 STEP = NativeLibrary(
-    "zoo_decoder_step", [CSRC / "decoder_layers.cpp", CSRC / "step_ops.cpp"],
-    [CSRC / "step_ops.h"], needs=[PRODUCTS])
-"""``torch.classes.zoo_decoder.Plan`` and ``Layer``: the step, in the plugin's own
-namespace."""
+    "zoo_decoder_step", [CSRC / "decoder_layers.cpp", CSRC / "encoder_layers.cpp",
+                         CSRC / "step_ops.cpp"],
+    [CSRC / "step_ops.h", CSRC / "layer_parts.h"], needs=[PRODUCTS])
+"""``torch.classes.zoo_decoder.Plan`` and ``Layer``: the step (and an encoder's pass,
+``Plan.encode``), in the plugin's own namespace."""

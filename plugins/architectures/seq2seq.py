@@ -22,6 +22,8 @@ from torch.utils.checkpoint import checkpoint
 
 from zoo.plugin_api import DecoderCache, Dropout, GenerationSettings, Linear, Slot, layer_dropped
 
+from .native_encoder import encode as encode_natively
+
 # Bounds far past any model one machine holds: a typo (d_model=10**9, 10**6 layers) is
 # refused at once instead of being counted for minutes or passed to torch as an overflow.
 MAX_WIDTH, MAX_HEADS, MAX_FF = 2**16, 2**10, 2**18
@@ -143,6 +145,11 @@ class Seq2Seq(nn.Module):
     (fixed buffers, one product for self-attention's q, k and v) when every part of the
     decoder allows it; False always takes the general path (the same tokens)."""
 
+    native_pass = True
+    """Set False (on the class or one model) to keep every pass of the encoder in Python;
+    else a pass over few rows with fixed weights (a decoding call's) runs in zoo's native
+    code (:mod:`.native_encoder`)."""
+
     def __init__(self, settings: Seq2SeqSettings, parts) -> None:
         super().__init__()
         s = self.settings = settings
@@ -232,6 +239,9 @@ class Seq2Seq(nn.Module):
         mask = self.padding_mask(src) if src_padding_mask is None else src_padding_mask
         positional = self.positional if self.src_positional is None else self.src_positional
         x = self._embed(self.src_embed, self.encoder, positional, src, padding_mask=mask)
+        native = encode_natively(self.encoder, x, mask) if self.native_pass else None
+        if native is not None:
+            return self.encoder.norm(native) if self.encoder.norm is not None else native
         for layer in self.encoder.layers:
             if layer_dropped(self.settings.encoder_layerdrop, self.training):
                 continue

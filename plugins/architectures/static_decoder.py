@@ -22,7 +22,8 @@ here instead, over the same parameters and modules:
 Where this plugin's C++ step is built (:mod:`.native_step`, by ``zoo native build``), a step
 whose layers are all of the kinds it computes (below, :func:`native_plan`: the paper's,
 Marian's, BART's and T5's layers) runs through them in one call of the plan's C++ object
-(``torch.classes.zoo_decoder.Plan``, made once per decoding call): the same operators
+(``torch.classes.zoo_decoder.Plan``, made once for the decoder and copied with each
+decoding call's buffers): the same operators
 in C++, without the Python of each layer, on the same buffers
 (``StaticDecoder.native_step = False`` keeps Python).
 
@@ -41,7 +42,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, fused_qkv, may_run, new_plan, refused, run, seal
+from .native_plan import (add_layer, for_call, fused_qkv, kept_plan, may_run, new_plan,
+                          refused, run, seal_kept)
 from .static_steps import StaticSteps, layer_refusal
 
 
@@ -74,23 +76,36 @@ class _Layer:
         self.v = self.cross_v.new_empty(shape)
 
 
-def native_plan(layers: list["_Layer"], rows: int, keep: torch.Tensor | None) -> dict | None:
-    """The native step's plan of these layers, sealed (``keep``: the sources' padding), or
-    None when it may not run them (:mod:`.native_plan` says what it runs)."""
-    plan = new_plan([layer.block.self_attn for layer in layers]) if rows else None
+PLAN = "_native_decoder_plan"
+"""The name the decoder's sealed plan is kept by beside its stack
+(:func:`.native_plan.kept_plan`)."""
+
+
+def decoder_plan(decoder: nn.Module) -> dict | None:
+    """The sealed plan of the ``decoder`` stack's layers, without buffers (each decoding
+    call gives its own: :func:`native_plan`), or None when the native step may not run
+    them (:mod:`.native_plan` says what it runs)."""
+    blocks = list(decoder.layers)
+    plan = new_plan([block.self_attn for block in blocks])
     if plan is None:
         return None
-    for layer in layers:
-        block = layer.block
+    for block in blocks:
         if not add_layer(plan, attn=block.self_attn, cross=block.cross_attn,
                          norms=(block.norm1, block.norm2, block.norm3), ffn=block.ffn,
-                         norm_first=block.norm_first, rows=rows):
+                         norm_first=block.norm_first, rows=None):
             return None
-        plan["k"].append(layer.k)
-        plan["v"].append(layer.v)
-        plan["cross_k"].append(layer.cross_k)
-        plan["cross_v"].append(layer.cross_v)
-    return seal(plan, keep)
+    return seal_kept(plan, blocks, cross=True)
+
+
+def native_plan(decoder: nn.Module, layers: list["_Layer"], rows: int,
+                keep: torch.Tensor | None) -> dict | None:
+    """The native step's plan of the ``decoder`` stack's layers for one decoding call over
+    their buffers ``layers`` (made once and kept: :func:`decoder_plan`), for ``rows`` rows
+    (``keep``: the sources' padding), or None when it may not run them."""
+    kept = kept_plan(decoder, PLAN, lambda: decoder_plan(decoder)) if rows else None
+    return for_call(kept, rows, keep, k=[layer.k for layer in layers],
+                    v=[layer.v for layer in layers], cross_k=[layer.cross_k for layer in layers],
+                    cross_v=[layer.cross_v for layer in layers])
 
 
 class StaticDecoder(StaticSteps):
@@ -115,7 +130,7 @@ class StaticDecoder(StaticSteps):
         elif memory.dtype != torch.float32:
             refused(f"it runs in float32, and the model's outputs are {memory.dtype}")
         else:
-            self.native = native_plan(self.layers, self.rows, self.keep)
+            self.native = native_plan(model.decoder, self.layers, self.rows, self.keep)
 
     native_step = True
     """Set False (on the class or one decoder) to keep every step in Python."""
@@ -174,7 +189,7 @@ class StaticDecoder(StaticSteps):
         return attn.out_proj(out.transpose(1, 2).reshape(self.rows, 1, attn.inner_dim))
 
     def sealed_again(self) -> dict | None:
-        return native_plan(self.layers, self.rows, self.keep)
+        return native_plan(self.model.decoder, self.layers, self.rows, self.keep)
 
     def buffers(self) -> list[torch.Tensor]:
         return [buf for layer in self.layers for buf in (layer.k, layer.v)]

@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import add_layer, declares, may_run, new_plan, run, seal
+from .native_plan import (add_layer, declares, for_call, kept_plan, may_run, new_plan, run,
+                          seal_kept)
 from .static_steps import StaticSteps, layer_refusal
 
 
@@ -41,9 +42,15 @@ def refusal(model: nn.Module) -> str | None:
     return None
 
 
-def _layers_plan(model: nn.Module, rows: int) -> dict | None:
-    """The native step's plan of ``model``'s layers for ``rows`` rows, without its buffers
-    and not sealed, or None where it cannot run them (the reason logged)."""
+PLAN = "_native_lm_plan"
+"""The name the layers' sealed plan is kept by beside the model
+(:func:`.native_plan.kept_plan`)."""
+
+
+def lm_plan(model: nn.Module) -> dict | None:
+    """The sealed plan of ``model``'s layers, without buffers (each decoding call gives its
+    own: :func:`native_plan`), or None where the native step cannot run them (the reason
+    logged)."""
     plan = new_plan([block.attn for block in model.layers])
     if plan is None:
         return None
@@ -52,9 +59,21 @@ def _layers_plan(model: nn.Module, rows: int) -> dict | None:
             if declares(block, "sandwich_layout", "forward") else (None, None)
         if not add_layer(plan, attn=block.attn, cross=None,
                          norms=(block.norm1, None, block.norm2), ffn=block.ffn,
-                         norm_first=block.norm_first, rows=rows, after=after):
+                         norm_first=block.norm_first, rows=None, after=after):
             return None
-    return plan
+    return seal_kept(plan, list(model.layers))
+
+
+def _kept(model: nn.Module) -> dict | None:
+    """``model``'s plan made once and kept (:func:`lm_plan`), or None."""
+    return kept_plan(model, PLAN, lambda: lm_plan(model))
+
+
+def native_plan(model: nn.Module, rows: int, k: list, v: list) -> dict | None:
+    """The native step's plan of ``model``'s layers for one decoding call of ``rows`` rows
+    over its key and value buffers ``k`` and ``v`` (made once and kept: :func:`lm_plan`),
+    or None where it cannot run them."""
+    return for_call(_kept(model), rows, None, k=k, v=v)
 
 
 class StaticLM(StaticSteps):
@@ -69,16 +88,19 @@ class StaticLM(StaticSteps):
         super().__init__(model, length)
         first = cache[0]
         self.rows, self.start = first.k.shape[0], cache.offset
-        self.native = _layers_plan(model, self.rows)
-        if self.native is None:
+        kept = _kept(model) if self.rows else None
+        if kept is None:
             return
         total = self.start + length
+        buffers = {"k": [], "v": []}
         for layer_cache in cache:
             for name, filled in (("k", layer_cache.k), ("v", layer_cache.v)):
                 buffer = filled.new_empty((*filled.shape[:2], total, filled.shape[-1]))
                 buffer[:, :, :self.start] = filled
-                self.native[name].append(buffer)
-        seal(self.native)
+                buffers[name].append(buffer)
+        self.native = for_call(kept, self.rows, None, **buffers)
+        if self.native is None:  # more rows than a product takes natively
+            return
         # False at the prompts' padding: no later query attends to it
         self.keep = torch.ones(self.rows, total, dtype=torch.bool, device=first.k.device)
         if cache.padding is not None:
@@ -88,12 +110,11 @@ class StaticLM(StaticSteps):
     def sealed_again(self) -> dict:
         """A plan made again over the same buffers; one ValueError where the native step
         cannot run the layers now (StaticLM has no Python steps to fall back on)."""
-        plan = _layers_plan(self.model, self.rows)
+        plan = native_plan(self.model, self.rows, self.native["k"], self.native["v"])
         if plan is None:
             raise ValueError("a weight of the model changed during this decoding so that the "
                              "native step cannot run it any more; decode it again")
-        plan["k"], plan["v"] = self.native["k"], self.native["v"]
-        return seal(plan)
+        return plan
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         m, pos = self.model, self.start + self.next_step()

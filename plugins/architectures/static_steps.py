@@ -2,8 +2,9 @@
 :mod:`.static_lm` for a decoder-only model after its prompts): keys and values in buffers
 of fixed size, allocated once for the longest decoding; a count of the steps taken,
 refused past the buffers; rows reordered in place as a beam search asks, only the rows
-that change copied; and the native step's plan (:mod:`.native_plan`), sealed once per
-decoding call, or None where the step runs in Python or not at all."""
+that change copied; and the native step's plan (:mod:`.native_plan`), made once for the
+model's layers and copied with each decoding call's buffers (:func:`.native_plan.for_call`),
+or None where the step runs in Python or not at all."""
 
 from __future__ import annotations
 
@@ -26,18 +27,26 @@ def layer_refusal(i: int, block: nn.Module, attentions: tuple, *,
     if not (declares(block, "static_layout", "forward") or (
             native_only and declares(block, "sandwich_layout", "forward"))):
         return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
-    for attn in attentions:
-        if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
-            return (f"layer {i}'s {type(attn).__name__} is not softmax attention over every "
-                    "key, or records its maps")
-        if getattr(attn, "window", None) is not None and not native_only:
-            return f"layer {i} attends through a sliding window"
-        normed = (attn.q_norm, attn.k_norm)
-        if normed != (None, None) and not (native_only and all(
-                type(n) is HeadNorm for n in normed)):
-            return f"layer {i}'s {type(attn).__name__} norms its queries and keys"
-        if getattr(attn, "softcap", None) is not None and not native_only:
-            return f"layer {i}'s {type(attn).__name__} soft-caps its scores"
+    return next((why for why in (attention_refusal(i, attn, native_only=native_only)
+                                 for attn in attentions) if why), None)
+
+
+def attention_refusal(i: int, attn: nn.Module, *, native_only: bool = False) -> str | None:
+    """Why layer ``i``'s attention ``attn`` may not run in a static decoding or zoo's
+    native code (None: it may): softmax over every key, recording no maps; a sliding
+    window, zoo's ``HeadNorm`` on queries and keys and soft-capped scores only with
+    ``native_only`` (see :func:`layer_refusal`)."""
+    if not declares(attn, "softmax_attention", "_attend") or attn.record_weights:
+        return (f"layer {i}'s {type(attn).__name__} is not softmax attention over every "
+                "key, or records its maps")
+    if getattr(attn, "window", None) is not None and not native_only:
+        return f"layer {i} attends through a sliding window"
+    normed = (attn.q_norm, attn.k_norm)
+    if normed != (None, None) and not (native_only and all(
+            type(n) is HeadNorm for n in normed)):
+        return f"layer {i}'s {type(attn).__name__} norms its queries and keys"
+    if getattr(attn, "softcap", None) is not None and not native_only:
+        return f"layer {i}'s {type(attn).__name__} soft-caps its scores"
     return None
 
 
@@ -84,7 +93,12 @@ class StaticSteps:
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (a beam search's choice). Only the rows that change are
-        copied: in a beam search's usual step most beams go on from themselves."""
+        copied: in a beam search's usual step most beams go on from themselves. With the
+        native step's plan, its buffers are these, and it moves them in one call."""
+        if self.native is not None:
+            self.native["op"].reorder(index, self.used)
+            self.reorder_rows(index)
+            return
         moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().flatten()
         if moved.numel():
             sources, n = index.index_select(0, moved), self.used

@@ -34,6 +34,11 @@ class EncoderBlock(nn.Module):
 
     Settings = EncoderBlockSettings
 
+    plain_encoder_layer = True
+    """Its forward (with ``_attend`` and ``_feed``) is the paper's encoder layer above
+    (zoo's native encoder pass may run it); a subclass that rewrites one of them must say
+    it again."""
+
     def __init__(
         self,
         settings: EncoderBlockSettings | None = None,

@@ -27,5 +27,6 @@ class MinLength(Rule):
 
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if tokens.shape[1] < self.span.min_length:
-            scores[:, list(self.settings.eos_ids)] = float("-inf")
+            for eos in self.settings.eos_ids:  # (a list index costs a tensor at every step)
+                scores[:, eos] = float("-inf")
         return scores

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Callable
 
 
@@ -86,3 +87,16 @@ def mean_pooled(hidden, lengths):
     keep = (np.arange(hidden.shape[1])[None, :] < np.asarray(lengths)[:, None])[..., None]
     pooled = (hidden * keep).sum(1) / np.asarray(lengths)[:, None]
     return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+def text_tokenizer(folder: str, max_tokens: int):
+    """The fast tokenizer of a transformers folder (its ``tokenizer.json``, through the
+    ``tokenizers`` library that transformers' fast tokenizers wrap, which imports no torch),
+    cutting each text at ``max_tokens``: what a peer's user runs on a text before handing
+    its tokens to the engine."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    tokenizer.enable_truncation(max_tokens)
+    tokenizer.no_padding()
+    return tokenizer

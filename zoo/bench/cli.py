@@ -127,21 +127,21 @@ def cmd_bench_attention(args: argparse.Namespace) -> int:
 
 
 ISA_ENVIRONMENT = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
-    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
-               "MKL_ENABLE_INSTRUCTIONS": "AVX512", "CT2_FORCE_CPU_ISA": "AVX512"},
+    "avx2": ("an AVX2 CPU",
+             {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+              "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"}),
+    "avx512": ("an AVX-512 CPU",
+               {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+                "MKL_ENABLE_INSTRUCTIONS": "AVX512", "CT2_FORCE_CPU_ISA": "AVX512"}),
     # AVX-512 with VNNI, BF16 and FP16, but no AMX tiles (oneDNN's ISA just below AMX's;
     # MKL's AVX512_E1 is AVX-512 with VNNI): an AMX Xeon as an AVX-512 EPYC with bf16 runs
-    "no-amx": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_FP16",
-               "MKL_ENABLE_INSTRUCTIONS": "AVX512_E1", "CT2_FORCE_CPU_ISA": "AVX512"},
+    "no-amx": ("this CPU without its AMX tiles",
+               {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_FP16",
+                "MKL_ENABLE_INSTRUCTIONS": "AVX512_E1", "CT2_FORCE_CPU_ISA": "AVX512"}),
 }
-"""What each library reads to dispatch as on a CPU with at most that instruction set (zoo
-reads oneDNN's too: :func:`zoo.hardware.detect_cpu` counts no AMX below it)."""
-
-AS_ON = {"avx2": "an AVX2 CPU", "avx512": "an AVX-512 CPU",
-         "no-amx": "this CPU without its AMX tiles"}
-"""How ``zoo bench`` names each ``--isa`` it dispatches as."""
+"""Each ``--isa``: how ``zoo bench`` names the CPU it dispatches as, and what each library
+reads to dispatch as on a CPU with at most that instruction set (zoo reads oneDNN's too:
+:func:`zoo.hardware.detect_cpu` counts no AMX below it)."""
 
 
 def cmd_bench_models(args: argparse.Namespace) -> int:
@@ -151,10 +151,10 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
-    wanted = ISA_ENVIRONMENT.get(args.isa)
+    as_on, wanted = ISA_ENVIRONMENT.get(args.isa, (None, None))
     if wanted and os.environ.get("ZOO_BENCH_ISA") != args.isa:
         env = {**os.environ, **wanted, "ZOO_BENCH_ISA": args.isa}
-        print(f"zoo bench: dispatching as on {AS_ON[args.isa]}: "
+        print(f"zoo bench: dispatching as on {as_on}: "
               + " ".join(f"{k}={v}" for k, v in wanted.items()), flush=True)
         return subprocess.call([sys.executable, "-m", "zoo", *sys.argv[1:]], env=env)
     from .run import main

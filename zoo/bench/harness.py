@@ -11,11 +11,13 @@ machine in the same run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import ContextManager
 
 import torch
 
@@ -43,6 +45,9 @@ class Case:
     this process's to measure, and is reported as none."""
     extra: dict = field(default_factory=dict)
     """What the result carries beside the timings (a decoding step's bytes of weights)."""
+    hold: Callable[[], ContextManager] | None = None
+    """A block held open around all the case's calls (its model's weights fixed once,
+    :func:`zoo.derived.fixed_weights`, as a server that embeds many times holds them)."""
 
 
 @dataclass
@@ -148,6 +153,16 @@ def wait_for_quiet(max_wait: float = 60.0, busy_limit: float = 0.15, say=None) -
     return busy
 
 
+def weights_held(model: torch.nn.Module) -> Callable[[], ContextManager]:
+    """A :attr:`Case.hold` for a zoo model: one block that fixes its weights
+    (:func:`zoo.derived.fixed_weights`), so that they are checked once for all the case's
+    calls, as ``zoo translate`` checks them once for all its inputs and a server holds
+    them, not at each call (for transformer-base in int8, 4 ms of a 42 ms sentence)."""
+    from ..derived import fixed_weights
+
+    return lambda: fixed_weights(model)
+
+
 def count_flops(fn: Callable[[], object]) -> float:
     """FLOPs of one call, as torch's FlopCounterMode counts them (matmuls, attention)."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -159,30 +174,41 @@ def count_flops(fn: Callable[[], object]) -> float:
     return float(counter.get_total_flops())
 
 
-def settle(before: int, limit: float = 1.0) -> None:
+def settle(calm: int, limit: float = 1.0) -> None:
     """Wait (up to ``limit`` s, untimed) until other processes run no more threads than
-    the ``before`` seen ahead of a peer's call in a process of its own. Its thread pool
-    spins on after the call (CTranslate2's OpenMP, about 200 ms), and zoo, which takes
-    the cores left free at each call (:func:`zoo.hardware.threads_for_a_call`), would
-    count it as a neighbour and run its own turn on one thread: measured on a 2-core Xeon,
-    zoo's one-prompt decoding of a Qwen3 at 1,110 ms after CTranslate2's turn against
-    605 ms with the cores free."""
+    ``calm``, the machine's calm level (:func:`calm_level`). A peer's thread pool spins
+    on after its call (CTranslate2's OpenMP, about 200 ms), and zoo, which takes the cores
+    left free at each call (:func:`zoo.hardware.threads_for_a_call`), would count it as a
+    neighbour and run its own turn on one thread: measured on a 2-core Xeon, zoo's
+    one-prompt decoding of a Qwen3 at 1,110 ms after CTranslate2's turn against 605 ms
+    with the cores free."""
     deadline = time.monotonic() + limit
-    while others_running() > before and time.monotonic() < deadline:
+    while others_running() > calm and time.monotonic() < deadline:
         time.sleep(0.005)
 
 
-def _call(case: Case) -> float:
-    """One call of ``case``, its seconds; after a call in another process, the machine
-    settled back to what it ran before (:func:`settle`)."""
-    before = 0 if case.in_process else others_running()
+def calm_level(span: float = 0.3) -> int:
+    """The fewest threads other processes ran over ``span`` seconds (longer than a peer's
+    pool spins after its call: CTranslate2's 200 ms): a real neighbour's, without the
+    peers' spinning pools."""
+    deadline, least = time.monotonic() + span, others_running()
+    while least and time.monotonic() < deadline:
+        time.sleep(0.005)
+        least = min(least, others_running())
+    return least
+
+
+def _call(case: Case, calm: int | None = None) -> float:
+    """One call of ``case``, its seconds, once the machine has settled to its ``calm``
+    level (:func:`settle`, 0.3 s at most: a neighbour that comes and goes is not waited
+    out): no turn starts while a peer's pool still spins. None: no peer runs in a process
+    of its own, and nothing spins after a call."""
+    if calm is not None:
+        settle(calm, limit=0.3)
     start = time.perf_counter()
     case.run()
     _sync(case.device)
-    seconds = time.perf_counter() - start
-    if not case.in_process:
-        settle(before)
-    return seconds
+    return time.perf_counter() - start
 
 
 def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
@@ -190,13 +216,23 @@ def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
     """Run every case ``warmup`` times, then ``repeats`` rounds of each in turn, then one
     more call of each for its peak memory (beyond what was held before the call).
     ``say`` hears which case warms up and how many rounds are left."""
+    with contextlib.ExitStack() as held:
+        for case in cases:
+            if case.hold is not None:
+                held.enter_context(case.hold())
+        return _alternate(cases, repeats=repeats, warmup=warmup, peaks=peaks, say=say)
+
+
+def _alternate(cases: list[Case], *, repeats: int, warmup: int, peaks: dict[str, float] | None,
+               say) -> list[Result]:
     times: dict[int, list[float]] = {i: [] for i in range(len(cases))}
+    calm = calm_level() if any(not case.in_process for case in cases) else None
     for n, case in enumerate(cases, 1):
         if say:
             say(f"warming up {case.bench} {case.mode} {case.dtype} {case.impl} "
                 f"({n}/{len(cases)})")
         for _ in range(warmup):
-            _call(case)
+            _call(case, calm)
     order = list(range(len(cases)))
     started = time.perf_counter()
     for round_ in range(repeats):
@@ -207,12 +243,12 @@ def alternate(cases: list[Case], *, repeats: int = 5, warmup: int = 1,
                 left = f", about {per_round * (repeats - round_):.0f} s left"
             say(f"round {round_ + 1}/{repeats} of {len(cases)} cases{left}")
         for i in order[round_ % len(order):] + order[: round_ % len(order)]:
-            times[i].append(_call(cases[i]))
+            times[i].append(_call(cases[i], calm))
     # peak memory last: measuring it sends large allocations to mmap, which slows what runs
     memory: dict[int, float | None] = {}
     for i, case in enumerate(cases):
         with PeakMemory(case.device, restore=True) as peak:
-            _call(case)
+            _call(case, calm)
         memory[i] = None if peak.peak is None or not case.in_process else peak.peak / 2**20
     results = []
     for i, case in enumerate(cases):

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..export import ExportError, default_vocabulary, to_ctranslate2, to_transformers
-from .harness import Case, count_flops, step_bytes
+from .harness import Case, count_flops, step_bytes, weights_held
 
 SAMPLING = {"temperature": 0.8, "top_k": 50, "top_p": 0.95}
 """The sampling every implementation runs in the ``sample`` mode."""
@@ -150,7 +150,8 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
                     extra = ({"step_bytes": step_bytes(zoos[dtype]), "steps": tokens}
                              if (bench, name, mode) == ("latency", "zoo", "greedy") else {})
                     cases.append(Case(bench, name, dtype, mode, run, per_call, unit, flops,
-                                      device, extra=extra))
+                                      device, extra=extra,
+                                      hold=weights_held(zoos[dtype]) if name == "zoo" else None))
                 generator = generators[bench].get(dtype)
                 if generator is not None:
                     sampling = ({"topk": SAMPLING["top_k"], "topp": SAMPLING["top_p"],

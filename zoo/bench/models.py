@@ -6,7 +6,8 @@ on the same shapes, weights' sizes, dropout, optimizer (AdamW) and inputs.
   target tokens.
 - decode: ``new_tokens`` generated for each of ``batch`` sources (no end token can
   stop it early), greedy and beam 4: zoo's ``generate`` and Marian's, both with their
-  KV caches; torch.nn.Transformer has none and re-runs its decoder (greedy only).
+  KV caches; torch.nn.Transformer has none and re-runs its decoder (greedy only). zoo's
+  calls run inside one block that fixes its weights (:func:`.harness.weights_held`).
 - vit: a forward pass (inference) or an optimizer step (train) on a batch of images.
 """
 
@@ -22,7 +23,7 @@ from torch import nn
 
 from ..kinds import kind_of
 from . import peers
-from .harness import Case, count_flops, step_bytes
+from .harness import Case, count_flops, step_bytes, weights_held
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 """The dtypes run under autocast; ``int8`` (decode) is a quantized copy instead."""
@@ -194,7 +195,8 @@ def _decode_group(bench: str, src: torch.Tensor, new_tokens: int, models: dict, 
                     extra = ({"step_bytes": step_bytes(m), "steps": new_tokens}
                              if (bench, name, mode) == ("latency", "zoo", "greedy") else {})
                     cases.append(Case(bench, name, dtype, mode, run, per_call, unit, flops,
-                                      device, extra=extra))
+                                      device, extra=extra,
+                                      hold=weights_held(m) if name == "zoo" else None))
             if dtype in translators:
                 translator = translators[dtype]
                 lengths = translator.translate(beams, new_tokens)

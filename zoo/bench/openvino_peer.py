@@ -13,8 +13,9 @@ and nothing of torch (:mod:`zoo.bench.child` says why), compiled for latency on
 for the fp32 and int8 rows (int8 weights, fp32 activations), ``bf16`` for the bf16 row
 (OpenVINO's default on a CPU with bf16 units, AMX included).
 
-The child reads ``{"source": [[id, ...], ...]}`` once (token ids, as the model's
-tokenizer gives them), then ``{"encode": true}``: it runs the padded batch and
+The child reads ``{"texts": [...], "tokenizer": FOLDER, "max_tokens": N}`` once (texts
+it tokenizes at each call by the folder's fast tokenizer), then ``{"encode": true}``: it
+tokenizes the texts, runs the padded batch and
 mean-pools each text's hidden states to unit length (:func:`zoo.bench.child.mean_pooled`,
 sentence-transformers' mean pooling), answering their shape, or with ``"vectors": true``
 the vectors themselves, which the parent holds to zoo's (their least cosine).
@@ -62,12 +63,15 @@ class Encoder(PeerProcess):
     def __init__(self, xml: Path, precision: str, threads: int) -> None:
         super().__init__("OpenVINO", "zoo.bench.openvino_peer", "serve", xml, precision, threads)
 
-    def set_source(self, ids: list[list[int]]) -> None:
-        """The batch of token ids every later :meth:`embed` call encodes."""
-        self.ask({"source": ids})
+    def set_texts(self, texts: list[str], folder: str, max_tokens: int) -> None:
+        """Texts that every later :meth:`embed` call tokenizes first, by ``folder``'s fast
+        tokenizer (:func:`~zoo.bench.child.text_tokenizer`), as an OpenVINO user turns a
+        text into the ids its model takes."""
+        self.ask({"texts": texts, "tokenizer": folder, "max_tokens": max_tokens})
 
     def embed(self) -> list[int]:
-        """Encode the batch and pool it; the embeddings' shape."""
+        """Tokenize the texts :meth:`set_texts` gave, encode the batch and pool it; the
+        embeddings' shape."""
         return self.ask({"encode": True})["shape"]
 
     def vectors(self) -> list[list[float]]:
@@ -110,22 +114,27 @@ def _serve(xml: str, precision: str, threads: int) -> int:
     names = {name for port in compiled.inputs for name in port.get_names()}
     batch: dict = {}
 
+    def padded(ids: list[list[int]]) -> tuple[dict, list[int]]:
+        """The model's inputs for a batch of token ids, padded, and each text's length."""
+        lengths = [len(row) for row in ids]
+        tokens = np.zeros((len(ids), max(lengths)), dtype=np.int64)
+        for i, row in enumerate(ids):
+            tokens[i, : len(row)] = row
+        mask = (np.arange(tokens.shape[1])[None, :] < np.array(lengths)[:, None])
+        inputs = {"input_ids": tokens, "attention_mask": mask.astype(np.int64),
+                  "token_type_ids": np.zeros_like(tokens)}
+        return {k: v for k, v in inputs.items() if k in names}, lengths
+
     def answer(job: dict) -> dict:
-        if "source" in job:
-            ids = job["source"]
-            lengths = [len(row) for row in ids]
-            tokens = np.zeros((len(ids), max(lengths)), dtype=np.int64)
-            for i, row in enumerate(ids):
-                tokens[i, : len(row)] = row
-            mask = (np.arange(tokens.shape[1])[None, :] < np.array(lengths)[:, None])
-            inputs = {"input_ids": tokens, "attention_mask": mask.astype(np.int64),
-                      "token_type_ids": np.zeros_like(tokens)}
-            batch.update(inputs={k: v for k, v in inputs.items() if k in names},
-                         lengths=lengths)
-            return {"sentences": len(ids)}
+        if "texts" in job:
+            batch.update(texts=job["texts"], tokenizer=child.text_tokenizer(
+                job["tokenizer"], job["max_tokens"]))
+            return {"sentences": len(job["texts"])}
         if "encode" in job:
-            hidden = request.infer(batch["inputs"])[compiled.outputs[0]]
-            pooled = mean_pooled(np.asarray(hidden, dtype=np.float32), batch["lengths"])
+            inputs, lengths = padded(
+                [e.ids for e in batch["tokenizer"].encode_batch(batch["texts"])])
+            hidden = request.infer(inputs)[compiled.outputs[0]]
+            pooled = mean_pooled(np.asarray(hidden, dtype=np.float32), lengths)
             if job.get("vectors"):
                 return {"vectors": pooled.tolist()}
             return {"shape": list(pooled.shape)}

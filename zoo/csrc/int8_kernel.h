@@ -54,22 +54,15 @@ inline void micro(
   }
 }
 
-// MR rows from row m against panels [p0, p1), four panels at a time at one row, two at two
-// or three, one from four (eight to twelve accumulators).
-template <int MR>
-void rows_of(const Product& a, int64_t m, int64_t p0, int64_t p1) {
-  constexpr int NP = MR == 1 ? 4 : MR <= 3 ? 2 : 1;
-  zoo::common::over_groups<NP>(p0, p1, a.N, [&](auto np, int64_t p, int64_t cols) {
-    micro<MR, decltype(np)::value>(a, m, p, cols);
-  });
-}
-
-void block(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
-  zoo::common::with_rows(mr, [&](auto rows) { rows_of<decltype(rows)::value>(a, m, p0, p1); });
-}
+// Four panels at a time at one row, two at two or three, one from four (eight to twelve
+// accumulators).
+struct Panels {
+  static constexpr int of(int rows) { return rows == 1 ? 4 : rows <= 3 ? 2 : 1; }
+};
 
 void run(const Product& a, int64_t rows) {
-  zoo::common::over_panels(
-      rows, a.N, BLOCK,
-      [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) { block(a, m, mr, p0, p1); });
+  zoo::common::schedule<Panels>(
+      rows, a.N, BLOCK, 1, [&](auto mr, auto np, int64_t m, int64_t p, int64_t cols) {
+        micro<decltype(mr)::value, decltype(np)::value>(a, m, p, cols);
+      });
 }

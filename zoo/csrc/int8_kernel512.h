@@ -5,6 +5,38 @@
 // after them the same operations in the same order, so the two kernels give the same bits.
 // Included once, inside a namespace compiled for AVX-512 VNNI.
 
+// The scaling of one panel's int32 sums into y: (sum - z * the weights' sum) * x's scale *
+// the weight's scale + bias, 16 outputs of one row at a time (cols < NR in a product's last).
+struct Panel {
+  const Product& a;
+  int64_t p, cols;
+  __m512 scale, bias;
+  __m512i zs;
+  const float* bp;
+
+  Panel(const Product& product, int64_t panel, int64_t n) : a(product), p(panel), cols(n) {
+    const int8_t* tail = a.w + p * panel_bytes(a.K) + padded(a.K) * NR;
+    scale = _mm512_loadu_ps(reinterpret_cast<const float*>(tail));
+    zs = _mm512_mullo_epi32(_mm512_set1_epi32(int32_t(a.z)), _mm512_loadu_si512(tail + NR * 4));
+    bp = a.b ? a.b + p * NR : nullptr;
+    bias = bp && cols == NR ? _mm512_loadu_ps(bp) : _mm512_setzero_ps();
+  }
+
+  void finish(__m512i sums, int64_t row) const {
+    const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, zs));
+    const __m512 r = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(a.xscale[row]), scale),
+                                     bias);
+    float* out = a.y + row * a.N + p * NR;
+    if (cols == NR) {
+      _mm512_storeu_ps(out, r);
+    } else {  // the bias added after, as int8_kernel.h does in a short panel
+      alignas(64) float tmp[NR];
+      _mm512_store_ps(tmp, r);
+      for (int64_t j = 0; j < cols; ++j) out[j] = tmp[j] + (bp ? bp[j] : 0.f);
+    }
+  }
+};
+
 // MR rows of x against NP panels: y[m][0 .. cols) of each, cols < NR only in the last.
 template <int MR, int NP>
 inline void micro(const Product& a, int64_t m0, int64_t p0, int64_t cols_last) {
@@ -24,45 +56,20 @@ inline void micro(const Product& a, int64_t m0, int64_t p0, int64_t cols_last) {
     }
   }
   for (int p = 0; p < NP; ++p) {
-    const int64_t cols = p == NP - 1 ? cols_last : NR;
-    const int8_t* tail = w + p * stride + K4 * NR;
-    const __m512 scale = _mm512_loadu_ps(reinterpret_cast<const float*>(tail));
-    const __m512i zs = _mm512_mullo_epi32(
-        _mm512_set1_epi32(int32_t(a.z)), _mm512_loadu_si512(tail + NR * 4));
-    const float* bp = a.b ? a.b + (p0 + p) * NR : nullptr;
-    const __m512 bv = bp && cols == NR ? _mm512_loadu_ps(bp) : _mm512_setzero_ps();
-    for (int m = 0; m < MR; ++m) {
-      const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[m][p], zs));
-      const __m512 r = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(a.xscale[m0 + m]), scale),
-                                       bv);
-      float* out = a.y + (m0 + m) * a.N + (p0 + p) * NR;
-      if (cols == NR) {
-        _mm512_storeu_ps(out, r);
-      } else {  // the bias added after, as int8_kernel.h does in a short panel
-        alignas(64) float tmp[NR];
-        _mm512_store_ps(tmp, r);
-        for (int64_t j = 0; j < cols; ++j) out[j] = tmp[j] + (bp ? bp[j] : 0.f);
-      }
-    }
+    const Panel panel(a, p0 + p, p == NP - 1 ? cols_last : NR);
+    for (int m = 0; m < MR; ++m) panel.finish(acc[m][p], m0 + m);
   }
 }
 
-// MR rows from row m against panels [p0, p1): four panels at a time at one to three rows,
-// two from four (eight to twelve accumulators).
-template <int MR>
-void rows_of(const Product& a, int64_t m, int64_t p0, int64_t p1) {
-  constexpr int NP = MR <= 3 ? 4 : 2;
-  zoo::common::over_groups<NP>(p0, p1, a.N, [&](auto np, int64_t p, int64_t cols) {
-    micro<MR, decltype(np)::value>(a, m, p, cols);
-  });
-}
-
-void block(const Product& a, int64_t m, int64_t mr, int64_t p0, int64_t p1) {
-  zoo::common::with_rows(mr, [&](auto rows) { rows_of<decltype(rows)::value>(a, m, p0, p1); });
-}
+// Four panels at a time at one to three rows, two from four (eight to twelve accumulators);
+// two panels at a time through the blocks of rows.
+struct Panels {
+  static constexpr int of(int rows) { return rows <= 3 ? 4 : 2; }
+};
 
 void run(const Product& a, int64_t rows) {
-  zoo::common::over_panels(
-      rows, a.N, BLOCK,
-      [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) { block(a, m, mr, p0, p1); }, 2);
+  zoo::common::schedule<Panels>(
+      rows, a.N, BLOCK, 2, [&](auto mr, auto np, int64_t m, int64_t p, int64_t cols) {
+        micro<decltype(mr)::value, decltype(np)::value>(a, m, p, cols);
+      });
 }

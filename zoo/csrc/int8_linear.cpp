@@ -5,7 +5,8 @@
 // int8 too (dynamic quantization: symmetric, one scale a row, from its largest value) and the
 // products are integer dot products summed in int32: VNNI's vpdpbusd (four u8 x s8 products
 // and their sum in one instruction) where the CPU has it (on 512-bit vectors where it has
-// AVX-512 VNNI and PyTorch dispatches AVX-512: int8_kernel512.h, with the same bits), else
+// AVX-512 VNNI and PyTorch dispatches AVX-512: int8_kernel512.h, with the same bits; on AMX's
+// tiles from 8 rows where it has AMX-INT8: int8_amx.h, the same bits again), else
 // AVX2's vpmaddubsw and vpmaddwd, whose int16 pair sums saturate unless x keeps 7 bits
 // (FBGEMM's reduce_range).
 // x goes in as unsigned bytes, x + z (z = 128, or 64 with 7 bits); the packed weight keeps
@@ -24,14 +25,20 @@
 
 #include "int8_linear.h"
 #include "product_common.h"
+#include "weight_memory.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -88,14 +95,15 @@ inline __m256i dot(__m256i acc, __m256i x, __m256i w) { return _mm256_dpbusd_epi
 #endif
 }  // namespace vnni512
 
-namespace zmm {  // AVX-512 VNNI on 512-bit vectors
+namespace zmm {  // AVX-512 VNNI on 512-bit vectors, and AMX's tiles
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vnni"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vnni,amx-tile,amx-int8"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vnni")
+#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")
 #endif
 #include "int8_kernel512.h"
+#include "int8_amx.h"
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -175,9 +183,46 @@ Isa isa() {
   return found;
 }
 
+// AMX's tiles where the CPU has AMX-INT8, Linux lets this process use them (a process asks
+// once: arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA), and oneDNN is not told to leave them
+// alone (ONEDNN_MAX_CPU_ISA below AMX, as zoo bench --isa no-amx sets it).
+bool amx_ready() {
+  static const bool ready = [] {
+    if (const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA")) {
+      std::string upper(cap);
+      for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+      if (upper.find("AMX") == std::string::npos && upper != "ALL" && upper != "DEFAULT")
+        return false;
+    }
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
+      return false;  // AMX-TILE and AMX-INT8
+    constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+  }();
+  return ready;
+}
+
+// AMX's tiles from this many rows: below, a tile of x is mostly empty and the vectors keep up
+constexpr int64_t AMX_ROWS = 8;
+
 }  // namespace
 
 namespace zoo {
+
+bool int8_on_amx() { return isa() == Isa::kAvx512Vnni && zoo::common::avx512() && amx_ready(); }
+
+std::string int8_isa() {
+  switch (isa()) {
+    case Isa::kAvx512Vnni:
+      if (!zoo::common::avx512()) return "AVX-512 VNNI on 256-bit vectors";
+      return amx_ready() ? "AMX tiles from " + std::to_string(AMX_ROWS) +
+                               " rows (inputs a multiple of 64), AVX-512 VNNI below"
+                         : "AVX-512 VNNI";
+    case Isa::kAvxVnni: return "AVX-VNNI";
+    default: return "AVX2 (7-bit activations)";
+  }
+}
 
 PackedShape int8_packed_shape(const at::Tensor& packed, const char* op) {
   TORCH_CHECK_VALUE(packed.device().is_cpu() && packed.scalar_type() == at::kChar &&
@@ -204,7 +249,7 @@ at::Tensor pack_int8_weight(const at::Tensor& weight, const at::Tensor& scale) {
                     "pack_int8_weight: scale is a float32 CPU vector of ", N,
                     " values (one an output row)");
   const at::Tensor w = weight.contiguous(), s = scale.contiguous();
-  at::Tensor packed = at::zeros({HEADER + panels * panel_bytes(K)}, w.options());
+  at::Tensor packed = zoo::common::weight_zeros(HEADER + panels * panel_bytes(K), w.options());
   const int64_t head[3] = {kInt8PackMagic, N, K};
   int8_t* base = packed.data_ptr<int8_t>();
   std::memcpy(base, head, sizeof(head));
@@ -252,7 +297,9 @@ void int8_product(const at::Tensor& x, const at::Tensor& packed, const float* bi
                   y.data_ptr<float>(), K, n_out, z};
   switch (isa()) {
     case Isa::kAvx512Vnni:  // 512 bits wide where PyTorch dispatches AVX-512 too
-      return zoo::common::avx512() ? zmm::run(a, rows) : vnni512::run(a, rows);
+      if (!zoo::common::avx512()) return vnni512::run(a, rows);
+      if (rows >= AMX_ROWS && K4 % 64 == 0 && amx_ready()) return zmm::amx_run(a, rows);
+      return zmm::run(a, rows);
     case Isa::kAvxVnni: return avxvnni::run(a, rows);
     default: return avx2::run(a, rows);
   }
@@ -263,6 +310,9 @@ void int8_product(const at::Tensor& x, const at::Tensor& packed, const float* bi
 TORCH_LIBRARY_FRAGMENT(zoo, m) {
   m.def("pack_int8_weight(Tensor weight, Tensor scale) -> Tensor");
   m.def("int8_full_range() -> bool", [] { return zoo::int8_full_range(); });
+  // what zoo's int8 products run on here
+  m.def("int8_isa() -> str", [] { return zoo::int8_isa(); });
+  m.def("int8_on_amx() -> bool", [] { return zoo::int8_on_amx(); });
 }
 
 TORCH_LIBRARY_IMPL(zoo, CPU, m) { m.impl("pack_int8_weight", zoo::pack_int8_weight); }

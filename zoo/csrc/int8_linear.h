@@ -4,6 +4,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+
 #include "packed_linear.h"
 
 namespace zoo {
@@ -23,6 +25,11 @@ PackedShape int8_packed_shape(const at::Tensor& packed, const char* op);
 
 // True where x keeps 8 bits (VNNI's int32 sums), false on AVX2 alone (7 bits).
 bool int8_full_range();
+
+// What the int8 products run on here, in words (zoo env); whether from AMX_ROWS rows on
+// AMX's tiles.
+std::string int8_isa();
+bool int8_on_amx();
 
 // y = (x Q^T) * scale + bias into y, for x (rows, K) contiguous float32 and ``packed`` checked
 // by int8_packed_shape.

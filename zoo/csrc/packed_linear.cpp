@@ -30,6 +30,7 @@
 #include "int8_linear.h"
 #include "packed_linear.h"
 #include "product_common.h"
+#include "weight_memory.h"
 
 #include <immintrin.h>
 
@@ -172,7 +173,7 @@ at::Tensor pack_linear_weight(const at::Tensor& weight) {
   const at::Tensor w = weight.contiguous();
   const int64_t N = w.size(0), K = w.size(1), panels = (N + NR - 1) / NR;
   // a header of NR floats (what it is, N, K), then the panels: 64 bytes, so they stay aligned
-  at::Tensor packed = at::zeros({NR + panels * K * NR}, w.options());
+  at::Tensor packed = zoo::common::weight_zeros(NR + panels * K * NR, w.options());
   const int64_t head[3] = {kPackMagic, N, K};
   std::memcpy(packed.data_ptr<float>(), head, sizeof(head));
   const float* src = w.data_ptr<float>();

@@ -112,4 +112,23 @@ void over_panels(int64_t rows, int64_t n_out, int64_t per_task, const Block& blo
   });
 }
 
+// The whole schedule of a product: its blocks of rows and tasks of panels (over_panels), each
+// block's rows a template argument (with_rows), its panels Panels::of(MR) at a time
+// (over_groups); kernel(rows, panels, m, p, cols) with rows and panels std::integral_constants.
+template <class Panels, class Kernel>
+void schedule(int64_t rows, int64_t n_out, int64_t per_task, int64_t group,
+              const Kernel& kernel) {
+  over_panels(
+      rows, n_out, per_task,
+      [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) {
+        with_rows(mr, [&](auto rows_c) {
+          over_groups<Panels::of(decltype(rows_c)::value)>(
+              p0, p1, n_out, [&](auto panels_c, int64_t p, int64_t cols) {
+                kernel(rows_c, panels_c, m, p, cols);
+              });
+        });
+      },
+      group);
+}
+
 }  // namespace zoo::common

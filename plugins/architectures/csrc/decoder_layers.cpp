@@ -18,7 +18,8 @@
 // and no cross-attention at all (a decoder-only model's layer: cross_k empty; its second
 // sublayer's norm is then norm3). Every product goes through
 // zoo::packed_linear, on the weights the caller packed (Linear.native_weight in
-// Python, or QuantizedLinear.native_weight: int8 weights with per-row scales); attention, the norms and the residual sums are plain loops (step_ops.cpp).
+// Python, or QuantizedLinear.native_weight: int8 weights with per-row scales); attention,
+// the norms and the residual sums are plain loops (step_ops.cpp).
 // Its results equal the Python step's up to fp32 rounding (another summation order in
 // attention and the norms). What it may run is decided by the caller (native_plan in
 // static_decoder.py); anything else decodes in Python.
@@ -35,177 +36,13 @@
 #include <optional>
 #include <vector>
 
+#include "layer_parts.h"
 #include "packed_linear.h"
 #include "step_ops.h"
 
 namespace {
 
-// The tensors of one layer, in the order the caller lists them.
-enum Param {
-  QKV_W, QKV_B, SELF_OUT_W, SELF_OUT_B, CROSS_Q_W, CROSS_Q_B, CROSS_OUT_W, CROSS_OUT_B,
-  FC1_W, FC1_B, FC2_W, FC2_B, NORM1_W, NORM1_B, NORM2_W, NORM2_B, NORM3_W, NORM3_B,
-  Q_NORM_W, K_NORM_W, AFTER1_W, AFTER1_B, AFTER3_W, AFTER3_B, PARAMS_PER_LAYER
-};
-
-using Params = c10::List<std::optional<at::Tensor>>;
-
-// The packed weights of a layer's six products, in the order of Param's weights.
-constexpr int64_t PRODUCTS_PER_LAYER = 6;
-
-const char* const kParamNames[PARAMS_PER_LAYER] = {
-    "qkv weight", "qkv bias", "self out weight", "self out bias", "cross q weight",
-    "cross q bias", "cross out weight", "cross out bias", "fc1 weight", "fc1 bias",
-    "fc2 weight", "fc2 bias", "norm1 weight", "norm1 bias", "norm2 weight", "norm2 bias",
-    "norm3 weight", "norm3 bias", "query norm weight", "key norm weight",
-    "attention's after-norm weight", "attention's after-norm bias",
-    "network's after-norm weight", "network's after-norm bias"};
-
-at::Tensor get(const Params& p, int64_t layer, Param which) {
-  std::optional<at::Tensor> t = p.get(layer * PARAMS_PER_LAYER + which);
-  TORCH_CHECK_VALUE(t.has_value() && t->defined(), "decoder_layers: layer ", layer, " lacks its ",
-                    kParamNames[which]);
-  return *t;
-}
-
-std::optional<at::Tensor> maybe(const Params& p, int64_t layer, Param which) {
-  return p.get(layer * PARAMS_PER_LAYER + which);
-}
-
-at::Tensor linear(const at::Tensor& x, const Params& p, at::TensorList packed, int64_t layer,
-                  Param w) {
-  return zoo::packed_linear(x, packed[layer * PRODUCTS_PER_LAYER + w / 2],
-                            maybe(p, layer, Param(w + 1)), get(p, layer, w).size(0));
-}
-
-const float* data_or_null(const std::optional<at::Tensor>& t) {
-  return t.has_value() && t->defined() ? t->data_ptr<float>() : nullptr;
-}
-
-// LayerNorm (or RMSNorm, where ``rms``) of x's rows by the norm ``w`` of ``layer``, into a
-// new tensor.
-at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps,
-                bool rms) {
-  const at::Tensor weight = get(p, layer, w);
-  at::Tensor out = at::empty_like(x);
-  const int64_t d = x.size(-1);
-  if (rms)
-    zoo::step::rms_norm(x.data_ptr<float>(), out.data_ptr<float>(), x.numel() / d, d,
-                        weight.data_ptr<float>(), eps);
-  else
-    zoo::step::layer_norm(x.data_ptr<float>(), out.data_ptr<float>(), x.numel() / d, d,
-                          weight.data_ptr<float>(),
-                          data_or_null(maybe(p, layer, Param(w + 1))), eps);
-  return out;
-}
-
-// The activation of a network's hidden layer, in place; gated (``ff`` of 2 ff columns): the
-// first half activated times the second, into a new tensor of ff columns.
-at::Tensor activate(at::Tensor f, int64_t activation, bool gated, int64_t ff) {
-  at::Tensor a = gated ? f.narrow(-1, 0, ff) : f;
-  if (activation == 0)
-    at::relu_(a);
-  else if (activation == 3)
-    at::silu_(a);
-  else
-    at::gelu_(a, activation == 2 ? "tanh" : "none");
-  return gated ? at::mul(a, f.narrow(-1, ff, ff)) : f;
-}
-
-// x + a after a sublayer: written into a (a new tensor of the step), then normed
-// after (post-norm) or not (pre-norm: the next sublayer norms its input itself). A
-// sandwich layer (Gemma 2 and 3) norms a itself first, by its after-norm ``after``.
-at::Tensor residual(at::Tensor a, const at::Tensor& x, bool pre, const Params& p, int64_t layer,
-                    Param w, double eps, bool rms, Param after = PARAMS_PER_LAYER,
-                    double after_eps = 0.0) {
-  if (after != PARAMS_PER_LAYER && maybe(p, layer, after).has_value() &&
-      maybe(p, layer, after)->defined())
-    a = norm(a, p, layer, after, after_eps, rms);
-  zoo::step::add(a.data_ptr<float>(), x.data_ptr<float>(), a.numel());
-  return pre ? a : norm(a, p, layer, w, eps, rms);
-}
-
-// A float32 (or, for a product's weight, int8) CPU tensor of exactly ``shape``, contiguous;
-// else a ValueError naming it.
-void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, const char* what,
-            bool int8 = false) {
-  TORCH_CHECK_VALUE(t.defined() && t.device().is_cpu() &&
-                        (t.scalar_type() == at::kFloat || (int8 && t.scalar_type() == at::kChar)) &&
-                        t.is_contiguous() && t.sizes() == shape,
-                    "decoder_layers: layer ", layer, "'s ", what, " is ",
-                    t.defined() ? t.toString() : "undefined", " of shape ",
-                    t.defined() ? t.sizes() : at::IntArrayRef{}, (t.defined() &&
-                    !t.is_contiguous()) ? " (not contiguous)" : "", "; a contiguous float32 "
-                    "CPU tensor of shape ", shape, int8 ? " (or int8)" : "", " is needed");
-}
-
-// The step's sizes: d (the model's width), rows, heads (kv_heads of keys and values) x width,
-// the buffers' length, the sources and their length (none without cross-attention).
-struct Sizes {
-  int64_t d, rows, heads, kv_heads, width, length, sources, src_len, pos;
-  bool cross;
-};
-
-// Every tensor and number of layer l, checked against the step's sizes before a byte is read.
-void check_layer(const Params& p, at::TensorList packed, int64_t l, const Sizes& z,
-                 const at::Tensor& kb, const at::Tensor& vb, at::TensorList cross_k,
-                 at::TensorList cross_v, int64_t activation, bool gated, bool rms,
-                 const std::optional<at::Tensor>& bias) {
-  const int64_t inner = z.heads * z.width, kv = z.kv_heads * z.width, d = z.d;
-  expect(kb, {z.rows, z.kv_heads, z.length, z.width}, l, "self-attention key buffer");
-  expect(vb, {z.rows, z.kv_heads, z.length, z.width}, l, "self-attention value buffer");
-  if (z.cross) {
-    expect(cross_k[l], {z.sources, z.heads, z.src_len, z.width}, l, "cross-attention keys");
-    expect(cross_v[l], {z.sources, z.heads, z.src_len, z.width}, l, "cross-attention values");
-  }
-  TORCH_CHECK_VALUE(activation >= 0 && activation <= 3, "decoder_layers: layer ", l,
-                    "'s activation code is ", activation,
-                    "; 0 (ReLU), 1 (GELU), 2 (tanh GELU) or 3 (SiLU)");
-  if (bias.has_value() && bias->defined())
-    expect(*bias, {z.heads, z.pos + 1}, l, "self-attention position bias");
-  // the hidden width, from the second product (a gated network's first gives two halves)
-  const int64_t ff = get(p, l, FC2_W).dim() == 2 ? get(p, l, FC2_W).size(1) : -1;
-  const int64_t shapes[PRODUCTS_PER_LAYER][2] = {  // (outputs, inputs) of each product
-      {inner + 2 * kv, d}, {d, inner}, {inner, d}, {d, inner}, {gated ? 2 * ff : ff, d},
-      {d, ff}};
-  for (int64_t i = 0; i < PRODUCTS_PER_LAYER; ++i) {
-    const Param w = Param(2 * i);
-    if (!z.cross && (w == CROSS_Q_W || w == CROSS_OUT_W)) continue;  // not read
-    const at::Tensor weight = get(p, l, w);
-    expect(weight, {shapes[i][0], shapes[i][1]}, l, kParamNames[w], true);
-    TORCH_CHECK_VALUE((weight.scalar_type() == at::kChar) ==
-                          (packed[l * PRODUCTS_PER_LAYER + i].scalar_type() == at::kChar),
-                      "decoder_layers: layer ", l, "'s ", kParamNames[w], " is ",
-                      weight.scalar_type(), " but its packed weight is ",
-                      packed[l * PRODUCTS_PER_LAYER + i].scalar_type());
-    const auto shape = zoo::packed_shape(packed[l * PRODUCTS_PER_LAYER + i], "decoder_layers");
-    TORCH_CHECK_VALUE(shape.n_out == shapes[i][0] && shape.n_in == shapes[i][1],
-                      "decoder_layers: layer ", l, "'s packed ", kParamNames[w], " is ",
-                      shape.n_out, " x ", shape.n_in, ", not ", shapes[i][0], " x ",
-                      shapes[i][1]);
-    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
-    if (b.has_value() && b->defined()) expect(*b, {shapes[i][0]}, l, kParamNames[w + 1]);
-  }
-  for (Param w : {NORM1_W, NORM2_W, NORM3_W}) {
-    if (!z.cross && w == NORM2_W) continue;
-    expect(get(p, l, w), {d}, l, kParamNames[w]);
-    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
-    TORCH_CHECK_VALUE(!rms || !b.has_value() || !b->defined(), "decoder_layers: layer ", l,
-                      "'s ", kParamNames[w + 1], " is given, but an RMSNorm has none");
-    if (b.has_value() && b->defined()) expect(*b, {d}, l, kParamNames[w + 1]);
-  }
-  for (Param w : {AFTER1_W, AFTER3_W}) {  // a sandwich layer's after-norms: both or none
-    const std::optional<at::Tensor> given = maybe(p, l, w), first = maybe(p, l, AFTER1_W);
-    const bool has = given.has_value() && given->defined();
-    TORCH_CHECK_VALUE(has == (first.has_value() && first->defined()), "decoder_layers: layer ",
-                      l, " has one after-norm of two");
-    if (!has) continue;
-    expect(*given, {d}, l, kParamNames[w]);
-    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
-    TORCH_CHECK_VALUE(!rms || !b.has_value() || !b->defined(), "decoder_layers: layer ", l,
-                      "'s ", kParamNames[w + 1], " is given, but an RMSNorm has none");
-    if (b.has_value() && b->defined()) expect(*b, {d}, l, kParamNames[w + 1]);
-  }
-}
+using namespace zoo::layer;
 
 at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& params,
                           at::TensorList packed, at::TensorList k_buffers, at::TensorList v_buffers,
@@ -484,6 +321,8 @@ struct Plan : torch::CustomClassHolder {
   std::vector<int64_t> norm_first, activation, gated, rms_norm, windows;
   int64_t layers = 0, crossed = 0;
   std::optional<at::Tensor> keep, self_keep;
+  std::vector<at::Tensor> watched;  // the tensors the plan was made from, and their versions
+  std::vector<int64_t> versions;
   c10::List<std::optional<at::Tensor>> rotations;
   c10::List<std::optional<at::Tensor>> self_bias;
 
@@ -515,6 +354,35 @@ struct Plan : torch::CustomClassHolder {
     rotations.push_back(std::nullopt);
     ++layers;
   }
+  // This plan's layers (the same weights) for another decoding call, without its per-step
+  // inputs: a model's plan is made once and each call copies it and sets its own buffers.
+  c10::intrusive_ptr<Plan> copy() const {
+    auto out = c10::make_intrusive<Plan>(*this);
+    out->keep = out->self_keep = std::nullopt;
+    out->self_bias = self_bias.copy();  // (c10::List shares its elements when copied)
+    out->rotations = rotations.copy();
+    for (int64_t l = 0; l < layers; ++l) {
+      out->self_bias.set(l, std::nullopt);
+      out->rotations.set(l, std::nullopt);
+    }
+    return out;
+  }
+  // One decoding call's buffers: each layer's keys and values, and the sources' keys and
+  // values for cross-attention (one a layer, or none for a decoder-only model's).
+  void buffers(std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
+               std::vector<at::Tensor> sources_k, std::vector<at::Tensor> sources_v) {
+    const int64_t n = int64_t(sources_k.size());
+    TORCH_CHECK_VALUE(int64_t(keys.size()) == layers && int64_t(values.size()) == layers &&
+                          (n == 0 || n == layers) && int64_t(sources_v.size()) == n,
+                      "decoder_layers: one key and value buffer a layer for ", layers,
+                      " layers (the sources' keys and values for all or none), not ",
+                      keys.size(), ", ", values.size(), ", ", n, " and ", sources_v.size());
+    k = std::move(keys);
+    v = std::move(values);
+    cross_k = std::move(sources_k);
+    cross_v = std::move(sources_v);
+    crossed = n;
+  }
   // The sources' padding (sources, 1, 1, source length; false at it), for cross-attention.
   void sources_padding(std::optional<at::Tensor> mask) { keep = mask; }
   // Each layer's bias of this step's self-attention scores (heads, pos + 1), or none.
@@ -528,6 +396,65 @@ struct Plan : torch::CustomClassHolder {
   void rotate_layers(c10::List<std::optional<at::Tensor>> matrices) { rotations = matrices; }
   // (rows, buffer length): false where a row's own earlier key is padding, or none.
   void keys_padding(std::optional<at::Tensor> mask) { self_keep = mask; }
+
+  // The tensors the plan was made from (every weight, bias and scale of its layers): changed()
+  // then says whether torch counted a change to one since (``w.mul_(3)`` between two steps),
+  // in one call where reading a hundred tensors' versions from Python took 50 microseconds.
+  void watch(std::vector<at::Tensor> sources) {
+    versions.clear();
+    for (const at::Tensor& t : sources) versions.push_back(t._version());
+    watched = std::move(sources);
+  }
+  bool changed() const {
+    for (size_t i = 0; i < watched.size(); ++i)
+      if (watched[i]._version() != versions[i]) return true;
+    return false;
+  }
+  // A beam search's choice: row r of every key and value buffer becomes the row index[r] was,
+  // over the first ``used`` positions; only the rows that change are copied, every source row
+  // read before any is written (a row may be both).
+  void reorder(const at::Tensor& index_in, int64_t used) {
+    const at::Tensor index = index_in.to(at::kLong).contiguous();
+    const int64_t* ix = index.data_ptr<int64_t>();
+    std::vector<int64_t> moved;
+    for (int64_t r = 0; r < index.numel(); ++r)
+      if (ix[r] != r) moved.push_back(r);
+    if (moved.empty() || used <= 0) return;
+    for (const std::vector<at::Tensor>* buffers : {&k, &v})
+      for (const at::Tensor& buf : *buffers) reorder_buffer(buf, ix, index.numel(), moved, used);
+  }
+  static void reorder_buffer(const at::Tensor& buf, const int64_t* ix, int64_t n,
+                             const std::vector<int64_t>& moved, int64_t used) {
+    TORCH_CHECK_VALUE(buf.dim() == 4 && buf.is_contiguous() && buf.size(0) == n &&
+                          used <= buf.size(2),
+                      "decoder_layers: reorder of ", n, " rows over ", used, " positions, "
+                      "and a buffer of shape ", buf.sizes());
+    const int64_t heads = buf.size(1), span = used * buf.size(3) * buf.element_size();
+    const int64_t head_bytes = buf.size(2) * buf.size(3) * buf.element_size();
+    for (int64_t r : moved)
+      TORCH_CHECK_VALUE(ix[r] >= 0 && ix[r] < n, "decoder_layers: reorder to row ", ix[r],
+                        " of ", n);
+    auto* base = static_cast<char*>(buf.data_ptr());
+    std::vector<char> copies(moved.size() * heads * span);
+    for (size_t i = 0; i < moved.size(); ++i)
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(copies.data() + (i * heads + h) * span,
+                    base + (ix[moved[i]] * heads + h) * head_bytes, span);
+    for (size_t i = 0; i < moved.size(); ++i)
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(base + (moved[i] * heads + h) * head_bytes,
+                    copies.data() + (i * heads + h) * span, span);
+  }
+
+  // An encoder's pass over x (texts, length, d) through the layers, every token attending to
+  // every real token of its text (``keep``, (texts, length): false at padding); the layers'
+  // buffers are not read.
+  at::Tensor encode(const at::Tensor& x, const at::Tensor& keep) {
+    TORCH_CHECK_VALUE(crossed == 0, "encoder_layers: an encoder's layers have no "
+                      "cross-attention");
+    return encoder_layers(x, keep, params, packed, heads, width, kv_heads, self_scale, eps,
+                          norm_first, activation, gated, rms_norm, head_eps, after_eps);
+  }
 
   at::Tensor step(const at::Tensor& x, int64_t pos) {
     TORCH_CHECK_VALUE(crossed == 0 || crossed == layers, "decoder_layers: ", crossed, " of ",
@@ -559,10 +486,16 @@ TORCH_LIBRARY(zoo_decoder, m) {
   m.class_<Plan>("Plan")
       .def(torch::init<int64_t, int64_t, int64_t>())
       .def("add", &Plan::add)
+      .def("copy", &Plan::copy)
+      .def("buffers", &Plan::buffers)
       .def("sources_padding", &Plan::sources_padding)
       .def("position_biases", &Plan::position_biases)
       .def("rotate", &Plan::rotate)
       .def("rotate_layers", &Plan::rotate_layers)
       .def("keys_padding", &Plan::keys_padding)
-      .def("step", &Plan::step);
+      .def("watch", &Plan::watch)
+      .def("changed", &Plan::changed)
+      .def("reorder", &Plan::reorder)
+      .def("step", &Plan::step)
+      .def("encode", &Plan::encode);
 }
