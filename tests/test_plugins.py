@@ -299,43 +299,82 @@ def test_same_entry_point_name_in_two_distributions_loads_both(tmp_path, monkeyp
         registry.reset()
 
 
-def test_a_built_in_that_takes_a_plugins_name_leaves_both_reachable(old_plugin_site,
-                                                                     monkeypatch, capsys):
+def test_an_installed_plugin_keeps_a_name_a_later_built_in_took(old_plugin_site, monkeypatch,
+                                                                capsys, caplog):
     # zoo-plugin-old registers its own ffn 'geglu' (and a cosine attention) from before
-    # zoo had one; loading it beside the built-in must not lose either
-    with plugins_from(old_plugin_site, monkeypatch):
-        with pytest.warns(PluginNameWarning) as said:
+    # zoo had one: the user installed it for that name, so the plain name stays its own;
+    # zoo's is one qualified name away, and zoo's own recipes and formats still mean zoo's
+    import warnings
+
+    with plugins_from(old_plugin_site, monkeypatch), warnings.catch_warnings():
+        warnings.simplefilter("error", PluginNameWarning)
+        with caplog.at_level("INFO", logger="zoo.plugin_names"):
             infos = {i.name: i for i in zoo.list_plugins()}
-        (warning,) = [w for w in said if "geglu" in str(w.message)]
-        text = str(warning.message)
-        assert "'cosine'" in text and "'ffn'" in text and "'cosine:geglu'" in text
+            zoo.get_component("ffn", "geglu")
+        notices = [r.getMessage() for r in caplog.records if r.name == "zoo.plugin_names"]
+        # one line, naming the name, its holder, the built-in's qualified name and the fix
+        assert len(notices) == 1 and "\n" not in notices[0]
+        assert ("ffn 'geglu' means plugin cosine's (also: ffn:geglu)" in notices[0]
+                and "ZOO_PREFER_BUILTIN" in notices[0])
         assert infos["cosine"].ok and infos["ffn"].ok
         assert infos["cosine"].registered == [("attention", "cosine"), ("ffn", "geglu"),
                                               ("recipe", "cosine-tiny")]
-        # the plain name keeps the built-in's meaning (zoo's own recipes and formats use it)
-        assert zoo.get_component("ffn", "geglu").plugin == "ffn"
-        assert zoo.get_component("ffn", "ffn:geglu").plugin == "ffn"
-        theirs = zoo.get_component("ffn", "cosine:geglu")
+        theirs = zoo.get_component("ffn", "geglu")
         assert theirs.plugin == "cosine" and theirs.load().__name__ == "PlainGEGLU"
-        # the plugin's other component works, and its geglu is one recipe word away
-        model = zoo.build("transformer-tiny", attention="cosine", ffn="cosine:geglu",
+        assert zoo.get_component("ffn", "cosine:geglu") is theirs
+        assert zoo.get_component("ffn", "ffn:geglu").load().__name__ == "GEGLUFFN"
+        model = zoo.build("transformer-tiny", attention="cosine", ffn="geglu",
                           dropout=0.0).eval()
         layer = model.encoder.layers[0]
         assert type(layer.attn).__name__ == "CosineAttention"
         assert type(layer.ffn).__name__ == "PlainGEGLU"
         src = torch.randint(3, 100, (2, 5))
         assert model(src, src).shape == (2, 5, model.settings.vocab_size)
-        built_in = zoo.build("transformer-tiny", ffn="geglu")
+        built_in = zoo.build("transformer-tiny", ffn="ffn:geglu")
         assert type(built_in.encoder.layers[0].ffn).__name__ == "GEGLUFFN"
-        assert "cosine:geglu" in [c.qualified_name for c in registry.qualified("ffn")]
         with pytest.raises(zoo.UnknownNameError, match="qualified name is PLUGIN:NAME"):
             zoo.get_component("ffn", "nobody:geglu")
-        # zoo components lists the shadowed one by the name that reaches it
+        # zoo components lists the built-in by the name that reaches it
         from zoo.cli import cmd_components
         capsys.readouterr()
         cmd_components(argparse.Namespace(family="ffn", pattern="*geglu"))
         rows = [line.split()[:3] for line in capsys.readouterr().out.splitlines()[2:]]
-        assert rows == [["ffn", "geglu", "ffn"], ["ffn", "cosine:geglu", "cosine"]]
+        assert rows == [["ffn", "geglu", "cosine"], ["ffn", "ffn:geglu", "ffn"]]
+        # the notice is once a process: loading the plugins again says nothing new
+        caplog.clear()
+        registry.reset()
+        with caplog.at_level("INFO", logger="zoo.plugin_names"):
+            zoo.list_plugins()
+        assert not [r for r in caplog.records if r.name == "zoo.plugin_names"]
+    # a setting gives the plain name back to zoo's built-in
+    monkeypatch.setenv("ZOO_PREFER_BUILTIN", "geglu")
+    with plugins_from(old_plugin_site, monkeypatch):
+        assert zoo.get_component("ffn", "geglu").plugin == "ffn"
+        assert zoo.get_component("ffn", "cosine:geglu").plugin == "cosine"
+        assert _ffn_of(zoo.build("cosine-tiny")) == "PlainGEGLU"
+    monkeypatch.setenv("ZOO_PREFER_BUILTIN", "all")
+    with plugins_from(old_plugin_site, monkeypatch):
+        assert zoo.get_component("ffn", "geglu").plugin == "ffn"
+
+
+def test_two_installed_plugins_of_one_name_are_refused_with_the_fix(fresh_registry):
+    def first(register):
+        register("twin", "zoo.plugins.ffn.relu:ReLUFFN")
+
+    def second(register):
+        register("twin", "zoo.plugins.ffn.gelu:GELUFFN")
+
+    zoo.register_plugin(types.SimpleNamespace(register_ffns=zoo.hookimpl(first)), name="one")
+    assert zoo.get_component("ffn", "twin").plugin == "one"
+    zoo.register_plugin(types.SimpleNamespace(register_ffns=zoo.hookimpl(second)), name="two")
+    with pytest.raises(zoo.UnknownNameError,
+                       match=r"registered by 2 installed plugins: 'one:twin', 'two:twin'.*"
+                             r"Write that name"):
+        zoo.build("transformer-tiny", ffn="twin")
+    assert zoo.get_component("ffn", "two:twin").load().__name__ == "GELUFFN"
+    # one of them gone, the other has the plain name again
+    registry.unregister("ffn", "twin", "one")
+    assert zoo.get_component("ffn", "twin").plugin == "two"
 
 
 def test_a_plugin_that_fails_gives_a_shared_name_back(fresh_registry):
@@ -345,7 +384,7 @@ def test_a_plugin_that_fails_gives_a_shared_name_back(fresh_registry):
         raise RuntimeError("half-way")
 
     plugin = types.SimpleNamespace(register_ffns=zoo.hookimpl(hook))
-    with pytest.warns(PluginNameWarning), pytest.raises(zoo.PluginError, match="half-way"):
+    with pytest.raises(zoo.PluginError, match="half-way"):
         zoo.register_plugin(plugin, name="halfway")
     assert zoo.get_component("ffn", "relu").plugin == "ffn"
     assert "halfway:relu" not in [c.qualified_name for c in registry.qualified("ffn")]
@@ -399,7 +438,7 @@ def test_a_renamed_component_keeps_its_old_name_with_a_warning(fresh_registry, t
         zoo.get_component("attention", "cosy")
 
 
-# -- old plugins never break (docs/plugins.md, "What is deprecated") -----------------------------
+# -- old plugins never break (docs/compatibility.md, "What is deprecated") -----------------------
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("."))
 
@@ -408,7 +447,7 @@ def test_every_deprecation_says_when_it_goes_and_has_not_outlived_it():
     # fails once zoo's version reaches a removal: remove the old way then, on purpose
     from zoo.deprecations import DEPRECATIONS
 
-    docs = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    docs = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
     code = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "zoo").rglob("*.py"))
     for key, d in DEPRECATIONS.items():
         assert _version(d.since) <= _version(zoo.__version__) < _version(d.removed_in), key
@@ -460,13 +499,12 @@ def _ffn_of(model) -> str:
 def test_a_shared_name_keeps_the_meaning_it_was_written_with(old_plugin_site, monkeypatch,
                                                               tmp_path):
     # zoo-plugin-old's geglu came before zoo's: its own recipe, and the models saved
-    # with it, still mean its geglu; the built-in's users keep the built-in
+    # with it, still mean its geglu; the built-in's models, and zoo's own recipes and
+    # formats, keep the built-in
     src = torch.randint(3, 100, (2, 5))
     with plugins_from(old_plugin_site, monkeypatch):
-        with pytest.warns(PluginNameWarning):
-            zoo.list_plugins()
         assert _ffn_of(zoo.build("cosine-tiny")) == "PlainGEGLU"
-        theirs = zoo.build("transformer-tiny", ffn="cosine:geglu", dropout=0.0).eval()
+        theirs = zoo.build("transformer-tiny", ffn="geglu", dropout=0.0).eval()
         zoo.save_pretrained(theirs, tmp_path / "now")
         saved = json.loads((tmp_path / "now" / "config.json").read_text())
         assert saved["recipe"]["components"]["ffn"]["name"] == "cosine:geglu"
@@ -481,15 +519,32 @@ def test_a_shared_name_keeps_the_meaning_it_was_written_with(old_plugin_site, mo
             assert _ffn_of(loaded) == "PlainGEGLU"
             with torch.no_grad():
                 torch.testing.assert_close(loaded(src, src), theirs(src, src))
-        ours = zoo.build("transformer-tiny", ffn="geglu")
+        ours = zoo.build("transformer-tiny", ffn="ffn:geglu")
         zoo.save_pretrained(ours, tmp_path / "ours")
+        saved = json.loads((tmp_path / "ours" / "config.json").read_text())
+        assert saved["recipe"]["components"]["ffn"]["name"] == "ffn:geglu"
         assert _ffn_of(zoo.build(f"local-dir:{tmp_path / 'ours'}")) == "GEGLUFFN"
+        # a model the built-in's user saved before the plugin was installed (the plain
+        # name, the plugin 'ffn') keeps the built-in
+        shutil.copytree(tmp_path / "ours", tmp_path / "ours-older")
+        saved["recipe"]["components"]["ffn"]["name"] = "geglu"
+        (tmp_path / "ours-older" / "config.json").write_text(json.dumps(saved))
+        assert _ffn_of(zoo.build(f"local-dir:{tmp_path / 'ours-older'}")) == "GEGLUFFN"
+        # zoo's own formats mean zoo's components: T5's feed-forward stays zoo's geglu
+        from zoo.foreign import foreign_recipe
+
+        t5 = foreign_recipe({"model_type": "t5", "feed_forward_proj": "gated-gelu",
+                             "vocab_size": 32, "d_model": 8, "d_kv": 4, "d_ff": 16,
+                             "num_layers": 1, "num_heads": 2, "is_encoder_decoder": True,
+                             "tie_word_embeddings": False}, "a T5 folder")
+        assert t5.components["ffn"].name == "ffn:geglu"
     registry.reset()
     # without the plugin the plain name means only the built-in: refused by name, before
     # a weight is read (it was a list of tensor names)
     with pytest.raises(zoo.MissingPluginError, match="pip install zoo-plugin-old.*ffn 'geglu'"):
         zoo.build(f"local-dir:{tmp_path / 'older'}")
     assert _ffn_of(zoo.build(f"local-dir:{tmp_path / 'ours'}")) == "GEGLUFFN"
+    assert _ffn_of(zoo.build(f"local-dir:{tmp_path / 'ours-older'}")) == "GEGLUFFN"
 
 
 def test_same_named_formats_are_chosen_by_one_documented_rule(fresh_registry, monkeypatch):
@@ -500,16 +555,37 @@ def test_same_named_formats_are_chosen_by_one_documented_rule(fresh_registry, mo
     class TheirLlama(builtin):
         """A plugin's own reader of Llama folders, under the built-in's name."""
 
+    class OtherLlama(builtin):
+        """A second plugin's reader of Llama folders."""
+
     def formats(register):
         register("llama", TheirLlama, capabilities={"model_types": ("llama",)})
 
-    with pytest.warns(PluginNameWarning):
-        zoo.register_plugin(types.SimpleNamespace(register_formats=zoo.hookimpl(formats)),
-                            name="their")
+    zoo.register_plugin(types.SimpleNamespace(register_formats=zoo.hookimpl(formats)),
+                        name="their")
     config = {"model_type": "llama"}
-    # it was silently dropped: now both claim the type, and the user is told how to choose
-    with pytest.raises(zoo.FormatError, match='ZOO_FORMAT_FOR="llama=their:llama"'):
+    # the installed plugin reads the type it was installed for; zoo's stays one setting away
+    assert format_for(config, "a folder").load() is TheirLlama
+    monkeypatch.setenv("ZOO_PREFER_BUILTIN", "llama")
+    assert format_for(config, "a folder").load() is builtin
+    monkeypatch.delenv("ZOO_PREFER_BUILTIN")
+    monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=formats:llama")
+    assert format_for(config, "a folder").load() is builtin
+    monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=nobody:llama")
+    with pytest.raises(zoo.FormatError, match="none of the formats that read it"):
         format_for(config, "a folder")
+    monkeypatch.delenv("ZOO_FORMAT_FOR")
+    # a second installed plugin claiming the type: the user chooses, and is told how
+    def other(register):
+        register("other-llama", OtherLlama, capabilities={"model_types": ("llama",)})
+
+    zoo.register_plugin(types.SimpleNamespace(register_formats=zoo.hookimpl(other)),
+                        name="other")
+    with pytest.raises(zoo.FormatError, match="2 installed plugins, 'other:other-llama', "
+                       "'their:llama'.*Choose one: ZOO_FORMAT_FOR="):
+        format_for(config, "a folder")
+    monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=their:llama")
+    assert format_for(config, "a folder").load() is TheirLlama
     monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=their:llama")
     assert format_for(config, "a folder").load() is TheirLlama
     monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=formats:llama")
@@ -517,3 +593,22 @@ def test_same_named_formats_are_chosen_by_one_documented_rule(fresh_registry, mo
     monkeypatch.setenv("ZOO_FORMAT_FOR", "llama=nobody:llama")
     with pytest.raises(zoo.FormatError, match="none of the formats that read it"):
         format_for(config, "a folder")
+
+
+def test_filled_gives_every_setting_a_built_model_has():
+    # what a format's export reads without knowing zoo's defaults: the built model's own
+    from zoo.plugin_api import filled
+
+    recipe = zoo.get_recipe("llama-tiny")
+    data = filled(recipe.to_dict())
+    model = zoo.build(recipe)
+    assert data["architecture"]["settings"] == model.settings.model_dump(mode="json")
+    assert set(data["components"]) == {"attention", "kernel", "positional", "norm", "ffn",
+                                       "block"}
+    assert data["components"]["ffn"]["settings"] == type(
+        model.layers[0].ffn).Settings().model_dump(mode="json") | {
+            k: v for k, v in recipe.components["ffn"].settings.items()}
+    assert "final_norm" not in recipe.to_dict()["architecture"]["settings"]  # left out,
+    assert "final_norm" in data["architecture"]["settings"]  # filled in
+    with pytest.raises(zoo.RecipeError, match="no slot"):
+        filled({**recipe.to_dict(), "components": {"nonsense": "relu"}})

@@ -17,7 +17,8 @@ from .version import __version__
 PACKAGES = ("huggingface_hub", "safetensors", "pydantic", "pluggy", "numpy", "timm",
             "transformers", "xformers", "tokenizers", "sacrebleu")
 """Packages whose versions a report shows (absent ones as null)."""
-SETTINGS = ("ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD", "ZOO_NATIVE", "ZOO_NATIVE_CACHE",
+SETTINGS = ("ZOO_PLUGINS", "ZOO_DISABLE_PLUGIN_AUTOLOAD", "ZOO_PREFER_BUILTIN", "ZOO_FORMAT_FOR",
+            "ZOO_NATIVE", "ZOO_NATIVE_CACHE",
             "ZOO_NATIVE_BUILD_TIMEOUT", "ZOO_ADAPT_THREADS",
             "OMP_NUM_THREADS",
             "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "CUDA_VISIBLE_DEVICES")

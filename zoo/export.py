@@ -25,7 +25,7 @@ from torch import nn
 from .artifact import tensor_bytes
 from .errors import ExportError, ZooError
 from .files import describe_os_error, folder_beside, is_write_failure
-from .format_base import default_vocabulary
+from .format_base import as_format, default_vocabulary
 from .registry import Component, registry
 
 __all__ = ["export", "formats", "ExportError", "default_vocabulary", "to_ctranslate2",
@@ -65,7 +65,7 @@ def export(model: nn.Module, folder: str | os.PathLike[str], format: str, *,
     for component in writers:
         try:
             with _written(folder, model) as tmp:
-                extra = component.load()(None).write(model, tmp, export=export, **options)
+                extra = as_format(component.load()(None)).write(model, tmp, export=export, **options)
                 _describe(tmp, model, format, extra or {})
             return folder
         except ExportError as exc:

@@ -26,8 +26,9 @@ from .artifact import CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME
 from .artifact import read_json, read_weights, weight_files
 from .errors import ArtifactError, FormatError, ZooError
 from .decoding import GenerationSettings, parse_settings
-from .recipe import Recipe
-from .registry import Component, registry
+from .format_base import as_format
+from .recipe import Recipe, as_meant_by
+from .registry import NOTICES, PREFER_BUILTIN, Component, choose_claim, registry
 from .tokenizer_files import check_tokenizer_files
 
 GENERATION_NAME = "generation_config.json"
@@ -124,11 +125,18 @@ def _chosen(model_type: str, claims: list[Component], source: str) -> Component 
     return None
 
 
+_told_types: set[tuple[str, str]] = set()
+"""(model_type, format) already told of in this process."""
+
+
 def _readers_of(model_type: str, source: str) -> Component | None:
     """The one format that reads ``model_type``, by one rule: the only one that claims it;
-    else the one :data:`FORMAT_CHOICE` names; else the one that says it overrides. Several
-    claims and none (or several) overriding are refused, naming how to choose. Formats
-    of one name from two plugins both claim (each by its qualified name)."""
+    else the one :data:`FORMAT_CHOICE` names; else the one that says it overrides; else
+    an installed plugin's over zoo's own (the user installed it for those folders; zoo's
+    stays reachable through :data:`FORMAT_CHOICE` or ``ZOO_PREFER_BUILTIN``), said once a
+    process. Two installed plugins claiming it, none overriding, are refused, naming how
+    to choose. Formats of one name from two plugins both claim (each by its qualified
+    name)."""
     claims = [c for c in registry.qualified("format")
               if model_type in c.capabilities.model_types]
     if len(claims) <= 1:
@@ -139,12 +147,24 @@ def _readers_of(model_type: str, source: str) -> Component | None:
     overriding = [c for c in claims if model_type in c.capabilities.overrides]
     if len(overriding) == 1:
         return overriding[0]
-    named = ", ".join(f"{c.qualified_name!r}" for c in claims)
+    picked = choose_claim(claims, model_type, registry.builtin)
+    if picked is not None:
+        if not registry.builtin(picked.plugin) and (model_type, picked.qualified_name) \
+                not in _told_types:
+            _told_types.add((model_type, picked.qualified_name))
+            NOTICES.warning(
+                "zoo: model_type %r is read by plugin %s's format %r (zoo's own: %s). %s=%s "
+                "gives it back to zoo's (docs/compatibility.md).", model_type, picked.plugin,
+                picked.name, ", ".join(c.qualified_name for c in claims if c is not picked),
+                PREFER_BUILTIN, model_type)
+        return picked
+    theirs = [c for c in claims if not registry.builtin(c.plugin)]
+    named = ", ".join(f"{c.qualified_name!r}" for c in theirs)
     raise FormatError(
-        f"{source}: model_type {model_type!r} is claimed by {len(claims)} formats, {named}, "
-        f"and {'several say' if overriding else 'none says'} it overrides the others. "
-        f"Choose one: {FORMAT_CHOICE}=\"{model_type}={claims[-1].qualified_name}\" "
-        "(docs/plugins.md), or uninstall one.")
+        f"{source}: model_type {model_type!r} is claimed by the formats of {len(theirs)} "
+        f"installed plugins, {named}, and {'several say' if overriding else 'none says'} "
+        f"it overrides the others. Choose one: {FORMAT_CHOICE}=\"{model_type}="
+        f"{theirs[-1].qualified_name}\" (docs/compatibility.md), or uninstall one.")
 
 
 def format_for(config: dict[str, Any], source: str) -> Component:
@@ -193,7 +213,7 @@ def _reader(config: dict[str, Any], source: str,
             component: Component | None = None) -> tuple[Component, Any]:
     component = component or format_for(config, source)
     try:
-        reader = component.load()(None)
+        reader = as_format(component.load()(None))
     except ZooError:
         raise
     except Exception as exc:
@@ -226,11 +246,12 @@ def foreign_recipe(config: dict[str, Any], source: str, folder: Path | None = No
     """The zoo recipe of a foreign config (the format plugin's mapping, validated), as
     sentence-transformers reads it where ``folder`` is one of its own
     (:func:`sentence_body`)."""
-    _, reader = _reader(config, source)
+    component, reader = _reader(config, source)
     if folder is not None:
         config = sentence_body(folder, config, reader)
     data = reader.recipe(config)
-    return Recipe.from_dict(data, f"{source} (mapped from its {CONFIG_NAME})")
+    recipe = Recipe.from_dict(data, f"{source} (mapped from its {CONFIG_NAME})")
+    return as_meant_by(recipe, component.plugin)
 
 
 def file_patterns(config: dict[str, Any], source: str) -> list[str]:

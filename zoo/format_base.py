@@ -139,10 +139,11 @@ def generation_settings(config: dict[str, Any], generation: dict[str, Any],
                         family: str) -> dict[str, Any]:
     """``generation`` (generation_config.json; empty: the keys of ``config``) as zoo's
     generation settings; a setting zoo's decoding cannot follow is refused by name."""
-    source = generation or {k: v for k, v in config.items() if k in READ or k in DEFAULTS}
-    plugins = plugin_rule_settings() if generation else {}
+    plugins = plugin_rule_settings()
+    source = generation or {k: v for k, v in config.items()
+                            if k in READ or k in DEFAULTS or k in plugins}
     for key, value in source.items():
-        if key in DEFAULTS and value != DEFAULTS[key] and not (
+        if key in DEFAULTS and key not in plugins and value != DEFAULTS[key] and not (
                 key == "num_return_sequences" and value is None):
             raise FormatError(f"{family} generation setting {key}={value!r} is not one zoo's "
                               f"decoding follows (it follows {sorted(READ)}).")
@@ -347,6 +348,39 @@ class Format:
         auto = {"language-model": "AutoModelForCausalLM", "encoder": "AutoModel",
                 "image-text": "AutoModel"}.get(kind, "AutoModelForSeq2SeqLM")
         return {"family": self.family, "load": f"{auto}.from_pretrained"}
+
+
+_MISSING = object()
+
+
+class FormatAdapter:
+    """A format written as a plain class (the contract before :class:`Format`, which
+    needed ``recipe``, ``weights``, ``generation`` and ``files`` only), seen as a
+    :class:`Format`: each hook or attribute the contract gained since and the class lacks
+    is the base's default, which gives the earlier behaviour (``tied``: none; ``write``:
+    through its ``export``)."""
+
+    def __init__(self, reader: Any) -> None:
+        object.__setattr__(self, "_reader", reader)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._reader, name)
+        except AttributeError:
+            default = getattr(Format, name, _MISSING)
+            if default is _MISSING or name.startswith("_"):
+                raise
+            return default.__get__(self) if callable(default) else default
+
+    def __repr__(self) -> str:
+        return f"FormatAdapter({self._reader!r})"
+
+
+def as_format(reader: Any) -> Any:
+    """``reader`` (what a format component's class made) as a :class:`Format`: itself
+    where it is one, else through a :class:`FormatAdapter`, so that zoo reaches every
+    format through the one contract, whatever release it was written against."""
+    return reader if isinstance(reader, Format) else FormatAdapter(reader)
 
 
 # -- what every writer shares ---------------------------------------------------------------------

@@ -86,6 +86,11 @@ class PluginManager:
         self._loading = False
 
     # -- loading -------------------------------------------------------------------------------
+    @property
+    def loaded(self) -> bool:
+        """Whether the entry-point plugins have been loaded (or are not used)."""
+        return self._loaded
+
     def ensure_loaded(self) -> None:
         """Load the entry-point plugins, once (honouring ``ZOO_DISABLE_PLUGIN_AUTOLOAD`` and
         ``ZOO_PLUGINS``)."""

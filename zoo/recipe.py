@@ -403,11 +403,19 @@ def _read_source(entry: RecipeEntry) -> Recipe:
     if recipe.name != entry.name:
         raise RecipeError(f"{where}: the recipe inside is named {recipe.name!r}; a registered "
                           "recipe's name and its 'name:' agree.")
-    # a name the plugin registered itself means its own component, even where a later
-    # built-in (or another plugin) took the plain name
-    own = {slot: ref.model_copy(update={"name": registry.own_name(entry.plugin, ref.name)})
+    return as_meant_by(recipe, entry.plugin)
+
+
+def as_meant_by(recipe: Recipe, plugin: str) -> Recipe:
+    """``recipe`` as ``plugin`` (whose recipe, or whose format's mapping, it is) means
+    it: a name that plugin's distribution registered means that component, even where
+    another plugin took the plain name since (zoo's own recipes and formats mean zoo's
+    components; an older plugin's recipe, its own)."""
+    own = {slot: ref.model_copy(update={"name": registry.own_name(plugin, ref.name)})
            for slot, ref in recipe.components.items()}
-    return recipe.model_copy(update={"components": own})
+    arch = recipe.architecture.model_copy(
+        update={"name": registry.own_name(plugin, recipe.architecture.name)})
+    return recipe.model_copy(update={"components": own, "architecture": arch})
 
 
 def list_recipes(pattern: str = "*", *, pretrained: bool = False) -> list[str]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import inspect
+import logging
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,10 +47,40 @@ BUILTIN_DISTRIBUTION = "zoo-transformers"
 """The distribution of zoo's own plugins."""
 
 
+PREFER_BUILTIN = "ZOO_PREFER_BUILTIN"
+"""The environment variable that gives plain names back to zoo's built-ins where an
+installed plugin registered the same name (or ``model_type``): ``all`` (or ``1``) for
+every name, else names separated by commas (``geglu,m2m_100``)."""
+NOTICES = logging.getLogger("zoo.plugin_names")
+"""Where the one notice of a process goes that an installed plugin holds a name a
+built-in also has (a line on standard error; silence it through :mod:`logging`)."""
+_noticed: set[tuple[str, str, str]] = set()
+"""(family, name, plugin) already told of in this process."""
+
+
+def prefers_builtin(name: str) -> bool:
+    """Whether :data:`PREFER_BUILTIN` gives the plain ``name`` (or ``model_type``) to the
+    built-in."""
+    given = {part.strip() for part in os.environ.get(PREFER_BUILTIN, "").split(",")}
+    return bool(given & {"all", "1", name})
+
+
+def choose_claim(claims: list[Component], name: str, builtin: Any) -> Component | None:
+    """Which of several components claiming one plain name (or one ``model_type``) gets
+    it: an installed plugin's over zoo's own (``builtin(plugin)`` tells them apart),
+    zoo's own where :func:`prefers_builtin` says so or no other claims it; None where
+    two installed plugins claim it (the user chooses)."""
+    ours = [c for c in claims if builtin(c.plugin)]
+    theirs = [c for c in claims if not builtin(c.plugin)]
+    if ours and (not theirs or prefers_builtin(name)):
+        return ours[0]
+    return theirs[0] if len(theirs) == 1 else None
+
+
 class PluginNameWarning(UserWarning):
-    """Two plugins registered one name in a family: both stay reachable by their
-    qualified names (``plugin:name``), and the plain name is the built-in's (or the
-    first's)."""
+    """No longer issued (an installed plugin now simply wins a name a built-in also has,
+    with one notice a process on the ``zoo.plugin_names`` logger); kept so that code that
+    filters it still imports."""
 
 
 class RenamedComponentWarning(DeprecationWarning):
@@ -164,6 +196,9 @@ class Registry:
         plugin's component holds among them."""
         self._former: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
         """Components by a name they had in an earlier release (``former_names``)."""
+        self._ambiguous: dict[str, dict[str, list[Component]]] = {f: {} for f in FAMILIES}
+        """Plain names that two installed plugins (neither zoo's own) register: a lookup
+        of the plain name is refused, naming both."""
         self._recipes: dict[str, RecipeEntry] = {}
         self._entry_points = entry_points
         self.plugins = self._new_manager()
@@ -174,7 +209,19 @@ class Registry:
 
     def _ensure_loaded(self) -> None:
         """Load the entry-point plugins on the first lookup (when this registry uses them)."""
-        self.plugins.ensure_loaded()
+        if not self.plugins.loaded:
+            self.plugins.ensure_loaded()
+            if self.plugins.loaded:
+                self._settle()
+
+    def _settle(self) -> None:
+        """Give each shared plain name its holder now that every plugin is known (and so
+        which are zoo's own), and say so once."""
+        for family in FAMILIES:
+            for name in {c.name for c in self._qualified[family].values()}:
+                if len(self._claims(family, name)) > 1:
+                    self._share(family, name)
+        self.notice_shared()
 
     def ensure_loaded(self) -> None:
         """Load the entry-point plugins now, if they are not loaded yet."""
@@ -187,7 +234,7 @@ class Registry:
     def reset(self) -> None:
         """Forget every component and plugin; the entry points load again on next use."""
         for members in (*self._components.values(), *self._qualified.values(),
-                        *self._former.values()):
+                        *self._former.values(), *self._ambiguous.values()):
             members.clear()
         self._recipes.clear()
         self.plugins = self._new_manager()
@@ -264,27 +311,59 @@ class Registry:
         if plugin != RUNTIME:
             self._qualified[family][component.qualified_name] = component
         if shared:
-            self._share(existing, component)
+            self._share(family, name)
         else:
             self._components[family][name] = component
         return component
 
-    def _builtin(self, plugin: str) -> bool:
+    def _distribution(self, plugin: str) -> str | None:
         info = self.plugins.infos.get(plugin)
-        return info is not None and info.distribution == BUILTIN_DISTRIBUTION
+        return info.distribution if info is not None else None
 
-    def _share(self, first: Component, second: Component) -> None:
-        """One name, two plugins: the built-in's (else the first's) keeps the plain name."""
-        plain, other = first, second
-        if self._builtin(second.plugin) and not self._builtin(first.plugin):
-            plain, other = second, first
-        self._components[first.family][first.name] = plain
-        warnings.warn(PluginNameWarning(
-            f"{first.family} {first.name!r} is registered by plugin {first.plugin!r} and by "
-            f"plugin {second.plugin!r}. Both load: {first.name!r} names plugin "
-            f"{plain.plugin!r}'s ({plain.qualified_name!r}), and {other.qualified_name!r} "
-            f"names plugin {other.plugin!r}'s; write the qualified name in a recipe to "
-            "choose."), stacklevel=2)
+    def builtin(self, plugin: str) -> bool:
+        """Whether ``plugin`` is one of zoo's own (distribution ``zoo-transformers``)."""
+        return self._distribution(plugin) == BUILTIN_DISTRIBUTION
+
+    def _share(self, family: str, name: str) -> None:
+        """One plain name, several plugins: an installed plugin's wins over the built-in
+        (the user installed it for that name), unless :data:`PREFER_BUILTIN` says
+        otherwise; two installed plugins' leave the plain name to none of them
+        (:meth:`get` names both and the fix). Every one stays ``plugin:name``."""
+        claims = self._claims(family, name)
+        plain = choose_claim(claims, name, self.builtin)
+        self._ambiguous[family].pop(name, None)
+        if plain is None:
+            self._ambiguous[family][name] = claims
+            plain = claims[0]
+        self._components[family][name] = plain
+
+    def _claims(self, family: str, name: str) -> list[Component]:
+        return [c for c in self._qualified[family].values() if c.name == name]
+
+    def notice_shared(self) -> None:
+        """Say once a process, in one line on the ``zoo.plugin_names`` logger, which names an
+        installed plugin holds in place of a built-in (and which two plugins claim)."""
+        told = []
+        for family in FAMILIES:
+            for name, plain in self._components[family].items():
+                claims = self._claims(family, name)
+                if len(claims) < 2:
+                    continue
+                key = (family, name, plain.plugin)
+                if key in _noticed:
+                    continue
+                _noticed.add(key)
+                others = ", ".join(c.qualified_name for c in claims if c is not plain)
+                if name in self._ambiguous[family]:
+                    told.append(f"{family} {name!r} is claimed by two installed plugins "
+                                f"({', '.join(c.qualified_name for c in claims)}): write one")
+                else:
+                    told.append(f"{family} {name!r} means plugin {plain.plugin}'s (also: "
+                                f"{others})")
+        if told:
+            NOTICES.warning("zoo: %s. A recipe reaches any of them as PLUGIN:NAME; %s=NAME "
+                            "gives a name back to zoo's built-in (docs/compatibility.md).",
+                            "; ".join(told), PREFER_BUILTIN)
 
     def unregister(self, family: str, name: str, plugin: str | None = None) -> None:
         """Remove a component (``plugin``'s, when given: another plugin's of the same name
@@ -305,11 +384,14 @@ class Registry:
                 qualified.pop(gone.qualified_name, None)
             return
         qualified.pop(f"{plugin}:{name}", None)
+        self._ambiguous[family].pop(name, None)
         if name in members and members[name].plugin == plugin:
             del members[name]
-            heir = next((c for c in qualified.values() if c.name == name), None)
-            if heir is not None:
-                members[name] = heir
+        left = self._claims(family, name)
+        if len(left) > 1:
+            self._share(family, name)
+        elif left:
+            members[name] = left[0]
 
     def register_recipe(self, name: str, source: Any, *, plugin: str = "<runtime>",
                         override: bool = False) -> RecipeEntry:
@@ -367,6 +449,13 @@ class Registry:
         self._family(family)
         self._ensure_loaded()
         members = self._components[family]
+        claims = self._ambiguous[family].get(name) if isinstance(name, str) else None
+        if claims:
+            raise UnknownNameError(
+                f"{family} {name!r} is registered by {len(claims)} installed plugins: "
+                f"{quoted([c.qualified_name for c in claims])}, and zoo cannot know which "
+                "one you mean. Write that name in the recipe (or override), or uninstall "
+                "one of the plugins (docs/compatibility.md).")
         try:
             return members[name]
         except KeyError:
@@ -444,15 +533,21 @@ class Registry:
         return [c for c in self._qualified[family].values() if c.name == name]
 
     def own_name(self, plugin: str, name: str) -> str:
-        """``name`` as a recipe of ``plugin`` means it: ``plugin:name`` where the plugin
-        registered a component of that name whose plain name another plugin's now
-        reaches (in exactly one family), else ``name`` unchanged."""
+        """``name`` as a recipe of ``plugin`` means it: ``plugin:name`` (or the name in
+        another plugin of the same distribution: zoo's recipes and formats mean zoo's
+        components) where that plugin registered a component of that name whose plain
+        name another plugin's now reaches (in exactly one family), else ``name``
+        unchanged."""
         if ":" in name:
             return name
         self._ensure_loaded()
-        mine = [f for f in FAMILIES if f"{plugin}:{name}" in self._qualified[f]
-                and self._components[f].get(name) is not self._qualified[f][f"{plugin}:{name}"]]
-        return f"{plugin}:{name}" if len(mine) == 1 else name
+        dist = self._distribution(plugin)
+        mine = [c for f in FAMILIES for c in self._claims(f, name)
+                if (c.plugin == plugin or (dist is not None
+                                           and self._distribution(c.plugin) == dist))
+                and (self._components[f].get(name) is not c
+                     or name in self._ambiguous[f])]
+        return mine[0].qualified_name if len(mine) == 1 else name
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         family, name = key
@@ -500,7 +595,9 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginInfo:
     """Add a plugin object (a module, class or instance with ``zoo.hookimpl`` hooks) at run
     time; a plugin that fails raises :class:`~zoo.PluginError` and registers nothing."""
     registry.ensure_loaded()
-    return registry.plugins.register_plugin(plugin, name)
+    info = registry.plugins.register_plugin(plugin, name)
+    registry.notice_shared()
+    return info
 
 
 def list_plugins() -> list[PluginInfo]:
@@ -510,6 +607,6 @@ def list_plugins() -> list[PluginInfo]:
     return list(registry.plugins.infos.values())
 
 
-__all__ = ["Component", "Registry", "PluginNameWarning", "RenamedComponentWarning", "registry", "natural_key", "closest",
+__all__ = ["Component", "Registry", "PluginNameWarning", "PREFER_BUILTIN", "choose_claim", "RenamedComponentWarning", "registry", "natural_key", "closest",
            "describe_validation_error", "list_families", "list_components", "get_component",
            "register_component", "register_plugin", "list_plugins"]

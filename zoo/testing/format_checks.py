@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..builder import build
+from ..format_base import as_format
 from ..kinds import kind_of
 from ..recipe import Recipe
 from .contract import Failed, Seed, Skip, check, close
@@ -25,7 +26,7 @@ AUTO = {"seq2seq": "AutoModelForSeq2SeqLM", "language-model": "AutoModelForCausa
 
 
 def _example(component):
-    reader = component.load()(None)
+    reader = as_format(component.load()(None))
     example = getattr(reader, "example", None)
     if example is None:
         raise Skip("the format gives no example config (the class attribute example)")
