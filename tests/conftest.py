@@ -29,6 +29,9 @@ import torch  # noqa: E402
 from zoo.registry import registry
 
 FIXTURES = Path(__file__).parent / "fixtures"
+EARLIER = Path(__file__).parent / "plugins_of_earlier_releases"
+"""Plugins written against earlier releases of zoo, from the docs of their day, and never
+edited since (``tests/plugins_of_earlier_releases/README.md``)."""
 
 
 def _expected_seconds(item) -> float:
@@ -57,14 +60,27 @@ def fresh_registry():
     registry.reset()
 
 
-def pip_install(target: Path, *packages: str) -> Path:
-    """Fixture packages, really installed by pip into ``target``."""
+def pip_install(target: Path, *packages: str, folder: Path = FIXTURES) -> Path:
+    """Fixture packages (of ``folder``), really installed by pip into ``target``."""
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--target", str(target), *(str(FIXTURES / p) for p in packages)],
+         "--no-index", "--target", str(target), *(str(folder / p) for p in packages)],
         check=True,
     )
     return target
+
+
+def earlier_packages() -> list[str]:
+    """The corpus of plugins of earlier releases: every package folder in it."""
+    return sorted(p.name for p in EARLIER.iterdir() if (p / "pyproject.toml").is_file())
+
+
+@pytest.fixture(scope="session")
+def earlier_site(tmp_path_factory) -> Path:
+    """Every plugin of the corpus of earlier releases, pip-installed together into one
+    folder, as a user who installed them over the months has them."""
+    return pip_install(tmp_path_factory.mktemp("earlier-site"), *earlier_packages(),
+                       folder=EARLIER)
 
 
 @pytest.fixture(scope="session")
@@ -77,13 +93,14 @@ def plugin_site(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def old_plugin_site(tmp_path_factory) -> Path:
     """A plugin of last month whose ``geglu`` a later built-in took, in a folder of its own."""
-    return pip_install(tmp_path_factory.mktemp("old-site"), "zoo-plugin-old")
+    return pip_install(tmp_path_factory.mktemp("old-site"), "zoo-plugin-old", folder=EARLIER)
 
 
 @pytest.fixture(scope="session")
 def firsts_site(tmp_path_factory) -> Path:
     """A plugin written against zoo's first plugin API, in a folder of its own."""
-    return pip_install(tmp_path_factory.mktemp("firsts-site"), "zoo-plugin-firsts")
+    return pip_install(tmp_path_factory.mktemp("firsts-site"), "zoo-plugin-firsts",
+                       folder=EARLIER)
 
 
 @pytest.fixture(scope="session")

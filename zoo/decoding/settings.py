@@ -158,11 +158,20 @@ class GenerationSettings(BaseModel):
         return start + self.min_new_tokens if self.min_new_tokens is not None else self.min_length
 
 
+def standing_rules() -> list[Component]:
+    """The registered decoding rules, less those another rule stands in for
+    (``RuleCapabilities.replaces``)."""
+    rules = registry.list("rule")
+    replaced = {name for c in rules for name in c.capabilities.replaces}
+    return [c for c in rules if c.name not in replaced and c.qualified_name not in replaced]
+
+
 def rule_readers() -> dict[str, Component]:
     """Every generation setting a registered decoding rule reads, with the rule that
-    reads it (the first, where several do)."""
+    reads it (zoo's own rule where one does, else the first): a plugin's rule that also
+    reads one of zoo's settings never stands for zoo's rule of it."""
     readers: dict[str, Component] = {}
-    for component in registry.list("rule"):
+    for component in sorted(standing_rules(), key=lambda c: not registry.builtin(c.plugin)):
         model = component.settings_model
         for key in (model.model_fields if model is not None else ()):
             readers.setdefault(key, component)
