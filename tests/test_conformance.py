@@ -50,7 +50,8 @@ def test_every_built_in_component_passes_the_kit(case):
 
 def test_every_family_with_members_has_checks():
     assert set(zoo.testing.CHECKS) == {"attention", "kernel", "positional", "norm", "ffn",
-                                        "block", "loss", "architecture", "task", "format"}
+                                        "block", "loss", "architecture", "task", "format",
+                                        "rule"}
     # every format that writes transformers folders gives the kit an example
     writers = [c for c in zoo.list_components("format") if c.capabilities.target ==
                "transformers"]
@@ -243,3 +244,72 @@ def test_a_misspelt_kit_setting_is_a_settings_error_before_any_check(fresh_regis
         zoo.testing.parametrize("attention", "vanilla", settings={"scale": -1})
     assert zoo.testing.check_component("attention", "vanilla",
                                        settings={"scale": 0.5})["shapes"] == "passed"
+
+
+# -- rules and blocks: what a plugin declares, the kit holds it to ---------------------------
+def _rule(call, *, wanted_at_defaults=False):
+    from pydantic import BaseModel, ConfigDict
+
+    class Made(zoo.plugin_api.Rule):
+        class Settings(BaseModel):
+            model_config = ConfigDict(extra="forbid")
+            strength: float = 0.0
+
+        example = {"strength": 2.0}
+
+        @classmethod
+        def wanted(cls, settings, span):
+            return wanted_at_defaults or settings.strength != 0.0
+
+        def __call__(self, tokens, scores):
+            return call(self.settings, scores)
+
+    return Made
+
+
+@pytest.mark.parametrize("call,caps,wanted,check,says", [
+    (lambda s, x: x.log(), {}, False, "rule_scores", "NaN or \\+inf"),
+    (lambda s, x: x[:, :-1], {}, False, "rule_scores", "returned Tensor \\(3, 39\\)"),
+    (lambda s, x: x, {}, True, "rule_off_by_default", "wanted\\(\\) is True at the defaults"),
+    (lambda s, x: x, {"replaces": ("min-q",)}, False, "rule_place",
+     "replaces 'min-q', which no installed plugin registers"),
+])
+def test_the_kit_catches_a_broken_rule(fresh_registry, call, caps, wanted, check, says):
+    zoo.register_component("rule", "broken-on-purpose", _rule(call, wanted_at_defaults=wanted),
+                           capabilities=caps)
+    case = next(c for c in zoo.testing.cases("rule", "broken-on-purpose")
+                if c.check.name == check)
+    with pytest.raises(zoo.testing.ConformanceError, match=f"fails check {check!r}.*{says}"):
+        case()
+
+
+def test_the_kit_holds_a_rule_to_the_reference_it_names(fresh_registry):
+    made = _rule(lambda s, x: x * s.strength)
+    made.reference = staticmethod(lambda tokens, scores, s: scores * s.strength)
+    zoo.register_component("rule", "scaled", made)
+    assert zoo.testing.check_component("rule", "scaled")["rule_scores"] == "passed"
+    made.reference = staticmethod(lambda tokens, scores, s: scores * (s.strength + 0.1))
+    with pytest.raises(zoo.testing.ConformanceError, match="scores against its reference"):
+        zoo.testing.check_component("rule", "scaled")
+
+
+def test_a_block_of_one_norm_placement_is_checked_and_built_in_that_one_only(fresh_registry):
+    # a pre-norm-only block (as GPT-NeoX's parallel block): the kit checks the placement it
+    # declares, and a recipe asking for the other is refused by name before building
+    from zoo.plugins.blocks.causal import CausalBlock
+
+    class PreOnly(CausalBlock):
+        """A causal block that exists pre-norm only."""
+
+        def __init__(self, settings, *, norm_first, **kw):
+            assert norm_first, "built post-norm"
+            super().__init__(settings, norm_first=norm_first, **kw)
+
+    zoo.register_component("block", "pre-only", PreOnly,
+                           capabilities={"role": "causal", "norm_placements": ("pre",)})
+    assert zoo.testing.check_component("block", "pre-only") == {"block_contract": "passed"}
+    model = zoo.build("llama-tiny", block="pre-only")
+    assert type(model.layers[0]) is PreOnly
+    with pytest.raises(zoo.CapabilityError, match="block 'pre-only'.*norm_placement "
+                       "'pre' only.*asks for 'post'"):
+        zoo.build("llama-tiny", block="pre-only", norm_placement="post")

@@ -5,10 +5,15 @@ silently; the sampler draws from the distribution it says (a chi-square test).""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
 import zoo
+import zoo.plugin_api
+import zoo.testing
+from zoo.registry import registry
 from zoo.decoding import GenerationSettings, filter_logits
 from zoo.decoding.rules import Rules
 from zoo.decoding.search import one_per_row
@@ -272,3 +277,52 @@ def test_the_sampler_draws_from_the_filtered_distribution(settings, df):
     expected = probs[kept].double() * draws
     chi2 = float(((counts[kept] - expected) ** 2 / expected).sum())
     assert chi2 < CHI2_999[df], (chi2, counts.tolist(), expected.tolist())
+
+
+def test_a_plugin_rule_extends_a_built_in_one_by_replacing_it(fresh_registry):
+    # min-p with transformers' min_tokens_to_keep: the plugin's rule reads the built-in's
+    # setting beside its own and stands in for it (replaces), so min-p runs once, its way
+    from pydantic import BaseModel, ConfigDict, Field
+    from transformers.generation.logits_process import MinPLogitsWarper
+
+    class MinPKeeping(zoo.plugin_api.Rule):
+        class Settings(BaseModel):
+            model_config = ConfigDict(extra="forbid")
+            min_p: float | None = Field(None, ge=0, le=1)
+            min_tokens_to_keep: int = Field(1, ge=1)
+
+        example = {"min_p": 0.3, "min_tokens_to_keep": 4}
+        reference = staticmethod(lambda tokens, scores, s: MinPLogitsWarper(
+            s.min_p, min_tokens_to_keep=s.min_tokens_to_keep)(tokens, scores))
+
+        @classmethod
+        def wanted(cls, settings, span):
+            return bool(settings.min_p)
+
+        def __call__(self, tokens, scores):
+            probs = scores.softmax(-1)
+            drop = probs < self.settings.min_p * probs.amax(-1, keepdim=True)
+            kept = probs.topk(self.settings.min_tokens_to_keep, -1).indices
+            drop.scatter_(-1, kept, False)
+            return scores.masked_fill_(drop, float("-inf"))
+
+    def rules(register):
+        register("min-p-keeping", MinPKeeping, capabilities={"sampling": True, "order": 450,
+                                                             "replaces": ("min-p",)})
+
+    zoo.register_plugin(types.SimpleNamespace(register_rules=zoo.hookimpl(rules)),
+                        name="keeping")
+    assert zoo.testing.check_component("rule", "min-p-keeping") == {
+        "rule_off_by_default": "passed", "rule_scores": "passed",
+        "rule_refuses_bad_values": "passed", "rule_place": "passed"}
+    tokens, scores = _histories()
+    settings = GenerationSettings(start_id=BOS, eos_ids=(EOS,), pad_id=0, do_sample=True, top_k=None,
+                                  min_p=0.5, rule_settings={"min_tokens_to_keep": 5})
+    built = Rules(settings, start=tokens.shape[1])
+    assert [type(r).__name__ for r in built.filters] == ["MinPKeeping"]  # min-p not twice
+    expected = MinPLogitsWarper(0.5, min_tokens_to_keep=5)(tokens, scores.clone())
+    torch.testing.assert_close(built.warp(scores.clone(), tokens), expected)
+    # the built-in runs again once the plugin is gone
+    registry.unregister("rule", "min-p-keeping", "keeping")
+    plain = settings.model_copy(update={"rule_settings": {}})
+    assert [type(r).__name__ for r in Rules(plain, start=5).filters] == ["MinP"]

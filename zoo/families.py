@@ -116,6 +116,11 @@ class BlockCapabilities(Capabilities):
     self_padding_mask=None, memory_padding_mask=None, cache=None)``; ``causal`` (a
     decoder-only language model's layer): ``module(x, key_padding_mask=None,
     cache=None)``, causal over x, the mask and a ``KVCache`` over every key so far."""
+    norm_placements: tuple[Literal["post", "pre"], ...] = ("post", "pre")
+    """The architecture's ``norm_placement`` values the block honours (its ``norm_first``
+    argument): both by default; a block that exists in one layout only (GPT-NeoX's
+    parallel block: ``("pre",)``) says so, the conformance kit checks only those, and a
+    recipe asking for another is refused by name before anything is built."""
 
 
 class ArchitectureCapabilities(Capabilities):
@@ -180,9 +185,15 @@ class RuleCapabilities(Capabilities):
     (transformers' warpers: temperature, top-k, top-p, ...). False: every decoding
     (transformers' processors: repetition penalty, forced tokens, ...)."""
     order: int = 0
-    """Its place among the rules of its stage, smallest first. The built-ins follow
-    transformers' order in steps of 100 (``docs/decoding.md`` lists them), so a plugin's
-    rule goes between two of them with a number in between."""
+    """Its place among the rules of its stage, smallest first; rules of one order run in
+    the order of their names. The built-ins follow transformers' order in steps of 100
+    (``docs/decoding.md`` lists them), so a plugin's rule goes between two of them with a
+    number in between."""
+    replaces: tuple[str, ...] = ()
+    """Rules (by name: ``min-p``) this one stands in for: while it is registered they are
+    never built, so a rule that extends a built-in one (min-p with
+    ``min_tokens_to_keep``) reads the built-in's settings beside its own and applies
+    them alone, never twice."""
 
 
 class TaskCapabilities(Capabilities):

@@ -229,7 +229,7 @@ def resolve(
                     f"Recipe {recipe.name!r} leaves slot {slot_name!r} empty; name a "
                     f"{slot.family} component for it, e.g. {quoted(registry.names(slot.family)[:5])}."
                 )
-            ref = ComponentRef(name=slot.default)
+            ref = ComponentRef(name=registry.own_name(arch.plugin, slot.default))
         component = registry.get(slot.family, ref.name)
         _check_requirements(recipe, slot_name, slot, component)
         try:
@@ -244,6 +244,24 @@ def resolve(
     if check is not None:
         check(resolved)
     return resolved
+
+
+def filled(recipe: dict[str, Any] | Recipe) -> dict[str, Any]:
+    """``recipe`` (data, as ``Format.export`` receives it, or a :class:`Recipe`) as data
+    with every slot of its architecture and every setting at its value, the defaults
+    the recipe left out included: what the model it builds has, read without knowing
+    zoo's defaults. A recipe that does not resolve raises its RecipeError."""
+    recipe = recipe if isinstance(recipe, Recipe) else Recipe.from_dict(recipe, "recipe")
+    resolved = resolve(recipe)
+    data = recipe.to_dict()
+    data["architecture"] = {"name": recipe.architecture.name,
+                            "settings": resolved.settings.model_dump(mode="json")}
+    data["components"] = {
+        slot: {"name": recipe.components[slot].name if slot in recipe.components
+               else part.component.name,
+               "settings": part.settings.model_dump(mode="json") if part.settings else {}}
+        for slot, part in resolved.parts.items()}
+    return data
 
 
 LAYER_SLOTS = ("attention", "kernel", "positional", "norm", "ffn", "block")
@@ -310,6 +328,20 @@ def _check_requirements(recipe: Recipe, slot_name: str, slot: Slot, component: C
     )
 
 
+def _check_norm_placement(resolved: Resolved) -> None:
+    """Refuse a block asked for a norm placement it does not declare (``norm_placements``)."""
+    placement = getattr(resolved.settings, "norm_placement", None)
+    for part in resolved.parts.values():
+        declared = getattr(part.component.capabilities, "norm_placements", None)
+        if placement is None or declared is None or placement in declared:
+            continue
+        raise CapabilityError(
+            f"Recipe {resolved.recipe.name!r}: block {part.component.name!r} in slot "
+            f"{part.slot!r} exists with norm_placement {quoted(list(declared))} only, and "
+            f"the recipe asks for {placement!r}. Set norm_placement: {declared[0]}, or "
+            "choose another block.")
+
+
 def _check_together(resolved: Resolved, device: Any) -> None:
     """Rules that involve more than one slot, or the device."""
     name = resolved.recipe.name
@@ -338,6 +370,7 @@ def _check_together(resolved: Resolved, device: Any) -> None:
                 + (" ('auto' picks the fastest that runs at each call)."
                    if "auto" in alternatives else ".")
             )
+    _check_norm_placement(resolved)
     attention = parts.get("attention")
     for positional in (parts.get("positional"), parts.get("relative")):  # inside attention
         if not attention or not positional:

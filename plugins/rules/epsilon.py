@@ -17,6 +17,8 @@ class Epsilon(Rule):
         model_config = ConfigDict(extra="forbid")
         epsilon_cutoff: float = Field(0.0, ge=0, lt=1)
 
+    example = {"epsilon_cutoff": 0.02}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         drop = scores.softmax(-1) < self.settings.epsilon_cutoff
         drop &= scores < scores.amax(-1, keepdim=True)

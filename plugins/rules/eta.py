@@ -18,6 +18,8 @@ class Eta(Rule):
         model_config = ConfigDict(extra="forbid")
         eta_cutoff: float = Field(0.0, ge=0, lt=1)
 
+    example = {"eta_cutoff": 0.02}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         eta = torch.tensor(self.settings.eta_cutoff, device=scores.device)
         entropy = torch.distributions.Categorical(logits=scores).entropy()

@@ -18,6 +18,8 @@ class ForbiddenTokens(Rule):
         model_config = ConfigDict(extra="forbid")
         forbidden_ids: tuple[Annotated[int, Field(ge=0)], ...] = ()
 
+    example = {"forbidden_ids": [3, 7]}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         scores[:, list(self.settings.forbidden_ids)] = float("-inf")
         return scores

@@ -16,6 +16,8 @@ class ForcedBOS(Rule):
         model_config = ConfigDict(extra="forbid")
         forced_bos_id: int | None = Field(None, ge=0)
 
+    example = {"forced_bos_id": 5}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if tokens.shape[1] == self.span.start:
             scores.fill_(float("-inf"))

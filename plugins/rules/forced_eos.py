@@ -16,6 +16,8 @@ class ForcedEOS(Rule):
         model_config = ConfigDict(extra="forbid")
         forced_eos_id: int | None = Field(None, ge=0)
 
+    example = {"forced_eos_id": 2}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if tokens.shape[1] == self.span.max_length - 1:
             scores.fill_(float("-inf"))

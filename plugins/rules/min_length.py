@@ -21,6 +21,8 @@ class MinLength(Rule):
         min_length: int = Field(0, ge=0)  # (both read through the span, which counts them)
         min_new_tokens: int | None = Field(None, ge=0)
 
+    example = {"eos_ids": [2], "min_length": 8}
+
     @classmethod
     def wanted(cls, settings: Settings, span: Span) -> bool:
         return span.min_length > span.start and bool(settings.eos_ids)

@@ -17,6 +17,8 @@ class MinP(Rule):
         model_config = ConfigDict(extra="forbid")
         min_p: float | None = Field(None, ge=0, le=1)
 
+    example = {"min_p": 0.1}
+
     @classmethod
     def wanted(cls, settings: Settings, span) -> bool:
         return bool(settings.min_p)

@@ -17,6 +17,8 @@ class NoRepeatNGram(Rule):
         model_config = ConfigDict(extra="forbid")
         no_repeat_ngram_size: int = Field(0, ge=0)
 
+    example = {"no_repeat_ngram_size": 2}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         n, length = self.settings.no_repeat_ngram_size, tokens.shape[1]
         if length + 1 < n:

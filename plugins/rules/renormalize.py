@@ -17,5 +17,7 @@ class Renormalize(Rule):
         model_config = ConfigDict(extra="forbid")
         renormalize: bool = False
 
+    example = {"renormalize": True}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(scores, dim=-1)

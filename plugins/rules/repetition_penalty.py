@@ -18,6 +18,8 @@ class RepetitionPenalty(Rule):
         model_config = ConfigDict(extra="forbid")
         repetition_penalty: float = Field(1.0, gt=0)
 
+    example = {"repetition_penalty": 1.3}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         penalty = self.settings.repetition_penalty
         seen = scores.gather(1, tokens)

@@ -17,5 +17,7 @@ class Temperature(Rule):
         model_config = ConfigDict(extra="forbid")
         temperature: float = Field(1.0, gt=0)
 
+    example = {"temperature": 0.7}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return scores / self.settings.temperature

@@ -17,6 +17,8 @@ class TopK(Rule):
         model_config = ConfigDict(extra="forbid")
         top_k: int | None = Field(None, ge=1)
 
+    example = {"top_k": 5}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.settings.top_k >= scores.shape[-1]:
             return scores

@@ -17,6 +17,8 @@ class TopP(Rule):
         model_config = ConfigDict(extra="forbid")
         top_p: float = Field(1.0, gt=0, le=1)
 
+    example = {"top_p": 0.8}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         # After top-k, few tokens are left: sorting those alone gives the same nucleus (the
         # others score -inf, probability 0, and add nothing to the sums): for 8 rows of a

@@ -18,6 +18,8 @@ class Typical(Rule):
         model_config = ConfigDict(extra="forbid")
         typical_p: float = Field(1.0, gt=0, le=1)
 
+    example = {"typical_p": 0.9}
+
     def __call__(self, tokens: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(scores, dim=-1)
         entropy = -(logp * logp.exp()).nansum(-1, keepdim=True)

@@ -19,8 +19,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import RecipeError
-from ..registry import registry
-from .settings import GenerationSettings, rule_readers
+from .settings import GenerationSettings, rule_readers, standing_rules
 
 NEVER = float("-inf")
 
@@ -49,6 +48,13 @@ class Rule:
 
         model_config = ConfigDict(extra="forbid")
 
+    example: dict[str, Any] | None = None
+    """Settings by name that switch the rule on (``{"min_p": 0.1}``): the conformance
+    kit calls the rule with them (``zoo.testing.check_component("rule", NAME)``)."""
+    reference: Any = None
+    """Optionally a function ``(tokens, scores, settings) -> scores`` written from the
+    rule's paper or from transformers' processor: the kit holds the rule's scores to it."""
+
     def __init__(self, settings: BaseModel, span: Span) -> None:
         self.settings, self.span = settings, span
 
@@ -73,7 +79,7 @@ def build_rules(values: dict[str, Any], span: Span, *, sampling: bool,
     these) that ``values`` (the generation settings by name) switch on, in their
     order."""
     chosen = []
-    for component in registry.list("rule"):
+    for component in standing_rules():
         if component.capabilities.sampling != sampling or (names and component.name
                                                            not in names):
             continue

@@ -45,13 +45,15 @@ from . import (
     loss_checks,
     position_wise_checks,
     positional_checks,
+    rule_checks,
     task_checks,
 )
 from .contract import CHECKS, Check, ConformanceError, Failed, Skip
 from .references import reference_kernel
 
 CHECK_MODULES = (attention_checks, kernel_checks, positional_checks, position_wise_checks,
-                 loss_checks, block_checks, architecture_checks, task_checks, format_checks)
+                 loss_checks, block_checks, architecture_checks, task_checks, format_checks,
+                 rule_checks)
 """The modules whose checks importing this one registers in :data:`CHECKS`."""
 
 

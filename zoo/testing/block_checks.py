@@ -1,5 +1,5 @@
-"""The conformance kit's checks of the block family: encoder and decoder blocks with
-both norm placements, masks and a cache."""
+"""The conformance kit's checks of the block family: encoder and decoder blocks in the
+norm placements they declare, masks and a cache."""
 
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ def _block_contract(component, settings):
     decoder: module(x, memory, ...) is causal over x, ignores padded memory, and decodes
     with a cache ({"self": KVCache, "cross": KVCache}) as it computes the whole; causal:
     module(x, key_padding_mask, cache=KVCache) is causal, ignores left padding and decodes
-    with a cache as it computes the whole; both
-    norm placements; gradients reach every parameter."""
+    with a cache as it computes the whole; in each norm placement the block declares
+    (``norm_placements``: both by default); gradients reach every parameter."""
     role = component.capabilities.role
-    for norm_first in (False, True):
+    for norm_first in [p == "pre" for p in ("post", "pre")
+                       if p in component.capabilities.norm_placements]:
         with Seed(0):
             block = _block(component, settings, norm_first)
             x = torch.randn(2, 6, D)
