@@ -240,6 +240,60 @@ def weights(recipe: str) -> str:
     return "\n".join(rows)
 
 
+def settings(family: str) -> str:
+    """Each member of a family with its settings (the fields of its ``Settings``: type,
+    default, meaning), as a recipe's ``{"name": ..., "settings": {...}}`` takes them."""
+    import zoo
+
+    out = []
+    for c in zoo.list_components(family):
+        model = c.settings_model
+        out += [f"#### `{c.name}`", "", _cell(c.description), ""]
+        out += [*_fields(model), ""] if model is not None and model.model_fields else [
+            "*No settings.*", ""]
+    return "\n".join(out).rstrip()
+
+
+LAYER = {"d_model": 8, "d_ff": 16, "n_heads": 2}
+"""The small layer whose tensors :func:`layer_names` lists (names do not depend on size)."""
+
+
+def layer_names(family: str) -> str:
+    """The state-dict names inside each built-in member of ``ffn`` or ``block`` (a block
+    built with vanilla attention, layernorm and the relu network): what a format's
+    ``weights()`` maps a layer's tensors to, under the stack's ``layers.{i}.``."""
+    import zoo
+    from functools import partial
+
+    rows = ["| component | tensors (shapes at d_model 8, d_ff 16, 2 heads) |", "|---|---|"]
+    attention = zoo.get_component("attention", "vanilla")
+    kernel = zoo.get_component("kernel", "sdpa").load()
+    for c in zoo.list_components(family):
+        if c.plugin not in ("ffn", "blocks"):
+            continue
+        if family == "ffn":
+            module = c.build(None, d_model=LAYER["d_model"], d_ff=LAYER["d_ff"])
+        else:
+            module = c.build(None, d_model=LAYER["d_model"], dropout=0.0, norm_first=True,
+                             make_attention=partial(attention.build, None,
+                                                    d_model=LAYER["d_model"],
+                                                    n_heads=LAYER["n_heads"], kernel=kernel),
+                             make_norm=partial(zoo.get_component("norm", "layernorm").build,
+                                               None, dim=LAYER["d_model"]),
+                             make_ffn=partial(zoo.get_component("ffn", "relu").build, None,
+                                              d_model=LAYER["d_model"], d_ff=LAYER["d_ff"]))
+        names = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in module.state_dict().items())
+        rows.append(f"| `{c.name}` | {names or '*none*'} |")
+    return "\n".join(rows)
+
+
+def bookkeeping(_: str | None = None) -> str:
+    """transformers' config keys that change nothing a model computes, in any family."""
+    from zoo.format_base import BOOKKEEPING
+
+    return ", ".join(f"`{k}`" for k in sorted(BOOKKEEPING))
+
+
 def experiment(name: str) -> str:
     """The report ``zoo experiment NAME --out docs/experiments`` wrote, and its figure."""
     report = DOCS / "experiments" / f"{name}.md"
@@ -252,7 +306,8 @@ def experiment(name: str) -> str:
 
 KINDS = {"components": components, "recipes": recipes, "capabilities": capabilities,
          "checks": checks, "api": api, "architecture": architecture, "experiment": experiment,
-         "weights": weights}
+         "weights": weights, "settings": settings, "layer_names": layer_names,
+         "bookkeeping": bookkeeping}
 
 
 def refresh(markdown: str, *, build: bool = True) -> str:

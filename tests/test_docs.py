@@ -63,6 +63,29 @@ def test_the_generated_tables_in_the_sources_are_current():
     assert done.returncode == 0, done.stderr
 
 
+def test_every_architecture_component_and_setting_has_its_generated_table():
+    # the tables are written from the registry (and kept current by the test above): a
+    # registered architecture, component family or block without its table is missing
+    import zoo
+
+    recipes = (ROOT / "docs" / "recipes.md").read_text(encoding="utf-8")
+    components = (ROOT / "docs" / "components.md").read_text(encoding="utf-8")
+    for arch in zoo.list_components("architecture"):
+        assert f"<!-- zoo:architecture {arch.name} -->" in recipes, arch.name
+    for family in zoo.list_families():
+        settled = [c for c in zoo.list_components(family.name) if c.settings_model is not None
+                   and c.settings_model.model_fields and family.name != "architecture"]
+        if settled:
+            assert f"<!-- zoo:settings {family.name} -->" in components, family.name
+    for family in ("block", "ffn"):
+        assert f"<!-- zoo:layer_names {family} -->" in components, family
+    # the settings the plugin authors asked about, each with its meaning
+    for name, setting in [("ffn", "approximate"), ("positional", "fraction")]:
+        rows = [line for line in components.splitlines() if line.startswith(f"| `{setting}`")]
+        assert rows and all(line.rstrip(" |").split("|")[-1].strip() for line in rows), setting
+    assert "`fc1.weight` (16, 8)" in components
+
+
 def _examples() -> list:
     import re
 

@@ -85,6 +85,7 @@ from .native import available as native_available
 from .ops import (Dropout, DropPath, Linear, drop_path, dropout, layer_dropped, plain_linears,
                   rms_norm)
 from .quantization import QuantizedLinear, is_quantized
+from .resolver import filled
 from .task import Task, TaskDataError, missing_debian_package
 
 __all__ = [
@@ -110,6 +111,7 @@ __all__ = [
     "embed", "pool", "pooling_of", "Pooling", "cosine",
     # formats
     "Format", "Options", "BOOKKEEPING", "DECODER_FLAGS", "generation_settings", "generation_json",
+    "filled",
     # export targets (formats that write)
     "default_vocabulary", "start_and_end", "refuse_options", "is_tokenizer_file",
     "copy_tokenizer_files",

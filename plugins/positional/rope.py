@@ -54,8 +54,13 @@ class RotaryPositions(InsideAttention):
     class Settings(BaseModel):
         model_config = ConfigDict(extra="forbid")
         base: float = Field(10000.0, gt=1.0)
+        """The base of the frequencies: pair i turns by position x base^(-2i / rotated)."""
         layout: Literal["half", "interleaved"] = "half"
+        """Which features pair up: ``half``, feature i with i + rotated/2 (transformers'
+        Llama, GPT-NeoX); ``interleaved``, 2i with 2i + 1 (the paper, GPT-J)."""
         scaling: Literal["none", "linear", "llama3"] = "none"
+        """Longer contexts: ``linear`` divides positions by ``factor``; ``llama3`` scales
+        the low frequencies only (Llama 3.1's rope_scaling)."""
         factor: float = Field(1.0, gt=0.0)
         """How many times longer than ``original_max_len`` positions may go (scaling)."""
         low_freq_factor: float = Field(1.0, gt=0.0)
@@ -63,7 +68,9 @@ class RotaryPositions(InsideAttention):
         original_max_len: int = Field(8192, gt=0)
         """llama3: the length the model was first trained for."""
         fraction: float = Field(1.0, gt=0.0, le=1.0)
-        """The share of each head's features rotated, from the first (partial rotary)."""
+        """The share of each head's features rotated (partial rotary): the first
+        int(head_dim x fraction) features, an even count, turn; the rest pass unchanged
+        (GPT-NeoX's rotary_pct 0.25, Phi-3's partial_rotary_factor)."""
 
         @model_validator(mode="after")
         def _bands(self):
