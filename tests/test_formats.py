@@ -635,13 +635,20 @@ def test_an_export_hands_a_format_each_tied_matrix_once(tmp_path, fresh_registry
     assert set(saved) == set(zoo.artifact.weights_to_save(model))
 
 
-def test_two_formats_claiming_one_model_type_are_refused_unless_one_overrides(
+def test_two_installed_formats_claiming_one_model_type_are_refused_unless_one_overrides(
         tmp_path, fresh_registry):
     save_family("opus-mt", tmp_path / "m")
+    # one installed plugin's format over zoo's own: the plugin's reads the folder
     zoo.register_plugin(_format_plugin("my-marian", {"model_types": ["marian"]}), name="mine")
-    with pytest.raises(zoo.FormatError, match="'marian' is claimed by 2 formats, "
-                                              "'formats:marian', 'mine:my-marian', and none "
-                                              "says it overrides.*ZOO_FORMAT_FOR="):
+    with pytest.raises(zoo.FormatError, match="format 'my-marian' \\(plugin 'mine'\\)"):
+        zoo.build(f"local-dir:{tmp_path / 'm'}")
+    # two installed plugins' formats: the user chooses, and is told how
+    zoo.register_plugin(_format_plugin("their-marian", {"model_types": ["marian"]}),
+                        name="theirs")
+    with pytest.raises(zoo.FormatError, match="'marian' is claimed by the formats of 2 "
+                                              "installed plugins, 'mine:my-marian', "
+                                              "'theirs:their-marian', and none says it "
+                                              "overrides.*ZOO_FORMAT_FOR="):
         zoo.build(f"local-dir:{tmp_path / 'm'}")
 
 

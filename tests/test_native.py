@@ -573,3 +573,38 @@ def test_packed_weights_share_slabs_of_huge_pages_and_give_them_back():
         packed = [torch.ops.zoo.pack_int8_weight(w, scale) for w in weights]
         del packed
     assert _memory_kb("Rss") - held < 100 * 1024
+
+
+@needs_kernel
+def test_native_status_says_why_from_the_gate_without_decoding(tmp_path, monkeypatch):
+    # the one gate, model.native_plan(): a plan or a Refusal naming the part; zoo native
+    # status prints it, and no forward or decoding step runs
+    from zoo.cli_decode import native_decision
+    from zoo.plugin_api import Refusal, StaticDecoding
+    from zoo.plugins.architectures.decoder import CausalLM
+    from zoo.plugins.architectures.seq2seq import Seq2Seq
+
+    def never(*args, **kwargs):
+        raise AssertionError("zoo native status decoded")
+
+    for name, changes in [("lm", {"attention": "performer"}), ("lm-ok", {}),
+                          ("s2s", {"ffn": "swiglu"})]:
+        recipe = "transformer-tiny" if name == "s2s" else "llama-tiny"
+        zoo.save_pretrained(zoo.build(recipe, **changes), tmp_path / name)
+    monkeypatch.setattr(CausalLM, "forward", never)
+    monkeypatch.setattr(Seq2Seq, "forward", never)
+    monkeypatch.setattr(Seq2Seq, "decode", never)
+    said = native_decision(f"local-dir:{tmp_path / 'lm'}")
+    assert said == ("the native step does not run this model: layer 0's PerformerAttention "
+                    "is not softmax attention over every key, or records its maps")
+    assert native_decision(f"local-dir:{tmp_path / 'lm-ok'}") == (
+        "the native step runs this model: 2 layers in one call a step")
+    assert native_decision(f"local-dir:{tmp_path / 's2s'}").startswith(
+        "the native step runs this model: ")
+    model = zoo.build("llama-tiny").eval()
+    assert isinstance(model, StaticDecoding) and model.native_plan()
+    model.static_decoding = False
+    refusal = model.native_plan()
+    assert isinstance(refusal, Refusal) and not refusal
+    assert refusal.reason == "static_decoding is off"
+    assert not isinstance(zoo.build("minilm-l6-h384"), StaticDecoding)

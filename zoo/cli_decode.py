@@ -59,13 +59,10 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def native_decision(name: str) -> str:
-    """Whether the native step decodes the model ``name`` names, and why not, as its gate
-    said it (the ``zoo.native`` logger) in a short greedy decoding of that model."""
-    import logging
-
-    import torch
-
-    from .decoding import generate
+    """Whether the native step decodes the model ``name`` names, and why not: what its one
+    gate (``model.native_plan()``, :class:`zoo.plugin_api.StaticDecoding`) returns.
+    Nothing is decoded; a call still checks its own rows and dtype."""
+    from .kinds import StaticDecoding
     from .loading import load
 
     model = load(name).eval()
@@ -74,24 +71,14 @@ def native_decision(name: str) -> str:
         return (f"the native step decodes sequence-to-sequence and language models; this is "
                 f"{'an' if (kind or 'o')[0] in 'aeiou' else 'a'} {kind or 'model of no kind'} "
                 "model")
-    said: list[str] = []
-
-    class Heard(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            said.append(record.getMessage())
-
-    logger, heard = logging.getLogger("zoo.native"), Heard(logging.DEBUG)
-    level = logger.level
-    logger.addHandler(heard)
-    logger.setLevel(logging.DEBUG)
-    try:
-        vocab = model.settings.vocab_size
-        ids = torch.arange(3, 7).remainder(vocab)[None].to(next(model.parameters()).device)
-        generate(model, ids, num_beams=1, do_sample=False, max_new_tokens=3)
-    finally:
-        logger.removeHandler(heard)
-        logger.setLevel(level)
-    return said[-1] if said else "the native step is not this model's (no gate spoke)"
+    if not isinstance(model, StaticDecoding):
+        return (f"its architecture ({type(model).__name__}) has no native step (it gives no "
+                "native_plan())")
+    plan = model.native_plan()
+    if not plan:
+        return f"the native step does not run this model: {plan.reason}"
+    return (f"the native step runs this model: {len(plan['norm_first'])} layers in one call "
+            "a step")
 
 
 def parse_sets(pairs: list[str]) -> dict:

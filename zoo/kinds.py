@@ -21,6 +21,7 @@ presence of an attribute.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Kind = Literal["seq2seq", "language-model", "encoder", "image-classifier", "image-text"]
@@ -123,6 +124,35 @@ def inferred_kind(cls: type, inputs: str, outputs: str, name: str) -> str | None
                   f"{kind!r}}} (docs/contract/architecture.md)", DeprecationWarning,
                   stacklevel=3)
     return kind
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why zoo's native decoding step does not run a model's layers: what the one gate,
+    ``model.native_plan()``, returns in place of a plan (``zoo native status`` prints
+    it). False as a truth value, so ``if plan:`` reads as "a plan"."""
+
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@runtime_checkable
+class StaticDecoding(Protocol):
+    """A seq2seq or language model whose steps after the first can run in fixed buffers,
+    in zoo's native step where its layers allow: ``native_plan()`` is the one gate (the
+    sealed plan of its layers, or a :class:`Refusal` saying why not; nothing is
+    decoded), and ``static_decoder(...)`` gives the steps of one decoding call from it,
+    or None (the seq2seq's ``(memory, mask, groups=, length=)``, a language model's
+    ``(cache, length=)``)."""
+
+    def native_plan(self) -> Any: ...
+
+    def static_decoder(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def kind_of(model: Any) -> str | None:

@@ -151,18 +151,28 @@ class CausalLM(nn.Module):
         prompts ``cache`` holds for at most ``length`` steps, or None when
         ``static_decoding`` is off or a part of the model needs the general path."""
         from .native_plan import may_run, refused
-        from .static_lm import StaticLM, refusal
+        from .static_lm import StaticLM
 
         if not length or not cache.offset or cache[0].k is None:
             return None  # nothing to go on from, or no step to take
-        why = ("static_decoding is off" if not self.static_decoding else
-               "it runs in float32 without autograd" if not may_run(cache[0].k) else
-               refusal(self))
-        if why is not None:
-            refused(why)
+        if not may_run(cache[0].k):
+            refused("it runs in float32 without autograd")
             return None
-        static = StaticLM(self, cache, length=length)
+        plan = self.native_plan()
+        if not plan:
+            refused(plan.reason)
+            return None
+        static = StaticLM(self, cache, length=length, plan=plan)
         return static if static.native is not None else None
+
+    def native_plan(self):
+        """The one gate of zoo's native decoding step for this model
+        (:class:`zoo.plugin_api.StaticDecoding`): the sealed plan of its layers, made once
+        and kept, or the :class:`zoo.plugin_api.Refusal` saying why its steps stay in
+        Python. Nothing is decoded; a call still checks its own rows and dtype."""
+        from .static_lm import gate
+
+        return gate(self)
 
     def padding_mask(self, tokens: torch.Tensor) -> torch.Tensor | None:
         """(B, L) True at ``pad_id``, or None without one (give the mask instead)."""

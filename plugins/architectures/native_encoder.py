@@ -30,8 +30,8 @@ from torch import nn
 
 from zoo.plugin_api import weights_fixed
 
-from .native_plan import (add_layer, declares, kept_plan, may_run, new_plan, refused,
-                          seal_kept, takes_rows)
+from .native_plan import (Refusal, add_layer, declares, kept_plan, may_run, new_plan,
+                          refused, seal_kept, takes_rows)
 from .static_steps import attention_refusal
 
 PLAN = "_native_encoder_plan"
@@ -50,9 +50,9 @@ natively against 30 ms in Python, 64 texts 46 against 117 ms, 128 texts 120 agai
 (When attention ran as the decoding step's loops, torch's fused attention won from about
 128 tokens, and this was 128.)"""
 
-def encoder_plan(model: nn.Module) -> dict | None:
-    """The sealed plan of ``model``'s encoder layers, or None (the reason logged:
-    :func:`.native_plan.refused`). Its ``products`` are the linear layers whose row limits
+def encoder_plan(model: nn.Module) -> dict | Refusal:
+    """The sealed plan of ``model``'s encoder layers, or the :class:`Refusal` saying why
+    the pass stays in Python. Its ``products`` are the linear layers whose row limits
     a pass must keep (:func:`encode` checks them at each call)."""
     blocks = list(model.layers)
     for i, block in enumerate(blocks):
@@ -68,15 +68,15 @@ def encoder_plan(model: nn.Module) -> dict | None:
             if why is None and block.attn.position_kind is not None:
                 why = f"layer {i} puts positions inside its attention"
         if why:
-            refused(f"{why} (an encoder's pass)")
-            return None
+            return Refusal(f"{why} (an encoder's pass)")
     plan = new_plan([block.attn for block in blocks])
-    if plan is None:
-        return None
+    if not plan:
+        return plan
     for block in blocks:
-        if not add_layer(plan, attn=block.attn, cross=None, norms=(block.norm1, None, block.norm2),
-                         ffn=block.ffn, norm_first=block.norm_first, rows=None):
-            return None
+        why = add_layer(plan, attn=block.attn, cross=None, norms=(block.norm1, None, block.norm2),
+                        ffn=block.ffn, norm_first=block.norm_first, rows=None)
+        if why is not None:
+            return why
     return seal_kept(plan, blocks)
 
 
@@ -92,7 +92,10 @@ def encode(model: nn.Module, x: torch.Tensor,
     if not 0 < rows <= MAX_ROWS:
         return None
     plan = kept_plan(model, PLAN, lambda: encoder_plan(model))
-    if plan is None or not takes_rows(plan, rows):
+    if not plan:
+        refused(plan.reason)
+        return None
+    if not takes_rows(plan, rows):
         return None
     keep = (torch.ones(x.shape[:2], dtype=torch.bool) if padding_mask is None
             else ~padding_mask)

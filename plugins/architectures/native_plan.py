@@ -23,7 +23,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from zoo.plugin_api import Linear, QuantizedLinear, derived_copy, held_copy, private_copy
+from zoo.plugin_api import (Linear, QuantizedLinear, Refusal, derived_copy, held_copy,
+                            private_copy)
 
 from .native_step import STEP
 
@@ -145,17 +146,15 @@ def refused(why: str) -> None:
     LOG.debug("the native step does not run this model: %s", why)
 
 
-def new_plan(attentions: list[nn.Module]) -> dict | None:
+def new_plan(attentions: list[nn.Module]) -> dict | Refusal:
     """An empty plan for layers of these self-attentions (each layer's rotation found:
-    :func:`_rotations`), or None (the reason logged: :func:`refused`) when the native
-    step is not built here."""
+    :func:`_rotations`), or the :class:`Refusal` saying the native step is not built
+    here."""
     if not STEP.available():
-        if LOG.isEnabledFor(logging.DEBUG):  # the libraries' states read only to be said
-            states = [library.status()["state"] for library in (*STEP.needs, STEP)]
-            state = next((s for s in states if s not in ("loaded", "built")), None)
-            refused(f"its library is {state} here (zoo native status)" if state else
-                    "its library does not load here (zoo native status)")
-        return None
+        states = [library.status()["state"] for library in (*STEP.needs, STEP)]
+        state = next((s for s in states if s not in ("loaded", "built")), None)
+        return Refusal(f"its library is {state} here (zoo native status)" if state else
+                       "its library does not load here (zoo native status)")
     plan: dict = {key: [] for key in KEYS}
     plan["rotary"], plan["shape"], plan["bias_tables"] = _rotations(attentions), None, {}
     return plan
@@ -163,27 +162,26 @@ def new_plan(attentions: list[nn.Module]) -> dict | None:
 
 def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
               ffn: nn.Module, norm_first: bool, rows: int | None,
-              after: tuple = (None, None)) -> bool:
+              after: tuple = (None, None)) -> Refusal | None:
     """Append one layer's products, norms and settings to ``plan``: self-attention
     ``attn``, cross-attention ``cross`` (None: a decoder-only layer), ``norms`` before or
     after each sublayer (the middle one None without cross-attention), the feed-forward
     network ``ffn``, for ``rows`` rows a step (None: a kept plan's, whose calls check their
     rows: :func:`for_call`); ``after``: a sandwich layer's norms of the
-    attention's and the network's outputs (Gemma 2 and 3), or Nones. False (the plan is
-    then unusable; the reason logged: :func:`refused`) when the native step cannot run it."""
+    attention's and the network's outputs (Gemma 2 and 3), or Nones. None when added; the
+    :class:`Refusal` (the plan is then unusable) when the native step cannot run it."""
     fused, network = fused_qkv(attn), _network(ffn)
     kinds = {_norm_kind(n, attn.out_proj.out_features) for n in (*norms, *after)
              if n is not None}
     why = _refusal(plan, attn=attn, cross=cross, fused=fused, network=network, kinds=kinds,
                    ffn=ffn, rows=rows)
     if why:
-        refused(why)
-        return False
+        return Refusal(why)
     _append(plan, attn=attn, cross=cross, norms=norms, fused=fused, network=network,
             rms_norm=kinds.pop(), norm_first=norm_first, after=after)
     plan["sources"] += [t for part in (attn, cross, *norms, *after, ffn) if part is not None
                         for t in part.state_dict(keep_vars=True).values()]
-    return True
+    return None
 
 
 def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, fused, network: tuple,
@@ -354,16 +352,17 @@ def seal_kept(plan: dict, blocks: list[nn.Module], *, cross: bool = False) -> di
     return seal(plan)
 
 
-def kept_plan(stack: nn.Module, name: str, build: Callable[[], dict | None]) -> dict | None:
+def kept_plan(stack: nn.Module, name: str,
+              build: Callable[[], dict | Refusal]) -> dict | Refusal:
     """The sealed plan ``build()`` makes of ``stack``'s layers, made once and kept beside
     the stack as ``name`` (:func:`zoo.plugin_api.derived_copy`) while its layers' modules
     and tensors are the ones it was made from, their bytes read again once in each
     fixed-weights block; inside a block that has checked it, a call reads only the
-    tensors' versions (:func:`zoo.plugin_api.held_copy`). None where ``build`` refused
-    the layers (it logged why). Its ``products`` are the linear layers whose row limits a
-    call must keep (:func:`for_call`)."""
+    tensors' versions (:func:`zoo.plugin_api.held_copy`). The :class:`Refusal` where
+    ``build`` refused the layers (kept too, and made again with them). Its ``products``
+    are the linear layers whose row limits a call must keep (:func:`for_call`)."""
     plan = held_copy(stack, name)
-    if plan is None or outdated(plan):
+    if plan is None or (isinstance(plan, dict) and outdated(plan)):
         sources = tuple(stack.layers.state_dict(keep_vars=True).values())
         plan = derived_copy(stack, name, sources, build, tag=_settings(stack))
     return plan
@@ -388,15 +387,16 @@ def takes_rows(kept: dict, rows: int) -> bool:
     return False
 
 
-def for_call(kept: dict | None, rows: int, keep: torch.Tensor | None, *, k: list, v: list,
-             cross_k: list = (), cross_v: list = ()) -> dict | None:
+def for_call(kept: dict | Refusal | None, rows: int, keep: torch.Tensor | None, *, k: list,
+             v: list, cross_k: list = (), cross_v: list = ()) -> dict | None:
     """A kept plan (:func:`kept_plan`) for one decoding call of ``rows`` rows: its C++
     object copied (the same weights) and given the call's buffers (each layer's keys and
     values ``k``, ``v``; the sources' ``cross_k``, ``cross_v`` or none) and the sources'
-    padding ``keep``; None where it is None or a product takes fewer rows natively.
+    padding ``keep``; None where there is no plan (a :class:`Refusal`) or a product takes
+    fewer rows natively.
     Building and sealing a plan took 2 ms of a 42 ms sentence (transformer-base in
     int8, beam 4, on a 2-core Xeon)."""
-    if kept is None or not takes_rows(kept, rows):
+    if not kept or not takes_rows(kept, rows):
         return None
     plan = {**kept, "k": list(k), "v": list(v), "cross_k": list(cross_k),
             "cross_v": list(cross_v), "bias_tables": {}}

@@ -300,6 +300,16 @@ class Seq2Seq(nn.Module):
             return None
         return StaticDecoder(self, memory, memory_padding_mask, groups=groups, length=length)
 
+    def native_plan(self):
+        """The one gate of zoo's native decoding step for this model
+        (:class:`zoo.plugin_api.StaticDecoding`): the sealed plan of its decoder's
+        layers, made once and kept, or the :class:`zoo.plugin_api.Refusal` saying why its
+        steps stay in Python (in fixed buffers where :meth:`static_decoder` still allows
+        it). Nothing is decoded; a call still checks its own rows and dtype."""
+        from .static_decoder import gate
+
+        return gate(self)
+
     def init_cache(self) -> DecoderCache:
         """An empty cache for incremental decoding with :meth:`decode`."""
         return DecoderCache(len(self.decoder.layers))

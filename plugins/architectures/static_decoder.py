@@ -42,7 +42,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import (add_layer, for_call, fused_qkv, kept_plan, may_run, new_plan,
+from .native_plan import (Refusal, add_layer, for_call, fused_qkv, kept_plan, may_run, new_plan,
                           refused, run, seal_kept)
 from .static_steps import StaticSteps, layer_refusal
 
@@ -81,29 +81,48 @@ PLAN = "_native_decoder_plan"
 (:func:`.native_plan.kept_plan`)."""
 
 
-def decoder_plan(decoder: nn.Module) -> dict | None:
+def decoder_plan(decoder: nn.Module) -> dict | Refusal:
     """The sealed plan of the ``decoder`` stack's layers, without buffers (each decoding
-    call gives its own: :func:`native_plan`), or None when the native step may not run
-    them (:mod:`.native_plan` says what it runs)."""
+    call gives its own: :func:`native_plan`), or the :class:`Refusal` saying why the
+    native step may not run them (:mod:`.native_plan` says what it runs)."""
     blocks = list(decoder.layers)
     plan = new_plan([block.self_attn for block in blocks])
-    if plan is None:
-        return None
+    if not plan:
+        return plan
     for block in blocks:
-        if not add_layer(plan, attn=block.self_attn, cross=block.cross_attn,
-                         norms=(block.norm1, block.norm2, block.norm3), ffn=block.ffn,
-                         norm_first=block.norm_first, rows=None):
-            return None
+        why = add_layer(plan, attn=block.self_attn, cross=block.cross_attn,
+                        norms=(block.norm1, block.norm2, block.norm3), ffn=block.ffn,
+                        norm_first=block.norm_first, rows=None)
+        if why is not None:
+            return why
     return seal_kept(plan, blocks, cross=True)
 
 
+def gate(model: nn.Module) -> dict | Refusal:
+    """The seq2seq model's one gate (its ``native_plan()``): the kept plan of its
+    decoder's layers, or the :class:`Refusal` saying why its steps stay in Python."""
+    why = ("static_decoding is off" if not model.static_decoding else refusal(model)
+           or ("StaticDecoder.native_step is False" if not StaticDecoder.native_step
+               else None))
+    if why is None:
+        dtype = next(model.parameters()).dtype
+        if dtype != torch.float32:
+            why = f"it runs in float32, and the model's weights are {dtype}"
+    return Refusal(why) if why is not None else kept(model.decoder)
+
+
+def kept(decoder: nn.Module) -> dict | Refusal:
+    """The ``decoder`` stack's plan made once and kept (:func:`decoder_plan`), or its
+    :class:`Refusal`."""
+    return kept_plan(decoder, PLAN, lambda: decoder_plan(decoder))
+
+
 def native_plan(decoder: nn.Module, layers: list["_Layer"], rows: int,
-                keep: torch.Tensor | None) -> dict | None:
+                keep: torch.Tensor | None, plan: dict | None = None) -> dict | None:
     """The native step's plan of the ``decoder`` stack's layers for one decoding call over
     their buffers ``layers`` (made once and kept: :func:`decoder_plan`), for ``rows`` rows
     (``keep``: the sources' padding), or None when it may not run them."""
-    kept = kept_plan(decoder, PLAN, lambda: decoder_plan(decoder)) if rows else None
-    return for_call(kept, rows, keep, k=[layer.k for layer in layers],
+    return for_call((plan or kept(decoder)) if rows else None, rows, keep, k=[layer.k for layer in layers],
                     v=[layer.v for layer in layers], cross_k=[layer.cross_k for layer in layers],
                     cross_v=[layer.cross_v for layer in layers])
 
@@ -125,12 +144,13 @@ class StaticDecoder(StaticSteps):
         self.keep = None if memory_mask is None else ~memory_mask[:, None, None, :]
         self.layers = [_Layer(block, memory, self.rows, length)
                        for block in model.decoder.layers]
-        if not self.native_step:
-            refused("StaticDecoder.native_step is False")
-        elif memory.dtype != torch.float32:
-            refused(f"it runs in float32, and the model's outputs are {memory.dtype}")
+        plan = model.native_plan() if memory.dtype == torch.float32 else Refusal(
+            f"it runs in float32, and the model's outputs are {memory.dtype}")
+        if not plan:
+            refused(plan.reason)
         else:
-            self.native = native_plan(model.decoder, self.layers, self.rows, self.keep)
+            self.native = native_plan(model.decoder, self.layers, self.rows, self.keep,
+                                      plan=plan)
 
     native_step = True
     """Set False (on the class or one decoder) to keep every step in Python."""

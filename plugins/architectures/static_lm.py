@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import (add_layer, declares, for_call, kept_plan, may_run, new_plan, run,
-                          seal_kept)
+from .native_plan import (Refusal, add_layer, declares, for_call, kept_plan, may_run,
+                          new_plan, run, seal_kept)
 from .static_steps import StaticSteps, layer_refusal
 
 
@@ -47,49 +47,62 @@ PLAN = "_native_lm_plan"
 (:func:`.native_plan.kept_plan`)."""
 
 
-def lm_plan(model: nn.Module) -> dict | None:
+def lm_plan(model: nn.Module) -> dict | Refusal:
     """The sealed plan of ``model``'s layers, without buffers (each decoding call gives its
-    own: :func:`native_plan`), or None where the native step cannot run them (the reason
-    logged)."""
+    own: :func:`native_plan`), or the :class:`Refusal` saying why the native step cannot
+    run them."""
     plan = new_plan([block.attn for block in model.layers])
-    if plan is None:
-        return None
+    if not plan:
+        return plan
     for block in model.layers:
         after = (getattr(block, "norm1_out", None), getattr(block, "norm2_out", None)) \
             if declares(block, "sandwich_layout", "forward") else (None, None)
-        if not add_layer(plan, attn=block.attn, cross=None,
-                         norms=(block.norm1, None, block.norm2), ffn=block.ffn,
-                         norm_first=block.norm_first, rows=None, after=after):
-            return None
+        why = add_layer(plan, attn=block.attn, cross=None,
+                        norms=(block.norm1, None, block.norm2), ffn=block.ffn,
+                        norm_first=block.norm_first, rows=None, after=after)
+        if why is not None:
+            return why
     return seal_kept(plan, list(model.layers))
 
 
-def _kept(model: nn.Module) -> dict | None:
-    """``model``'s plan made once and kept (:func:`lm_plan`), or None."""
+def kept(model: nn.Module) -> dict | Refusal:
+    """``model``'s plan made once and kept (:func:`lm_plan`), or its :class:`Refusal`."""
     return kept_plan(model, PLAN, lambda: lm_plan(model))
+
+
+def gate(model: nn.Module) -> dict | Refusal:
+    """The decoder-only model's one gate (its ``native_plan()``): the kept plan of its
+    layers, or the :class:`Refusal` saying why its steps stay in Python."""
+    if not model.static_decoding:
+        return Refusal("static_decoding is off")
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:
+        return Refusal(f"it runs in float32, and the model's weights are {dtype}")
+    why = refusal(model)
+    return Refusal(why) if why is not None else kept(model)
 
 
 def native_plan(model: nn.Module, rows: int, k: list, v: list) -> dict | None:
     """The native step's plan of ``model``'s layers for one decoding call of ``rows`` rows
     over its key and value buffers ``k`` and ``v`` (made once and kept: :func:`lm_plan`),
     or None where it cannot run them."""
-    return for_call(_kept(model), rows, None, k=k, v=v)
+    return for_call(kept(model), rows, None, k=k, v=v)
 
 
 class StaticLM(StaticSteps):
     """Next-token logits of ``model``'s rows after the prompts its ``cache`` holds, one
-    step at a time, for at most ``length`` more steps; ``native`` is None when the native
-    step cannot run the model (the caller then keeps the general path).
+    step at a time, for at most ``length`` more steps, through the kept ``plan`` of its
+    layers (:func:`gate`); ``native`` is None when the call's rows are more than a product
+    takes natively (the caller then keeps the general path).
 
     :meth:`__call__` takes the new tokens (rows, 1) and returns logits (rows, 1, vocab);
     :meth:`reorder` keeps rows as a beam search does."""
 
-    def __init__(self, model: nn.Module, cache, *, length: int) -> None:
+    def __init__(self, model: nn.Module, cache, *, length: int, plan: dict) -> None:
         super().__init__(model, length)
         first = cache[0]
         self.rows, self.start = first.k.shape[0], cache.offset
-        kept = _kept(model) if self.rows else None
-        if kept is None:
+        if not self.rows:
             return
         total = self.start + length
         buffers = {"k": [], "v": []}
@@ -98,7 +111,7 @@ class StaticLM(StaticSteps):
                 buffer = filled.new_empty((*filled.shape[:2], total, filled.shape[-1]))
                 buffer[:, :, :self.start] = filled
                 buffers[name].append(buffer)
-        self.native = for_call(kept, self.rows, None, **buffers)
+        self.native = for_call(plan, self.rows, None, **buffers)
         if self.native is None:  # more rows than a product takes natively
             return
         # False at the prompts' padding: no later query attends to it

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from ..kinds import StaticDecoding
+
 
 def _repeat(x: torch.Tensor | None, times: int) -> torch.Tensor | None:
     return x.repeat_interleave(times, 0) if x is not None and times > 1 else x
@@ -40,9 +42,8 @@ class Seq2SeqSteps:
         memory = model.encode(src, mask)
         # a model whose attention cannot decode with a cache re-runs over the prefix
         use_cache = use_cache and getattr(model, "decodes_incrementally", True)
-        make_static = getattr(model, "static_decoder", None) if use_cache and steps else None
-        self.static = make_static(memory, mask, groups=beams, length=steps) \
-            if make_static is not None else None
+        self.static = model.static_decoder(memory, mask, groups=beams, length=steps) \
+            if use_cache and steps and isinstance(model, StaticDecoding) else None
         self.cache = model.init_cache() if use_cache and self.static is None else None
         self.pending = beams if self.cache is not None else 1
         if self.pending == 1 and self.static is None:
@@ -114,9 +115,8 @@ class PromptSteps:
             if self.beams > 1:
                 self.cache.spread(self.beams)
                 logits = logits.repeat_interleave(self.beams, 0)
-            make_static = getattr(self.model, "static_decoder", None)
-            if make_static is not None and self.steps:
-                self.static = make_static(self.cache, length=self.steps)
+            if self.steps and isinstance(self.model, StaticDecoding):
+                self.static = self.model.static_decoder(self.cache, length=self.steps)
             return logits.float()
         return self.model(tokens[:, -1:], cache=self.cache)[:, -1].float()
 
