@@ -54,7 +54,7 @@ def step(args):
     plan.update(shape=(a["heads"], a["width"], a["kv_heads"]), rotary=None,
                 bias_of=[None] * len(a["k"]), bias_tables={}, head_eps=[1e-6] * len(a["k"]),
                 windows=[0] * len(a["k"]), after_eps=[1e-6] * len(a["k"]),
-                score_cap=[0.0] * len(a["k"]))
+                score_cap=[0.0] * len(a["k"]), parallel=[0] * len(a["k"]))
     op = seal(plan, a["keep"])["op"]
     op.position_biases(a["self_bias"])
     op.rotate(a["rotation"])

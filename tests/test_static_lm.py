@@ -145,3 +145,58 @@ def test_a_weight_changed_between_two_steps_is_followed(int8, monkeypatch):
                     weight.mul_(3)
             static, general = (path(tokens) for path in paths)
             torch.testing.assert_close(static, general, rtol=1e-5, atol=1e-5)
+
+
+class _Parallel(torch.nn.Module):
+    """A plugin's parallel-residual layer (GPT-J, GPT-NeoX): x + attn(n1(x)) + ffn(n2(x)),
+    which says so through data_flow()."""
+
+    def __init__(self, settings=None, *, d_model, dropout, norm_first, make_attention,
+                 make_norm, make_ffn):
+        super().__init__()
+        self.attn, self.ffn = make_attention(causal=True), make_ffn()
+        self.ln1, self.ln2 = make_norm(), make_norm()
+
+    def data_flow(self):
+        return zoo.plugin_api.DataFlow(self.attn, self.ffn, (self.ln1, self.ln2), True,
+                                       residual="parallel")
+
+    def forward(self, x, key_padding_mask=None, cache=None):
+        return x + self.attn(self.ln1(x), key_padding_mask=key_padding_mask, cache=cache) \
+            + self.ffn(self.ln2(x))
+
+
+class _Rewritten(_Parallel):
+    """A subclass that changes forward and not its data flow: not trusted."""
+
+    def forward(self, x, key_padding_mask=None, cache=None):
+        return super().forward(x, key_padding_mask, cache) * 1.5
+
+
+@needs_kernel
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_a_plugins_parallel_block_runs_in_the_native_step(int8, fresh_registry, monkeypatch):
+    # a block zoo does not ship reaches the native step through its data_flow(), with the
+    # general path's logits (its own forward); a subclass that rewrites forward does not
+    import zoo.plugin_api
+
+    monkeypatch.setattr(Linear, "native_rows", 16)
+    monkeypatch.setattr(QuantizedLinear, "native_rows", 16)
+    caps = {"role": "causal", "norm_placements": ("pre",)}
+    zoo.register_component("block", "parallel-test", _Parallel, capabilities=caps)
+    zoo.register_component("block", "rewritten-test", _Rewritten, capabilities=caps)
+    torch.manual_seed(0)
+    overrides = {"positional": {"name": "rope", "settings": {"fraction": 0.5}}, "ffn": "gelu",
+                 "norm": "layernorm"}
+    model = zoo.build("llama-tiny", block="parallel-test", dropout=0.0, **overrides).eval()
+    if int8:
+        model = quantize(model)
+    assert refusal(model) is None and model.native_plan()
+    (static, general), ran = _both_paths(model)
+    assert ran == [True, False]
+    torch.testing.assert_close(static, general, rtol=1e-5, atol=1e-5)
+    assert torch.equal(static.argmax(-1), general.argmax(-1))
+    # a subclass that rewrites forward without its data flow keeps the general path
+    rewritten = zoo.build("llama-tiny", block="rewritten-test", dropout=0.0, **overrides).eval()
+    plan = rewritten.native_plan()
+    assert not plan and "does not describe its data flow" in plan.reason

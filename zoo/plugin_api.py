@@ -78,6 +78,7 @@ from .families import (
 from .hardware import CPU
 from .hardware import detect as detect_hardware
 from .hookspecs import hookimpl
+from .layer_flow import DataFlow, flow_of
 from .kinds import (Encoder, ImageClassifier, ImageText, LanguageModel, Refusal, Seq2SeqModel,
                     StaticDecoding, kind_of)
 from .native import PRODUCTS as NATIVE_PRODUCTS
@@ -104,7 +105,7 @@ __all__ = [
     "NativeLibrary", "NATIVE_PRODUCTS", "detect_hardware", "CPU",
     # architectures, and the kinds of model they build
     "Slot", "Seq2SeqModel", "LanguageModel", "Encoder", "ImageClassifier", "ImageText", "kind_of",
-    "StaticDecoding", "Refusal",
+    "StaticDecoding", "Refusal", "DataFlow", "flow_of",
     # decoding
     "generate", "stream", "translate", "complete", "stream_text", "GenerationSettings",
     "filter_logits", "length_penalty", "Rule", "Span",

@@ -34,7 +34,7 @@ ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
 
 KEYS = ("params", "packed", "k", "v", "cross_k", "cross_v", "self_scale", "cross_scale", "eps",
         "head_eps", "windows", "after_eps", "score_cap", "norm_first", "activation", "gated",
-        "rms_norm", "bias_of", "sources")
+        "rms_norm", "bias_of", "sources", "parallel")
 
 
 def declares(module: nn.Module, flag: str, method: str) -> bool:
@@ -162,13 +162,15 @@ def new_plan(attentions: list[nn.Module]) -> dict | Refusal:
 
 def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
               ffn: nn.Module, norm_first: bool, rows: int | None,
-              after: tuple = (None, None)) -> Refusal | None:
+              after: tuple = (None, None), parallel: bool = False) -> Refusal | None:
     """Append one layer's products, norms and settings to ``plan``: self-attention
     ``attn``, cross-attention ``cross`` (None: a decoder-only layer), ``norms`` before or
     after each sublayer (the middle one None without cross-attention), the feed-forward
     network ``ffn``, for ``rows`` rows a step (None: a kept plan's, whose calls check their
     rows: :func:`for_call`); ``after``: a sandwich layer's norms of the
-    attention's and the network's outputs (Gemma 2 and 3), or Nones. None when added; the
+    attention's and the network's outputs (Gemma 2 and 3), or Nones; ``parallel``: the
+    network beside the attention, on the layer's input (GPT-NeoX), pre-norm only. None
+    when added; the
     :class:`Refusal` (the plan is then unusable) when the native step cannot run it."""
     fused, network = fused_qkv(attn), _network(ffn)
     kinds = {_norm_kind(n, attn.out_proj.out_features) for n in (*norms, *after)
@@ -179,6 +181,7 @@ def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tu
         return Refusal(why)
     _append(plan, attn=attn, cross=cross, norms=norms, fused=fused, network=network,
             rms_norm=kinds.pop(), norm_first=norm_first, after=after)
+    plan["parallel"].append(int(parallel))
     plan["sources"] += [t for part in (attn, cross, *norms, *after, ffn) if part is not None
                         for t in part.state_dict(keep_vars=True).values()]
     return None
@@ -289,7 +292,8 @@ def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
     counts = {"params": PARAMS * layers, "packed": PRODUCTS * layers, "eps": NORMS * layers,
               **{key: layers for key in ("v", "self_scale", "cross_scale", "norm_first",
                                          "activation", "gated", "rms_norm", "head_eps",
-                                         "windows", "after_eps", "score_cap")}}
+                                         "windows", "after_eps", "score_cap",
+                                         "parallel")}}
     wrong = [f"{key} has {len(plan[key])}, not {n}" for key, n in counts.items()
              if len(plan[key]) != n]
     if not layers or wrong or len(plan["cross_k"]) not in (0, layers) or len(
@@ -327,6 +331,8 @@ def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
                                   plan["cross_scale"][i])
         layer.network(plan["activation"][i], bool(plan["gated"][i]))
         layer.layout(bool(plan["norm_first"][i]), bool(plan["rms_norm"][i]))
+        if plan["parallel"][i]:
+            layer.parallel_residual(True)
         op.add(layer)
     op.sources_padding(keep)
     op.watch(plan.get("sources", []))

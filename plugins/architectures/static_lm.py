@@ -23,9 +23,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .native_plan import (Refusal, add_layer, declares, for_call, kept_plan, may_run,
-                          new_plan, run, seal_kept)
-from .static_steps import StaticSteps, layer_refusal
+from zoo.plugin_api import flow_of
+
+from .native_plan import (Refusal, add_layer, for_call, kept_plan, may_run, new_plan, run,
+                          seal_kept)
+from .static_steps import StaticSteps, attention_refusal
 
 
 def refusal(model: nn.Module) -> str | None:
@@ -36,7 +38,9 @@ def refusal(model: nn.Module) -> str | None:
     if not model.decodes_incrementally:
         return "its attention does not decode with a cache"
     for i, block in enumerate(model.layers):
-        why = layer_refusal(i, block, (block.attn,), native_only=True)
+        flow = flow_of(block, i)
+        why = flow if isinstance(flow, str) else attention_refusal(i, flow.attention,
+                                                                   native_only=True)
         if why is not None:
             return why
     return None
@@ -54,12 +58,12 @@ def lm_plan(model: nn.Module) -> dict | Refusal:
     plan = new_plan([block.attn for block in model.layers])
     if not plan:
         return plan
-    for block in model.layers:
-        after = (getattr(block, "norm1_out", None), getattr(block, "norm2_out", None)) \
-            if declares(block, "sandwich_layout", "forward") else (None, None)
-        why = add_layer(plan, attn=block.attn, cross=None,
-                        norms=(block.norm1, None, block.norm2), ffn=block.ffn,
-                        norm_first=block.norm_first, rows=None, after=after)
+    for i, block in enumerate(model.layers):
+        flow = flow_of(block, i)  # (refusal() found each block's)
+        why = add_layer(plan, attn=flow.attention, cross=None,
+                        norms=(flow.norms[0], None, flow.norms[1]), ffn=flow.ffn,
+                        norm_first=flow.norm_first, rows=None, after=flow.after,
+                        parallel=flow.residual == "parallel")
         if why is not None:
             return why
     return seal_kept(plan, list(model.layers))

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from zoo.plugin_api import Dropout, KVCache
+from zoo.plugin_api import DataFlow, Dropout, KVCache
 
 
 class CausalBlock(nn.Module):
@@ -45,6 +45,10 @@ class CausalBlock(nn.Module):
         self.ffn = make_ffn()
         self.norm2 = make_norm()
         self.drop = Dropout(dropout)
+
+    def data_flow(self) -> DataFlow:
+        """``forward``'s wiring for zoo's native step: sequential, ``norm1`` and ``norm2``."""
+        return DataFlow(self.attn, self.ffn, (self.norm1, self.norm2), self.norm_first)
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
                 cache: KVCache | None = None) -> torch.Tensor:

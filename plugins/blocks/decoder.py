@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from zoo.plugin_api import Dropout
+from zoo.plugin_api import DataFlow, Dropout
 
 
 class DecoderBlock(nn.Module):
@@ -44,6 +44,12 @@ class DecoderBlock(nn.Module):
         self.ffn = make_ffn()
         self.norm3 = make_norm()
         self.drop = Dropout(dropout)
+
+    def data_flow(self) -> DataFlow:
+        """``forward``'s wiring for zoo's native step: self-attention, cross-attention and
+        the network in turn, normed by ``norm1``, ``norm2``, ``norm3``."""
+        return DataFlow(self.self_attn, self.ffn, (self.norm1, self.norm3), self.norm_first,
+                        cross_attention=self.cross_attn, cross_norm=self.norm2)
 
     def forward(
         self,

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from zoo.plugin_api import Dropout, KVCache
+from zoo.plugin_api import DataFlow, Dropout, KVCache
 
 
 class SandwichBlock(nn.Module):
@@ -48,6 +48,12 @@ class SandwichBlock(nn.Module):
         self.ffn = make_ffn()
         self.norm2, self.norm2_out = make_norm(), make_norm()
         self.drop = Dropout(dropout)
+
+    def data_flow(self) -> DataFlow:
+        """``forward``'s wiring for zoo's native step: pre-norm, each sublayer's output
+        normed again (``norm1_out``, ``norm2_out``)."""
+        return DataFlow(self.attn, self.ffn, (self.norm1, self.norm2), True,
+                        after=(self.norm1_out, self.norm2_out))
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
                 cache: KVCache | None = None) -> torch.Tensor:

@@ -57,7 +57,8 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                           const c10::List<std::optional<at::Tensor>>& rotations,
                           const std::optional<at::Tensor>& self_keep_in,
                           at::ArrayRef<double> head_eps, at::ArrayRef<int64_t> windows,
-                          at::ArrayRef<double> after_eps, at::ArrayRef<double> score_cap) {
+                          at::ArrayRef<double> after_eps, at::ArrayRef<double> score_cap,
+                          at::ArrayRef<int64_t> parallel) {
   const int64_t layers = k_buffers.size();
   TORCH_CHECK_VALUE(layers > 0, "decoder_layers: no layers (k_buffers is empty)");
   TORCH_CHECK_VALUE(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
@@ -79,6 +80,7 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
                         int64_t(windows.size()) == layers &&
                         int64_t(after_eps.size()) == layers &&
                         int64_t(score_cap.size()) == layers &&
+                        int64_t(parallel.size()) == layers &&
                         int64_t(self_scale.size()) == layers &&
                         int64_t(cross_scale.size()) == layers,
                     "decoder_layers: one buffer, scale, bias and setting a layer (three eps; "
@@ -149,6 +151,9 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
   at::Tensor x = x_in;
   for (int64_t l = 0; l < layers; ++l) {
     const bool pre = norm_first[l] != 0, rms = rms_norm[l] != 0;
+    TORCH_CHECK_VALUE(!parallel[l] || (pre && !cross), "decoder_layers: layer ", l, " is "
+                      "parallel, and only a pre-norm layer without cross-attention can be");
+    const at::Tensor layer_in = x;  // a parallel layer's network reads it too
     const float* turn = turns[l];
     const std::optional<at::Tensor> bias = self_bias.get(l);
     const at::Tensor &kb = k_buffers[l], &vb = v_buffers[l];
@@ -218,8 +223,9 @@ at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& par
       x = residual(linear(out, params, packed, l, CROSS_OUT_W), x, pre, params, l, NORM2_W,
                    eps[3 * l + 1], rms);
     }
-    // feed-forward network
-    h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2], rms) : x;
+    // feed-forward network: after the attention's sum, or (parallel) beside it, from the
+    // layer's input: x + attn(norm1(x)) + ffn(norm3(x)) (GPT-J, GPT-NeoX)
+    h = pre ? norm(parallel[l] ? layer_in : x, params, l, NORM3_W, eps[3 * l + 2], rms) : x;
     const at::Tensor f = activate(linear(h, params, packed, l, FC1_W), activation[l],
                                   gated[l] != 0, get(params, l, FC2_W).size(1));
     x = residual(linear(f, params, packed, l, FC2_W), x, pre, params, l, NORM3_W,
@@ -239,7 +245,7 @@ struct Layer : torch::CustomClassHolder {
   std::optional<at::Tensor> cross_k, cross_v;
   double self_scale = 1.0, cross_scale = 1.0, head_eps = 0.0, after_eps = 0.0, score_cap = 0.0;
   double eps[3] = {0.0, 0.0, 0.0};
-  int64_t norm_first = 0, activation = 0, gated = 0, rms_norm = 0, window = 0;
+  int64_t norm_first = 0, activation = 0, gated = 0, rms_norm = 0, window = 0, parallel = 0;
 
   // Product ``which`` (0 q|k|v, 1 self out, 2 cross q, 3 cross out, 4 fc1, 5 fc2): its
   // weight (fp32, or int8), bias and packed weight (Linear.native_weight).
@@ -308,6 +314,9 @@ struct Layer : torch::CustomClassHolder {
     norm_first = pre;
     rms_norm = rms;
   }
+  // The attention and the network side by side on the layer's input, both added to it
+  // (a parallel residual: GPT-J, GPT-NeoX, Falcon, Phi-2), rather than one after the other.
+  void parallel_residual(bool on) { parallel = on; }
 };
 
 // One decoding call's layers and buffers, gathered once; ``step`` runs one position through
@@ -318,7 +327,7 @@ struct Plan : torch::CustomClassHolder {
   Params params;
   std::vector<at::Tensor> packed, k, v, cross_k, cross_v;
   std::vector<double> self_scale, cross_scale, eps, head_eps, after_eps, score_cap;
-  std::vector<int64_t> norm_first, activation, gated, rms_norm, windows;
+  std::vector<int64_t> norm_first, activation, gated, rms_norm, windows, parallel;
   int64_t layers = 0, crossed = 0;
   std::optional<at::Tensor> keep, self_keep;
   std::vector<at::Tensor> watched;  // the tensors the plan was made from, and their versions
@@ -350,6 +359,7 @@ struct Plan : torch::CustomClassHolder {
     activation.push_back(layer->activation);
     gated.push_back(layer->gated);
     rms_norm.push_back(layer->rms_norm);
+    parallel.push_back(layer->parallel);
     self_bias.push_back(std::nullopt);
     rotations.push_back(std::nullopt);
     ++layers;
@@ -452,6 +462,9 @@ struct Plan : torch::CustomClassHolder {
   at::Tensor encode(const at::Tensor& x, const at::Tensor& keep) {
     TORCH_CHECK_VALUE(crossed == 0, "encoder_layers: an encoder's layers have no "
                       "cross-attention");
+    for (int64_t l = 0; l < layers; ++l)
+      TORCH_CHECK_VALUE(!parallel[l], "encoder_layers: layer ", l, " is parallel, which an "
+                        "encoder's pass does not run");
     return encoder_layers(x, keep, params, packed, heads, width, kv_heads, self_scale, eps,
                           norm_first, activation, gated, rms_norm, head_eps, after_eps);
   }
@@ -462,7 +475,7 @@ struct Plan : torch::CustomClassHolder {
     return decoder_layers(x, pos, params, packed, k, v, cross_k, cross_v, keep, heads, width,
                           self_scale, cross_scale, eps, norm_first, activation, self_bias, gated,
                           rms_norm, kv_heads, rotations, self_keep, head_eps, windows,
-                          after_eps, score_cap);
+                          after_eps, score_cap, parallel);
   }
 };
 
@@ -482,7 +495,8 @@ TORCH_LIBRARY(zoo_decoder, m) {
       .def("self_attention", &Layer::self_attention)
       .def("cross_attention", &Layer::cross_attention)
       .def("network", &Layer::network)
-      .def("layout", &Layer::layout);
+      .def("layout", &Layer::layout)
+      .def("parallel_residual", &Layer::parallel_residual);
   m.class_<Plan>("Plan")
       .def(torch::init<int64_t, int64_t, int64_t>())
       .def("add", &Plan::add)
