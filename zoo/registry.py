@@ -18,6 +18,7 @@ import importlib
 import inspect
 import logging
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,10 +165,15 @@ class Component:
 
 
 def _caller_origin() -> str:
-    """``file:line`` of the code that called ``register`` (for duplicate errors)."""
-    for frame in inspect.stack()[2:]:
-        if not frame.filename.endswith(("registry.py", "plugin_loader.py", "functools.py")):
-            return f"{frame.filename}:{frame.lineno}"
+    """``file:line`` of the code that called ``register`` (for duplicate errors). The
+    frames are walked, never ``inspect.stack()``, which reads each frame's source lines:
+    that was most of a registry's reload once transformers was imported (seconds)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.endswith(("registry.py", "plugin_loader.py", "functools.py")):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
     return "<unknown>"
 
 
