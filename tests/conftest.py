@@ -104,6 +104,13 @@ def firsts_site(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def neox_site(tmp_path_factory) -> Path:
+    """A plugin of this release's contract, GPT-NeoX (a format, a parallel block, a rule),
+    written from the docs alone, in a folder of its own."""
+    return pip_install(tmp_path_factory.mktemp("neox-site"), "zoo-plugin-neox")
+
+
+@pytest.fixture(scope="session")
 def nonconforming_site(tmp_path_factory) -> Path:
     """The plugin that claims a KV cache it does not honour, in a folder of its own."""
     return pip_install(tmp_path_factory.mktemp("bad-site"), "zoo-plugin-nonconforming")
