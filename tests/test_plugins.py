@@ -306,6 +306,9 @@ def test_an_installed_plugin_keeps_a_name_a_later_built_in_took(old_plugin_site,
     # zoo's is one qualified name away, and zoo's own recipes and formats still mean zoo's
     import warnings
 
+    import zoo.registry
+
+    monkeypatch.setattr(zoo.registry, "NOTICED", set())  # as in a new process
     with plugins_from(old_plugin_site, monkeypatch), warnings.catch_warnings():
         warnings.simplefilter("error", PluginNameWarning)
         with caplog.at_level("INFO", logger="zoo.plugin_names"):

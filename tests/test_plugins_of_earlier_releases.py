@@ -41,6 +41,12 @@ def test_no_file_of_the_corpus_was_edited_or_left_unrecorded():
 
 def test_every_plugin_of_the_corpus_loads_beside_the_built_ins_with_one_notice(
         earlier_site, monkeypatch, caplog):
+    import zoo.foreign
+    import zoo.registry
+
+    fresh = set()  # as in a new process: nothing told yet
+    monkeypatch.setattr(zoo.registry, "NOTICED", fresh)
+    monkeypatch.setattr(zoo.foreign, "NOTICED", fresh)
     with plugins_from(earlier_site, monkeypatch), warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning: not one per name
         warnings.simplefilter("ignore", DeprecationWarning)  # but the first API's, by design

@@ -28,7 +28,7 @@ from .errors import ArtifactError, FormatError, ZooError
 from .decoding import GenerationSettings, parse_settings
 from .format_base import as_format
 from .recipe import Recipe, as_meant_by
-from .registry import NOTICES, PREFER_BUILTIN, Component, choose_claim, registry
+from .registry import NOTICED, NOTICES, PREFER_BUILTIN, Component, choose_claim, registry
 from .tokenizer_files import check_tokenizer_files
 
 GENERATION_NAME = "generation_config.json"
@@ -125,10 +125,6 @@ def _chosen(model_type: str, claims: list[Component], source: str) -> Component 
     return None
 
 
-_told_types: set[tuple[str, str]] = set()
-"""(model_type, format) already told of in this process."""
-
-
 def _readers_of(model_type: str, source: str) -> Component | None:
     """The one format that reads ``model_type``, by one rule: the only one that claims it;
     else the one :data:`FORMAT_CHOICE` names; else the one that says it overrides; else
@@ -149,9 +145,9 @@ def _readers_of(model_type: str, source: str) -> Component | None:
         return overriding[0]
     picked = choose_claim(claims, model_type, registry.builtin)
     if picked is not None:
-        if not registry.builtin(picked.plugin) and (model_type, picked.qualified_name) \
-                not in _told_types:
-            _told_types.add((model_type, picked.qualified_name))
+        told = ("format", model_type, picked.qualified_name)
+        if not registry.builtin(picked.plugin) and told not in NOTICED:
+            NOTICED.add(told)
             NOTICES.warning(
                 "zoo: model_type %r is read by plugin %s's format %r (zoo's own: %s). %s=%s "
                 "gives it back to zoo's (docs/compatibility.md).", model_type, picked.plugin,

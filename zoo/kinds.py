@@ -150,9 +150,11 @@ class StaticDecoding(Protocol):
     or None (the seq2seq's ``(memory, mask, groups=, length=)``, a language model's
     ``(cache, length=)``)."""
 
-    def native_plan(self) -> Any: ...
+    def native_plan(self) -> Any:
+        """The kept plan of the model's layers, or a :class:`Refusal` saying why not."""
 
-    def static_decoder(self, *args: Any, **kwargs: Any) -> Any: ...
+    def static_decoder(self, *args: Any, **kwargs: Any) -> Any:
+        """One decoding call's steps in fixed buffers, or None (the general path)."""
 
 
 def kind_of(model: Any) -> str | None:

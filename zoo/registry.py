@@ -55,8 +55,9 @@ every name, else names separated by commas (``geglu,m2m_100``)."""
 NOTICES = logging.getLogger("zoo.plugin_names")
 """Where the one notice of a process goes that an installed plugin holds a name a
 built-in also has (a line on standard error; silence it through :mod:`logging`)."""
-_noticed: set[tuple[str, str, str]] = set()
-"""(family, name, plugin) already told of in this process."""
+NOTICED: set[tuple[str, ...]] = set()
+"""What this process has been told (``(family, name, plugin)`` of a shared name,
+``("format", model_type, format)`` of a model type): each is said once."""
 
 
 def prefers_builtin(name: str) -> bool:
@@ -356,12 +357,12 @@ class Registry:
                 if len(claims) < 2:
                     continue
                 key = (family, name, plain.plugin)
-                if key in _noticed:
+                if key in NOTICED:
                     continue
-                _noticed.add(key)
+                NOTICED.add(key)
                 others = ", ".join(c.qualified_name for c in claims if c is not plain)
                 if name in self._ambiguous[family]:
-                    told.append(f"{family} {name!r} is claimed by two installed plugins "
+                    told.append(f"{family} {name!r} is claimed by installed plugins "
                                 f"({', '.join(c.qualified_name for c in claims)}): write one")
                 else:
                     told.append(f"{family} {name!r} means plugin {plain.plugin}'s (also: "
@@ -536,7 +537,7 @@ class Registry:
         name is shared (the plain name then reaches one of them, ``plugin:name`` each)."""
         self._family(family)
         self._ensure_loaded()
-        return [c for c in self._qualified[family].values() if c.name == name]
+        return self._claims(family, name)
 
     def own_name(self, plugin: str, name: str) -> str:
         """``name`` as a recipe of ``plugin`` means it: ``plugin:name`` (or the name in
@@ -613,6 +614,6 @@ def list_plugins() -> list[PluginInfo]:
     return list(registry.plugins.infos.values())
 
 
-__all__ = ["Component", "Registry", "PluginNameWarning", "PREFER_BUILTIN", "choose_claim", "RenamedComponentWarning", "registry", "natural_key", "closest",
+__all__ = ["Component", "Registry", "PluginNameWarning", "PREFER_BUILTIN", "NOTICED", "choose_claim", "RenamedComponentWarning", "registry", "natural_key", "closest",
            "describe_validation_error", "list_families", "list_components", "get_component",
            "register_component", "register_plugin", "list_plugins"]
