@@ -4,7 +4,8 @@ seq2seq decoder's layers (:mod:`.static_decoder`) and the decoder-only model's
 (:mod:`.static_lm`) share them.
 
 A layer runs natively when each of its parts says it computes exactly what the step
-computes: its block's layout (``static_layout``), softmax attention over every key
+computes: its block's wiring (``data_flow()``, :mod:`zoo.layer_flow`; a seq2seq decoder's
+block says ``static_layout``), softmax attention over every key
 (``softmax_attention``) with no positions inside it, a bias of the self-attention scores
 (T5's, ALiBi) or a rotation of queries and keys (RoPE, each layer its own base); LayerNorms
 (``plain_layer_norm``) or RMSNorms (``plain_rms_norm``); feed-forward networks that say
@@ -170,8 +171,8 @@ def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tu
     rows: :func:`for_call`); ``after``: a sandwich layer's norms of the
     attention's and the network's outputs (Gemma 2 and 3), or Nones; ``parallel``: the
     network beside the attention, on the layer's input (GPT-NeoX), pre-norm only. None
-    when added; the
-    :class:`Refusal` (the plan is then unusable) when the native step cannot run it."""
+    when added; the :class:`Refusal` (the plan is then unusable) when the native step
+    cannot run it."""
     fused, network = fused_qkv(attn), _network(ffn)
     kinds = {_norm_kind(n, attn.out_proj.out_features) for n in (*norms, *after)
              if n is not None}

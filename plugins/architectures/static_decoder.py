@@ -102,13 +102,18 @@ def gate(model: nn.Module) -> dict | Refusal:
     """The seq2seq model's one gate (its ``native_plan()``): the kept plan of its
     decoder's layers, or the :class:`Refusal` saying why its steps stay in Python."""
     why = ("static_decoding is off" if not model.static_decoding else refusal(model)
-           or ("StaticDecoder.native_step is False" if not StaticDecoder.native_step
-               else None))
-    if why is None:
-        dtype = next(model.parameters()).dtype
-        if dtype != torch.float32:
-            why = f"it runs in float32, and the model's weights are {dtype}"
+           or native_refusal(next(model.parameters()).dtype))
     return Refusal(why) if why is not None else kept(model.decoder)
+
+
+def native_refusal(dtype: torch.dtype) -> str | None:
+    """Why a static decoding (which :func:`refusal` allows) keeps its steps in Python
+    rather than the native step, for a model computing in ``dtype``, or None."""
+    if not StaticDecoder.native_step:
+        return "StaticDecoder.native_step is False"
+    if dtype != torch.float32:
+        return f"it runs in float32, and the model computes in {dtype}"
+    return None
 
 
 def kept(decoder: nn.Module) -> dict | Refusal:
@@ -121,9 +126,11 @@ def native_plan(decoder: nn.Module, layers: list["_Layer"], rows: int,
                 keep: torch.Tensor | None, plan: dict | None = None) -> dict | None:
     """The native step's plan of the ``decoder`` stack's layers for one decoding call over
     their buffers ``layers`` (made once and kept: :func:`decoder_plan`), for ``rows`` rows
-    (``keep``: the sources' padding), or None when it may not run them."""
-    return for_call((plan or kept(decoder)) if rows else None, rows, keep, k=[layer.k for layer in layers],
-                    v=[layer.v for layer in layers], cross_k=[layer.cross_k for layer in layers],
+    (``keep``: the sources' padding; ``plan``: the kept one, when the caller holds it),
+    or None when it may not run them."""
+    return for_call((plan or kept(decoder)) if rows else None, rows, keep,
+                    k=[layer.k for layer in layers], v=[layer.v for layer in layers],
+                    cross_k=[layer.cross_k for layer in layers],
                     cross_v=[layer.cross_v for layer in layers])
 
 
@@ -144,8 +151,10 @@ class StaticDecoder(StaticSteps):
         self.keep = None if memory_mask is None else ~memory_mask[:, None, None, :]
         self.layers = [_Layer(block, memory, self.rows, length)
                        for block in model.decoder.layers]
-        plan = model.native_plan() if memory.dtype == torch.float32 else Refusal(
-            f"it runs in float32, and the model's outputs are {memory.dtype}")
+        # (the model's static_decoder has checked refusal(): the native step's part of the
+        # gate is left)
+        why = native_refusal(memory.dtype)
+        plan = Refusal(why) if why is not None else kept(model.decoder)
         if not plan:
             refused(plan.reason)
         else:

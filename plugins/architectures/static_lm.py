@@ -11,8 +11,9 @@ RMSNorm or LayerNorm, SwiGLU or GELU networks, the prompts' left padding skipped
 Positions on the embeddings (GPT-2's learned ones) are the model's own module, each row
 going on from its own count of real tokens.
 
-It runs when every block says ``static_layout`` (:class:`zoo.plugins.blocks.causal.CausalBlock`)
-and every part of each layer is one the native step computes; anything else (a sliding
+It runs when every block describes its wiring (``data_flow()``: zoo's ``causal`` and
+``sandwich`` blocks, or a plugin's, such as GPT-NeoX's parallel block) and every part of
+each layer is one the native step computes; anything else (a sliding
 window, another mechanism, recorded maps, training mode, more rows than zoo's native
 product takes) decodes by the general path, which gives the same tokens
 (``model.static_decoding = False`` forces it).

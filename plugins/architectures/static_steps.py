@@ -16,19 +16,15 @@ from zoo.plugin_api import HeadNorm
 from .native_plan import declares, outdated
 
 
-def layer_refusal(i: int, block: nn.Module, attentions: tuple, *,
-                  native_only: bool = False) -> str | None:
-    """Why a static decoding may not run layer ``i`` (its ``block`` and the block's
-    ``attentions``), or None: the block says the paper's layout, each attention softmax
-    over every key, recording no maps; with ``native_only`` (a decoding whose steps run
-    only in zoo's native step, which has them) a sliding window, queries and keys normed
-    by zoo's ``HeadNorm`` (QK-norm: Qwen3, Gemma 3), soft-capped scores and sandwich
-    blocks (``sandwich_layout``: Gemma 2 and 3) are allowed too."""
-    if not (declares(block, "static_layout", "forward") or (
-            native_only and declares(block, "sandwich_layout", "forward"))):
+def layer_refusal(i: int, block: nn.Module, attentions: tuple) -> str | None:
+    """Why a seq2seq decoder's static decoding may not run layer ``i`` (its ``block`` and
+    the block's ``attentions``), or None: the block says the paper's layout, each
+    attention softmax over every key, recording no maps. (A language model's layers are
+    read through their blocks' ``data_flow()``: :mod:`.static_lm`.)"""
+    if not declares(block, "static_layout", "forward"):
         return f"layer {i}'s block ({type(block).__name__}) is not the paper's layout"
-    return next((why for why in (attention_refusal(i, attn, native_only=native_only)
-                                 for attn in attentions) if why), None)
+    return next((why for why in (attention_refusal(i, attn) for attn in attentions) if why),
+                None)
 
 
 def attention_refusal(i: int, attn: nn.Module, *, native_only: bool = False) -> str | None:
