@@ -3,6 +3,8 @@ paper's models equal torch.nn.Transformer, the ViTs equal timm."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -407,3 +409,45 @@ def test_an_architecture_of_an_older_plugin_gets_its_kind_inferred_or_refused(fr
             zoo.PluginError, match="declares kind 'language-model'.*defines no padding_mask, "
                                    "init_cache"):
         zoo.build(zoo.Recipe.model_validate(recipe))
+
+
+def test_a_built_model_carries_one_declared_record():
+    from zoo.plugin_api import Kind, ModelRecord, record_of, update_record
+
+    model = zoo.build("gpt2-tiny")
+    record = record_of(model)
+    assert isinstance(record, ModelRecord)
+    assert record.kind is Kind.LANGUAGE_MODEL and model.kind == "language-model"
+    assert record.recipe.name == "gpt2-tiny" and record.source == "gpt2-tiny"
+    assert record.settings is model.settings and record.imported is None
+    # the architecture's own word: its learned table's rows, its padding token
+    assert record.max_positions == model.settings.max_len and record.pad_id == model.pad_id
+    assert set(vars(record)) <= set(vars(model))  # every field is the model's attribute
+    changed = record.generation.model_copy(update={"num_beams": 3})
+    model.generation = changed  # a user's change is the record's
+    assert record_of(model).generation is changed
+    update_record(model, tokenizer="t")
+    assert record_of(model).tokenizer == "t"
+    with pytest.raises(zoo.ZooError, match="no field 'tokeniser'.*tokenizer"):
+        update_record(model, tokeniser="t")
+    plain = record_of(nn.Linear(2, 2))  # not built by zoo: the defaults
+    assert plain == ModelRecord() and plain.decodes_incrementally
+
+
+def test_nothing_probes_a_model_or_compares_its_kind_as_a_string():
+    """zoo reads a model through its record (zoo.record.record_of), and its kind as a
+    Kind: no getattr(model, "field", ...) of a record field, no kind == "seq2seq"."""
+    import re
+
+    from zoo.record import FIELDS
+
+    root = Path(zoo.__file__).parent.parent
+    probe = re.compile(r"getattr\((?:model|self\.model|m|zoo_model), \"(%s)\"" % "|".join(FIELDS))
+    string_kind = re.compile(r"kind(?:_of\(\w+\))? *(?:==|!=|in|not in) *\(?\"(?:%s)\"" % "|".join(
+        k.value for k in zoo.plugin_api.Kind))
+    found = [f"{path.relative_to(root)}:{n}: {line.strip()}"
+             for folder in ("zoo", "plugins") for path in (root / folder).rglob("*.py")
+             if path.name not in ("record.py", "kinds.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if probe.search(line) or string_kind.search(line)]
+    assert not found, "\n".join(found)

@@ -38,10 +38,12 @@ from .embedding import pooling_of, read_pooling
 from .errors import ArtifactError, CorruptFileError, FormatError, MemoryBudgetError, RecipeError
 from .files import recover
 from .hardware import memory_available, memory_limits
+from .kinds import Kind
 from .quantization import MODES as QUANTIZE_MODES
 from .quantization import quantize as quantize_model
 from .recipe import PretrainedWeights, Recipe, list_recipes
 from .recipe import catalogue_recipe
+from .record import ModelRecord, record_of, stamp, update_record
 from .reranking import read_activation
 from .resolver import Resolved, resolve
 
@@ -128,15 +130,12 @@ def imported_model(name: str | os.PathLike[str], **kwargs: Any) -> nn.Module | N
     return build(saved.name, **kwargs)
 
 
-def _instantiate(resolved: Resolved) -> nn.Module:
+def _instantiate(resolved: Resolved, source: str) -> nn.Module:
     model = resolved.architecture.load()(resolved.settings, resolved)
-    model.recipe = resolved.recipe
-    model.kind = resolved.kind  # what zoo dispatches on (zoo.kinds.kind_of)
-    model.imported = None  # what a foreign folder's model keeps of it (set below)
-    model.tokenizer = None  # its text: an imported folder's or a run's task's (zoo.load)
-    if model.kind == "encoder":
-        model.pooling = pooling_of(model)  # an imported folder's own files: read below
-        model.score_activation = None  # a cross-encoder's: its folder's, or the default
+    stamp(model, ModelRecord(kind=resolved.kind, recipe=resolved.recipe,
+                             settings=resolved.settings, source=source))
+    if resolved.kind is Kind.ENCODER:  # the default; an imported folder's own files: below
+        update_record(model, pooling=pooling_of(model))
     return model
 
 
@@ -271,17 +270,18 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
         recipe, state, imported = read_foreign(folder, foreign, saved.name, weights=weights)
         model = _assemble(recipe, overrides, device=device, dtype=dtype, state=state,
                           source=saved.name)
-        model.imported = imported
-        model.tokenizer = FolderTokenizer(imported)  # read at its first use, and kept
-        model.generation = imported.generation
-        if model.kind == "encoder":  # its sentence-transformers files, read once
-            model.pooling = read_pooling(imported.folder, saved.name, model.pooling.max_tokens)
-            if model.settings.head == "classification":
-                model.score_activation = read_activation(imported.config,
-                                                         model.settings.num_labels, saved.name)
-        if model.generation is not None:
+        record = record_of(model)
+        text = dict(imported=imported, tokenizer=FolderTokenizer(imported),  # read at first use
+                    generation=imported.generation)
+        if record.kind is Kind.ENCODER:  # its sentence-transformers files, read once
+            text["pooling"] = read_pooling(imported.folder, saved.name, record.pooling.max_tokens)
+            if record.settings.head == "classification":
+                text["score_activation"] = read_activation(
+                    imported.config, record.settings.num_labels, saved.name)
+        update_record(model, **text)
+        if imported.generation is not None:
             try:
-                fits_vocabulary(model, model.generation)
+                fits_vocabulary(model, imported.generation)
             except RecipeError as exc:
                 raise FormatError(f"{saved.name}: its generation settings ({GENERATION_NAME}, "
                                   f"or config.json's) cannot decode it: {exc}.") from None
@@ -295,8 +295,8 @@ def _build_saved_once(saved: SavedModel, *, weights: bool, device: Any,
         check_digests(folder, config, saved.name)
     if config.get("generation") is not None:
         try:
-            model.generation = fits_vocabulary(
-                model, parse_settings(config["generation"], "generation settings"))
+            update_record(model, generation=fits_vocabulary(
+                model, parse_settings(config["generation"], "generation settings")))
         except RecipeError as exc:
             raise ArtifactError(f"{saved.name}: config.json's \"generation\" cannot be used "
                                 f"({exc}); remove it to decode by the architecture's "
@@ -322,7 +322,7 @@ def _assemble(recipe: Recipe, overrides: dict[str, Any], *, device: Any,
     if str(device) != "meta":
         check_memory(resolved, device=device, dtype=dtype)
     with torch.device(device or "cpu"):
-        model = _instantiate(resolved)
+        model = _instantiate(resolved, source)
     if state is not None:
         load_weights(model, state, source)
         model.eval()
@@ -371,7 +371,7 @@ class _NoInit(torch.overrides.TorchFunctionMode):
 def footprint(resolved: Resolved, dtype: torch.dtype | None = None) -> Footprint:
     """Count the parameters of a resolved recipe by building it on the meta device."""
     with torch.device("meta"), _NoInit():
-        model = _instantiate(resolved)
+        model = _instantiate(resolved, resolved.recipe.name)
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for b in model.buffers())
     return Footprint(params, buffers, dtype or torch.get_default_dtype())

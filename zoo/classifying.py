@@ -29,7 +29,8 @@ from .embedding import on_device
 from .errors import FormatError, RecipeError
 from .files import read_json
 from .foreign import EXTRA
-from .kinds import kind_of
+from .kinds import Kind, kind_of
+from .record import record_of, update_record
 
 TEMPLATE = "This is a photo of {}."
 """transformers' zero-shot image classification pipeline's hypothesis template."""
@@ -41,10 +42,10 @@ def image_processor(model: Any) -> Any:
     ``preprocessor_config.json`` names, one of transformers' own image processors), read
     once and kept on the model; a model with no folder, or a folder without the file,
     is refused by name."""
-    kept = getattr(model, "image_processor", None)
-    if kept is not None:
-        return kept
-    imported = getattr(model, "imported", None)
+    record = record_of(model)
+    if record.image_processor is not None:
+        return record.image_processor
+    imported = record.imported
     if imported is None:
         raise RecipeError("this model came with no image processor (it was not read from a "
                           "folder): give its images as prepared pixels, a tensor (B, C, H, W)")
@@ -67,7 +68,7 @@ def image_processor(model: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - a processor's own checks raise anything
         raise FormatError(f"{source}: its {PROCESSOR_FILE} could not be read by {name} "
                           f"({str(exc)[:300]}).") from None
-    model.image_processor = processor
+    update_record(model, image_processor=processor)
     return processor
 
 
@@ -107,8 +108,9 @@ def pixels(model: Any, images: Any) -> torch.Tensor:
 
 def class_names(model: Any) -> list[str]:
     """An image classifier's class names (its folder's ``id2label``), else ``class i``."""
-    count = model.settings.num_classes
-    labels = (model.imported.config.get("id2label") or {}) if model.imported else {}
+    record = record_of(model)
+    count = record.settings.num_classes
+    labels = (record.imported.config.get("id2label") or {}) if record.imported else {}
     return [str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(count)]
 
 
@@ -118,7 +120,7 @@ def classify_image(model: Any, images: Any, labels: Sequence[str] | None = None,
     ``image-text`` model (CLIP, zero-shot: each label put in ``template``), over its own
     classes for an ``image-classifier`` (``labels`` left out; :func:`class_names`)."""
     kind = kind_of(model)
-    if kind not in ("image-text", "image-classifier"):
+    if kind not in (Kind.IMAGE_TEXT, Kind.IMAGE_CLASSIFIER):
         raise RecipeError(f"classify_image needs an image model (CLIP, ViT); this model is "
                           f"{'a ' + kind if kind else 'of no kind zoo classifies with'}")
     with torch.no_grad():
@@ -126,7 +128,7 @@ def classify_image(model: Any, images: Any, labels: Sequence[str] | None = None,
         model.eval()
         try:
             images = pixels(model, images).to(next(model.parameters()).device)
-            if kind == "image-classifier":
+            if kind is Kind.IMAGE_CLASSIFIER:
                 if labels is not None:
                     raise RecipeError("an image classifier's labels are its own classes "
                                       "(zoo.classifying.class_names): leave labels out")

@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 
-from .kinds import kind_of
+from .kinds import Kind, kind_of, said
 
 
 # -- zoo translate -------------------------------------------------------------------------------
@@ -41,9 +41,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if args.int8 and args.device not in (None, "cpu"):
         raise SystemExit("zoo translate: --int8 runs on the CPU; leave out --device")
     model = load(args.run, device=args.device)
-    if kind_of(model) != "seq2seq":
-        raise SystemExit(f"zoo translate: {args.run} is not a sequence-to-sequence model (a "
-                         f"{kind_of(model) or 'model of no kind'} model); zoo generate "
+    if kind_of(model) is not Kind.SEQ2SEQ:
+        raise SystemExit(f"zoo translate: {args.run} is not a sequence-to-sequence model ("
+                         f"{said(kind_of(model))}); zoo generate "
                          "continues a language model's prompts")
     if args.int8:
         from .quantization import quantize
@@ -67,10 +67,9 @@ def native_decision(name: str) -> str:
 
     model = load(name).eval()
     kind = kind_of(model)
-    if kind not in ("seq2seq", "language-model"):
+    if kind is None or not kind.generates:
         return (f"the native step decodes sequence-to-sequence and language models; this is "
-                f"{'an' if (kind or 'o')[0] in 'aeiou' else 'a'} {kind or 'model of no kind'} "
-                "model")
+                f"{said(kind)}")
     if not isinstance(model, StaticDecoding):
         return (f"its architecture ({type(model).__name__}) has no native step (it gives no "
                 "native_plan())")
@@ -196,9 +195,9 @@ def language_model(name: str, device, command: str = "generate"):
     from .loading import load
 
     model = load(name, device=device)
-    if kind_of(model) != "language-model":
-        raise SystemExit(f"zoo {command}: {name} is not a language model (a "
-                         f"{kind_of(model) or 'model of no kind'} model); zoo translate "
+    if kind_of(model) is not Kind.LANGUAGE_MODEL:
+        raise SystemExit(f"zoo {command}: {name} is not a language model ("
+                         f"{said(kind_of(model))}); zoo translate "
                          "decodes sequence-to-sequence models")
     return model
 
@@ -254,7 +253,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
     texts = _prompts(args.text, "embed")
     model = load(args.model, device=args.device)
-    if kind_of(model) != "encoder":
+    if kind_of(model) is not Kind.ENCODER:
         raise SystemExit(f"zoo embed: {args.model} is not an encoder (BERT, "
                          "sentence-transformers); zoo embed pools an encoder's hidden states")
     if args.bf16:
@@ -343,11 +342,11 @@ def cmd_classify(args: argparse.Namespace) -> int:
     if args.top_k is not None and args.top_k < 1:
         raise SystemExit(f"zoo classify: --top-k is at least 1, not {args.top_k}")
     model = load(args.model, device=args.device)
-    if kind_of(model) == "image-text" and not args.labels:
+    if kind_of(model) is Kind.IMAGE_TEXT and not args.labels:
         raise SystemExit(f"zoo classify: {args.model} is a CLIP: give the labels to choose "
                          "from, --labels cat dog ...")
     probabilities = classify_image(model, args.image, args.labels, template=args.template)
-    names = args.labels if kind_of(model) == "image-text" else class_names(model)
+    names = args.labels if kind_of(model) is Kind.IMAGE_TEXT else class_names(model)
     for path, row in zip(args.image, probabilities.tolist()):
         order = sorted(range(len(row)), key=lambda i: -row[i])[:args.top_k]
         print(json.dumps({"image": path, "labels": [

@@ -27,7 +27,8 @@ from .derived import fixed_weights
 from .errors import FormatError, RecipeError
 from .files import read_json
 from .hardware import SHORT_CALL, threads_for_a_call
-from .kinds import kind_of
+from .kinds import Kind, kind_of
+from .record import record_of
 from .quantization import is_quantized
 
 MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
@@ -52,10 +53,10 @@ def pooling_of(model) -> Pooling:
     """The model's pooling: ``model.pooling`` (``zoo.build`` reads an imported folder's
     sentence-transformers files once, :func:`read_pooling`), else the mean, normalised,
     cut at the model's longest input."""
-    pooling = getattr(model, "pooling", None)
-    if pooling is not None:
-        return pooling
-    return Pooling(max_tokens=getattr(getattr(model, "settings", None), "max_len", None))
+    record = record_of(model)
+    if record.pooling is not None:
+        return record.pooling
+    return Pooling(max_tokens=getattr(record.settings, "max_len", None))
 
 
 def read_pooling(folder: Path, source: str, longest: int | None) -> Pooling:
@@ -143,7 +144,7 @@ def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int
     """One vector (N, d) for each of ``texts``, by ``model``'s own tokenizer and pooling
     (:func:`pooling_of`) unless given; in batches of ``batch_size`` texts of similar
     length."""
-    if kind_of(model) != "encoder":
+    if kind_of(model) is not Kind.ENCODER:
         raise RecipeError(f"a {type(model).__name__} does not embed texts: zoo.embed pools "
                           "the hidden states of an encoder (architecture encoder; a BERT "
                           "or sentence-transformers folder)")

@@ -26,6 +26,7 @@ from .artifact import tensor_bytes
 from .errors import ExportError, ZooError
 from .files import describe_os_error, folder_beside, is_write_failure
 from .format_base import as_format, default_vocabulary
+from .record import record_of
 from .registry import Component, registry
 
 __all__ = ["export", "formats", "ExportError", "default_vocabulary", "to_ctranslate2",
@@ -40,7 +41,8 @@ def formats() -> list[str]:
 
 def _writers(model: nn.Module, format: str) -> list[Component]:
     """The formats that write ``format``, an imported model's own first."""
-    own = model.imported.format if model.imported is not None else None
+    imported = record_of(model).imported
+    own = imported.format if imported is not None else None
     writers = [c for c in registry.qualified("format") if c.capabilities.target == format]
     return sorted(writers, key=lambda c: c.name != own)
 
@@ -118,7 +120,7 @@ def _written(folder: Path, model: nn.Module):
 def _describe(folder: Path, model: nn.Module, fmt: str, extra: dict) -> None:
     from .version import __version__
 
-    recipe = getattr(model, "recipe", None)
+    recipe = record_of(model).recipe
     info = {"format": fmt, "zoo": __version__,
             "recipe": recipe.model_dump(mode="json") if recipe is not None else None, **extra}
     (folder / "zoo-export.json").write_text(json.dumps(info, indent=2) + "\n")

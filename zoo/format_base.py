@@ -24,7 +24,8 @@ from torch import nn
 
 from .decoding.settings import plugin_rule_settings
 from .errors import ExportError, FormatError
-from .kinds import kind_of
+from .kinds import Kind, kind_of, said
+from .record import record_of
 from .quantization import is_quantized
 from .reranking import CONFIG_KEYS as SCORE_KEYS
 from .tied import weights_to_save
@@ -322,28 +323,29 @@ class Format:
         if is_quantized(model):
             raise ExportError("export the fp32 model: a transformers folder holds full "
                               "weights")
-        kind = kind_of(model)
+        record = record_of(model)
+        kind = record.kind
         generation = None
-        if kind in ("seq2seq", "language-model"):
+        if kind is not None and kind.generates:
             start, end = start_and_end(model, bos_id, eos_id)
-            generation = model.generation.model_dump(mode="json")
+            generation = record.generation.model_dump(mode="json")
             generation.update(start_id=start, eos_ids=[end] + [
                 i for i in generation.get("eos_ids", ()) if i != end])
-        elif kind not in ("encoder", "image-text"):
+        elif kind not in (Kind.ENCODER, Kind.IMAGE_TEXT):
             raise ExportError(f"--format transformers writes models that generate text, "
-                              f"encoders and CLIPs; this {type(model).__name__} ({kind or 'no'} "
-                              "kind) has no generation settings and is neither. Export it "
+                              f"encoders and CLIPs; this {type(model).__name__} ({said(kind)}) "
+                              "has no generation settings and is neither. Export it "
                               "with --format onnx.")
         from safetensors.torch import save_file
 
         state = {k: v.float() for k, v in weights_to_save(model).items()}
-        config, settings, weights = self.export(model.recipe.to_dict(), state, generation)
+        config, settings, weights = self.export(record.recipe.to_dict(), state, generation)
         (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         if settings is not None:
             (folder / "generation_config.json").write_text(json.dumps(settings, indent=2)
                                                            + "\n")
         save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        imported = model.imported
+        imported = record.imported
         copy_tokenizer_files(imported.folder if imported is not None else tokenizer, folder)
         auto = {"language-model": "AutoModelForCausalLM", "encoder": "AutoModel",
                 "image-text": "AutoModel"}.get(kind, "AutoModelForSeq2SeqLM")
@@ -398,7 +400,7 @@ def default_vocabulary(size: int) -> list[str]:
 def start_and_end(model: nn.Module, bos_id: int | None, eos_id: int | None) -> tuple[int, int]:
     """The decoder's start and end tokens: as given, else the model's own
     (``model.generation``), else zoo's tasks' (1 and 2)."""
-    g = getattr(model, "generation", None)
+    g = record_of(model).generation
     if bos_id is None:
         bos_id = g.start_id if g is not None else 1
     if eos_id is None:

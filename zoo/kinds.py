@@ -22,9 +22,43 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
 
-Kind = Literal["seq2seq", "language-model", "encoder", "image-classifier", "image-text"]
+
+class Kind(str, Enum):
+    """A kind of model, typed: what zoo dispatches on (``kind_of(model) is
+    Kind.SEQ2SEQ``). A ``str`` too, so an architecture declares it by its value
+    (``capabilities={"kind": "seq2seq"}``) and ``model.kind == "seq2seq"`` still
+    holds."""
+
+    SEQ2SEQ = "seq2seq"
+    LANGUAGE_MODEL = "language-model"
+    ENCODER = "encoder"
+    IMAGE_CLASSIFIER = "image-classifier"
+    IMAGE_TEXT = "image-text"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def generates(self) -> bool:
+        """Whether a model of this kind generates text (``zoo.generate``)."""
+        return self in (Kind.SEQ2SEQ, Kind.LANGUAGE_MODEL)
+
+    @property
+    def reads_text(self) -> bool:
+        """Whether a model of this kind reads token ids (its inputs are text)."""
+        return self is not Kind.IMAGE_CLASSIFIER
+
+
+def said(kind: Kind | None) -> str:
+    """``kind`` in a sentence: "a seq2seq model", "an encoder model", or "a model of
+    no kind zoo decodes" (a module ``zoo.build`` did not make)."""
+    if kind is None:
+        return ("a model of no kind zoo decodes (model.kind: zoo.build sets it from the "
+                "architecture)")
+    return f"a{'n' if kind.value[0] in 'aeiou' else ''} {kind.value} model"
 
 
 @runtime_checkable
@@ -89,39 +123,47 @@ class ImageText(Protocol):
         """(B, L) ids -> True at padding, or None."""
 
 
-PROTOCOLS: dict[str, type] = {"seq2seq": Seq2SeqModel, "language-model": LanguageModel,
-                              "encoder": Encoder, "image-classifier": ImageClassifier,
-                              "image-text": ImageText}
+PROTOCOLS: dict[Kind, type] = {Kind.SEQ2SEQ: Seq2SeqModel, Kind.LANGUAGE_MODEL: LanguageModel,
+                               Kind.ENCODER: Encoder, Kind.IMAGE_CLASSIFIER: ImageClassifier,
+                               Kind.IMAGE_TEXT: ImageText}
 """Each kind's protocol."""
 
 
-def missing_methods(cls: type, kind: str) -> list[str]:
+def as_kind(value: Any) -> Kind | None:
+    """``value`` (a :class:`Kind` or its string) as a Kind, or None where it is none."""
+    try:
+        return Kind(value)
+    except ValueError:
+        return None
+
+
+def missing_methods(cls: type, kind: Kind) -> list[str]:
     """The methods of ``kind``'s protocol that ``cls`` does not define."""
     wanted = [name for name, value in vars(PROTOCOLS[kind]).items()
               if callable(value) and not name.startswith("_") or name == "forward"]
     return [name for name in wanted if not callable(getattr(cls, name, None))]
 
 
-def inferred_kind(cls: type, inputs: str, outputs: str, name: str) -> str | None:
+def inferred_kind(cls: type, inputs: str, outputs: str, name: str) -> Kind | None:
     """The kind of an architecture that declares none (one registered before kinds were
     declared), from what it reads and gives and what its class defines, with a
     DeprecationWarning asking its plugin to declare it; None where no kind fits (a
     classifier of texts, say: zoo builds and trains it, and decodes, embeds and exports
     nothing of it)."""
     if inputs == "images" and outputs == "classes":
-        kind = "image-classifier"
+        kind = Kind.IMAGE_CLASSIFIER
     elif inputs == "tokens" and outputs == "vectors":
-        kind = "encoder"
+        kind = Kind.ENCODER
     elif inputs == outputs == "tokens":
-        kind = next((k for k in ("seq2seq", "language-model")
+        kind = next((k for k in (Kind.SEQ2SEQ, Kind.LANGUAGE_MODEL)
                      if not missing_methods(cls, k)), None)
     else:
         kind = None
     if kind is None:
         return None
-    warnings.warn(f"architecture {name!r} declares no kind; zoo takes it for {kind!r}. "
+    warnings.warn(f"architecture {name!r} declares no kind; zoo takes it for {kind.value!r}. "
                   f"Declare it among its capabilities: capabilities={{..., 'kind': "
-                  f"{kind!r}}} (docs/contract/architecture.md)", DeprecationWarning,
+                  f"{kind.value!r}}} (docs/contract/architecture.md)", DeprecationWarning,
                   stacklevel=3)
     return kind
 
@@ -157,8 +199,8 @@ class StaticDecoding(Protocol):
         """One decoding call's steps in fixed buffers, or None (the general path)."""
 
 
-def kind_of(model: Any) -> str | None:
-    """The kind ``model`` was built as (``model.kind``, stamped by ``zoo.build``), or None
-    for a module zoo did not build, or whose architecture is of none of the kinds."""
-    kind = getattr(model, "kind", None)
-    return kind if kind in PROTOCOLS else None
+def kind_of(model: Any) -> Kind | None:
+    """The kind ``model`` was built as (its record's ``kind``, stamped by ``zoo.build``:
+    :func:`zoo.record.record_of`), or None for a module zoo did not build, or whose
+    architecture is of none of the kinds."""
+    return as_kind(getattr(model, "kind", None))

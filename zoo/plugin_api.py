@@ -79,14 +79,15 @@ from .hardware import CPU
 from .hardware import detect as detect_hardware
 from .hookspecs import hookimpl
 from .layer_flow import DataFlow, flow_of
-from .kinds import (Encoder, ImageClassifier, ImageText, LanguageModel, Refusal, Seq2SeqModel,
-                    StaticDecoding, kind_of)
+from .kinds import (Encoder, ImageClassifier, ImageText, Kind, LanguageModel, Refusal,
+                    Seq2SeqModel, StaticDecoding, kind_of)
 from .native import PRODUCTS as NATIVE_PRODUCTS
 from .native import NativeLibrary
 from .native import available as native_available
 from .ops import (Dropout, DropPath, Linear, drop_path, dropout, layer_dropped, plain_linears,
                   rms_norm)
 from .quantization import QuantizedLinear, is_quantized
+from .record import ModelRecord, record_of, update_record
 from .resolver import filled
 from .task import Task, TaskDataError, missing_debian_package
 
@@ -105,7 +106,7 @@ __all__ = [
     "NativeLibrary", "NATIVE_PRODUCTS", "detect_hardware", "CPU",
     # architectures, and the kinds of model they build
     "Slot", "Seq2SeqModel", "LanguageModel", "Encoder", "ImageClassifier", "ImageText", "kind_of",
-    "StaticDecoding", "Refusal", "DataFlow", "flow_of",
+    "Kind", "ModelRecord", "record_of", "update_record", "StaticDecoding", "Refusal", "DataFlow", "flow_of",
     # decoding
     "generate", "stream", "translate", "complete", "stream_text", "GenerationSettings",
     "filter_logits", "length_penalty", "Rule", "Span",

@@ -22,7 +22,8 @@ import torch
 from .decoding.text import as_texts, count_of, own_tokenizer
 from .embedding import by_length, on_device
 from .errors import FormatError, RecipeError
-from .kinds import kind_of
+from .kinds import Kind, kind_of
+from .record import record_of
 
 Activation = Literal["sigmoid", "identity", "tanh"]
 ACTIVATIONS: dict[str, Activation] = {
@@ -62,8 +63,8 @@ def read_activation(config: dict[str, Any], labels: int, source: str) -> Activat
 def activation_of(model) -> Activation:
     """The activation ``model``'s scores go through: ``model.score_activation`` (read from
     an imported folder), else sentence-transformers' default for its labels."""
-    chosen = getattr(model, "score_activation", None)
-    return chosen or default_activation(model.settings.num_labels)
+    record = record_of(model)
+    return record.score_activation or default_activation(record.settings.num_labels)
 
 
 def _activate(logits: torch.Tensor, activation: Activation) -> torch.Tensor:
@@ -79,7 +80,8 @@ def rerank(model, query: str, documents: Sequence[str], *, tokenizer: Any = None
     :func:`activation_of`) over the head's logits. ``model`` is an encoder with a
     classification head (a cross-encoder folder: ``BertForSequenceClassification``,
     ``XLMRobertaForSequenceClassification``, ...)."""
-    if kind_of(model) != "encoder" or getattr(model.settings, "head", None) != "classification":
+    record = record_of(model)
+    if record.kind is not Kind.ENCODER or getattr(record.settings, "head", None) != "classification":
         raise RecipeError(f"a {type(model).__name__} does not rerank: zoo.rerank reads a "
                           "cross-encoder, an encoder with a classification head (a "
                           "...ForSequenceClassification folder such as ms-marco-MiniLM-L6-v2)")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ._text import did_you_mean, quoted
 from .errors import CapabilityError, MissingPluginError, PluginError, RecipeError
 from .families import Slot
-from .kinds import inferred_kind, missing_methods
+from .kinds import Kind, as_kind, inferred_kind, missing_methods, said
 from .recipe import ComponentRef, Recipe, check_data, missing_requirements
 from .registry import Component, describe_validation_error, registry
 
@@ -40,7 +40,7 @@ class Resolved:
     architecture: Component
     settings: BaseModel
     parts: dict[str, Part]
-    kind: str | None = None
+    kind: Kind | None = None
     """What kind of model it builds (:mod:`zoo.kinds`), declared by the architecture;
     None for none of zoo's kinds."""
     variants: dict[str, "Resolved"] = field(default_factory=dict)
@@ -293,17 +293,17 @@ def _variants(recipe: Recipe, slots: dict[str, Slot], settings: BaseModel,
     return out
 
 
-def kind_of_architecture(arch: Component) -> str | None:
+def kind_of_architecture(arch: Component) -> Kind | None:
     """The kind ``arch`` declares (inferred, with a warning, where an older plugin
     declares none; None where none fits), its class checked against the kind's
     protocol."""
     caps, cls = arch.capabilities, arch.load()
-    kind = caps.kind or inferred_kind(cls, caps.inputs, caps.outputs, arch.name)
+    kind = as_kind(caps.kind) or inferred_kind(cls, caps.inputs, caps.outputs, arch.name)
     missing = missing_methods(cls, kind) if kind else []
     if missing:
         raise PluginError(f"architecture {arch.name!r} (plugin {arch.plugin!r}) declares kind "
-                          f"{kind!r}, but its class {cls.__name__} defines no "
-                          f"{', '.join(missing)}: a {kind} model has "
+                          f"{kind.value!r}, but its class {cls.__name__} defines no "
+                          f"{', '.join(missing)}: {said(kind)} has "
                           f"{', '.join(missing_methods(object, kind))} "
                           "(docs/contract/architecture.md).")
     return kind

@@ -18,6 +18,7 @@ from .card import model_card
 from .errors import ArtifactError
 from .quantization import is_quantized
 from .recipe import Recipe
+from .record import record_of
 from .registry import registry
 from .resolver import resolve
 from .training import runs
@@ -74,7 +75,7 @@ def save_pretrained(
     >>> sorted(p.name for p in out.iterdir())
     ['README.md', 'config.json', 'model.safetensors']
     """
-    recipe = getattr(model, "recipe", None)
+    recipe = record_of(model).recipe
     if not isinstance(recipe, Recipe):
         raise ArtifactError(
             f"save_pretrained saves models built by zoo.build (they carry their recipe as "
@@ -94,7 +95,7 @@ def save_pretrained(
             raise ArtifactError(f"{run} is not a run folder (no {runs.TRAIN_RECIPE}).")
         train, results = folder_of_run.train_recipe(), folder_of_run.results()
         extra = folder_of_run.published_files()
-    generation = getattr(model, "generation", None)
+    generation = record_of(model).generation
     origins = provenance(recipe)
     config = artifact.artifact_config(
         qualified_where_shared(recipe, origins), origins,

@@ -26,8 +26,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.plugin_api import (ExportError, Format, ZooError, default_vocabulary, is_quantized,
-                            kind_of, refuse_options, start_and_end)
+from zoo.plugin_api import (ExportError, Format, Kind, ZooError, default_vocabulary,
+                            is_quantized, kind_of, record_of, refuse_options,
+                            start_and_end)
 
 CT2_COMPONENTS = {
     "attention": ("vanilla",),
@@ -44,7 +45,7 @@ CT2_COMPONENTS = {
 
 def ctranslate2_problems(model: nn.Module) -> list[str]:
     """Why CTranslate2 cannot run ``model``, one line per reason (empty: it can)."""
-    recipe = getattr(model, "recipe", None)
+    recipe = record_of(model).recipe
     if recipe is None:
         return ["the model has no recipe (build it with zoo.build)"]
     if recipe.architecture.name != "seq2seq":
@@ -213,7 +214,7 @@ class CTranslate2Writer(Format):
             raise ExportError(f"--format ctranslate2 needs the ctranslate2 package ({exc}); "
                               "pip install 'zoo-transformers[export]'") from None
         _refuse_quantized(model)
-        if kind_of(model) in ("language-model", "encoder"):
+        if kind_of(model) in (Kind.LANGUAGE_MODEL, Kind.ENCODER):
             return _converted(model, folder, export, quantization=quantization,
                               vocabulary=vocabulary, bos_id=bos_id, eos_id=eos_id,
                               unk_id=unk_id)
@@ -302,7 +303,7 @@ def _converted(model: nn.Module, folder: Path, export: Callable[..., Path], *,
     tokens = list(vocabulary) if vocabulary is not None else (named or default_vocabulary(size))
     _checked_vocabulary(tokens, size)
     start, end = start_and_end(model, bos_id, eos_id)
-    encoder = kind_of(model) == "encoder"
+    encoder = kind_of(model) is Kind.ENCODER
     if encoder and named is not None:  # the folder's tokenizer names the ids
         unk_id = getattr(model.imported.tokenizer(), "unk_token_id", unk_id)  # BERT's: 100
     unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < size else ""

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.plugin_api import ExportError, Format, is_quantized, kind_of, plain_linears, refuse_options
+from zoo.plugin_api import (ExportError, Format, Kind, is_quantized, kind_of, plain_linears,
+                            refuse_options)
 
 class _Encoder(nn.Module):
     def __init__(self, model: nn.Module) -> None:
@@ -226,6 +227,6 @@ class OnnxWriter(Format):
         model = model.eval()
         calls = WRITERS[kind](model, folder, opset)
         info = {"opset": opset, "files": calls, "load": "onnxruntime.InferenceSession(FILE)"}
-        if kind == "image-text":  # what turns the towers' cosines into logits
+        if kind is Kind.IMAGE_TEXT:  # what turns the towers' cosines into logits
             info["logit_scale"] = float(model.logit_scale.detach().exp())
         return info

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from zoo.plugin_api import kind_of
+from zoo.plugin_api import Kind, kind_of
 
 from ._pretrained import FOLDER, PretrainedTokenizer
 from ._seq2seq import batches_of, pad_batch
@@ -118,7 +118,7 @@ class EnglishLanguageModel:
         """Fine-tune ``model`` (a language model imported from a transformers folder): its
         own tokenizer and start, end and pad ids replace the task's BPE, and are saved in
         the run folder with its generation settings."""
-        if kind_of(model) != "language-model":
+        if kind_of(model) is not Kind.LANGUAGE_MODEL:
             raise ValueError("lm-english fine-tunes a language model (a decoder: GPT-2, "
                              f"Llama, ...); {getattr(model.recipe, 'name', 'this model')} "
                              "is not one")

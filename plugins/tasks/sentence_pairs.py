@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from zoo.plugin_api import TaskDataError, cosine, embed, kind_of, pool, pooling_of
+from zoo.plugin_api import Kind, TaskDataError, cosine, embed, kind_of, pool, pooling_of
 
 from ._seq2seq import batches_of, pad_batch
 from .translate import DATA, sentence_pairs
@@ -80,7 +80,7 @@ class SentencePairs:
     def use_pretrained(self, model) -> None:
         """Fine-tune ``model``, an encoder imported with its tokenizer: its tokenizer and
         pooling are the task's, and the tokenizer is kept in the run folder."""
-        if kind_of(model) != "encoder" or model.imported is None:
+        if kind_of(model) is not Kind.ENCODER or model.imported is None:
             raise ValueError("pairs-de-en fine-tunes an encoder imported with its tokenizer "
                              "(a BERT or sentence-transformers folder)")
         self.tokenizer = model.imported.tokenizer()

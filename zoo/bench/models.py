@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kinds import kind_of
+from ..kinds import Kind, kind_of
 from . import peers
 from .harness import Case, count_flops, step_bytes, weights_held
 
@@ -120,7 +120,7 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     else:
         built = zoo.build(recipe, vocab_size=vocab, device=device, **overrides).eval()
     model = built
-    if kind_of(model) == "language-model":  # its own peers and modes
+    if kind_of(model) is Kind.LANGUAGE_MODEL:  # its own peers and modes
         from .language_models import MODES, generate_cases
 
         lm_impls = ["zoo", *(["transformers"] if {"transformers", "marian"} & set(impls)

@@ -28,7 +28,8 @@ from ..deprecations import warn_deprecated
 from ..derived import fixed_weights
 from ..errors import RecipeError
 from ..hardware import threads_for_a_call
-from ..kinds import kind_of
+from ..kinds import Kind, kind_of, said
+from ..record import record_of
 from .budget import check_decoding_memory, check_positions
 from .rules import Rules, check_vocabulary, filter_logits
 from .search import beam_search as search_beams
@@ -75,19 +76,19 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
     changes = _renamed(changes)
     if "max_length" in changes and "max_new_tokens" not in changes:
         changes["max_new_tokens"] = None  # a call's own max_length means it
-    base = settings if settings is not None else getattr(model, "generation", None)
+    record = record_of(model)
+    base = settings if settings is not None else record.generation
     if base is None:
         name = type(model).__name__
-        if kind_of(model) not in GENERATES:
+        if record.kind is None or not record.kind.generates:
             raise RecipeError(f"a {name} does not generate text: zoo decodes "
-                              f"{' and '.join(GENERATES)} models, and this one is "
-                              f"{_kind_said(model)}.")
+                              f"{GENERATES} models, and this one is {said(record.kind)}.")
         missing = [k for k in ("start_id", "eos_ids") if k not in changes]
         if missing:
             raise RecipeError(f"this {name} carries no generation settings "
                               f"(model.generation); give {' and '.join(missing)} (or "
                               "settings=GenerationSettings(...)).")
-        pad = getattr(model, "pad_id", None)
+        pad = record.pad_id
         base = {"pad_id": pad if pad is not None else tuple(changes["eos_ids"])[0]}
         return fits_vocabulary(model, parse_settings({**base, **changes},
                                                      "generation settings"))
@@ -95,14 +96,8 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
                                                 changes))
 
 
-GENERATES = ("seq2seq", "language-model")
-"""The kinds of model (:mod:`zoo.kinds`) that generate text."""
-
-
-def _kind_said(model) -> str:
-    kind = kind_of(model)
-    return f"a{'n' if kind and kind[0] in 'aeiou' else ''} {kind} model" if kind else (
-        "of no kind zoo decodes (model.kind: zoo.build sets it from the architecture)")
+GENERATES = " and ".join(kind.value for kind in Kind if kind.generates)
+"""The kinds of model (:mod:`zoo.kinds`) that generate text, said."""
 
 
 def fits_vocabulary(model, settings: GenerationSettings) -> GenerationSettings:
@@ -110,7 +105,7 @@ def fits_vocabulary(model, settings: GenerationSettings) -> GenerationSettings:
     vocabulary: checked when a model is read and before decoding starts (a model whose
     settings do not say its ``vocab_size`` is checked at the first step, by its
     logits)."""
-    size = getattr(getattr(model, "settings", None), "vocab_size", None)
+    size = getattr(record_of(model).settings, "vocab_size", None)
     if isinstance(size, int):
         check_vocabulary(settings, size)
     return settings
@@ -119,7 +114,7 @@ def fits_vocabulary(model, settings: GenerationSettings) -> GenerationSettings:
 def input_vocabulary(model) -> int | None:
     """The number of token ids ``model`` reads (its source vocabulary where it has one of
     its own), or None where its settings do not say."""
-    settings = getattr(model, "settings", None)
+    settings = record_of(model).settings
     size = getattr(settings, "src_vocab_size", None) or getattr(settings, "vocab_size", None)
     return size if isinstance(size, int) else None
 
@@ -153,7 +148,7 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
     _check_source_ids(model, src)
     beams = settings.num_beams
     kind = kind_of(model)
-    if kind == "language-model":
+    if kind is Kind.LANGUAGE_MODEL:
         if src.dim() != 2 or src.shape[1] == 0:
             raise RecipeError(f"a prompt is (batch, length) token ids, at least one token "
                               f"each; got a tensor of shape {tuple(src.shape)}")
@@ -182,10 +177,9 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
     if padding_mask is not None:
         raise RecipeError("padding_mask is for a decoder-only model's prompts; an "
                           "encoder-decoder model reads its sources' padding from pad_id")
-    if kind != "seq2seq":
+    if kind is not Kind.SEQ2SEQ:
         raise RecipeError(f"a {type(model).__name__} cannot be decoded: zoo's decoding "
-                          f"serves {' and '.join(GENERATES)} models, and this one is "
-                          f"{_kind_said(model)}.")
+                          f"serves {GENERATES} models, and this one is {said(kind)}.")
     rules = Rules(settings, start=1, source=src.shape[1])
     check_positions(model, 1, rules.max_length, source=src.shape[1])
     check_decoding_memory(model, src.shape[0], src.shape[1], settings, rules.max_length,

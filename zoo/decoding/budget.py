@@ -13,7 +13,8 @@ from __future__ import annotations
 from .._text import format_bytes
 from ..errors import MemoryBudgetError, RecipeError
 from ..hardware import memory_available
-from ..kinds import kind_of
+from ..kinds import Kind, kind_of
+from ..record import record_of
 from .settings import GenerationSettings
 
 LOGIT_COPIES = 8
@@ -34,7 +35,7 @@ def check_positions(model, start: int, length: int, *, source: int | None = None
     given: the prompt, or the start token) and sources of ``source`` tokens past the
     positions ``model`` reads (``model.max_positions``, a learned table's rows): past
     them the position table has no row, which the first step past it would find."""
-    limit = getattr(model, "max_positions", None)
+    limit = record_of(model).max_positions
     if not isinstance(limit, int):
         return
     if source is not None and source > limit:
@@ -63,7 +64,7 @@ def decoding_bytes(model, sources: int, source_len: int, beams: int, length: int
     """About how many bytes decoding ``sources`` rows (``source_len`` tokens each) into
     sequences of ``length`` tokens with ``beams`` beams holds; None for a model whose
     sizes zoo cannot read (an architecture of a plugin's own)."""
-    s = getattr(model, "settings", None)
+    s = record_of(model).settings
     d, vocab = getattr(s, "d_model", None), getattr(s, "vocab_size", None)
     layers = getattr(s, "decoder_layers", None) or getattr(s, "layers", None)
     if not all(isinstance(v, int) for v in (d, vocab, layers)):
@@ -72,7 +73,7 @@ def decoding_bytes(model, sources: int, source_len: int, beams: int, length: int
     item = weight.element_size() if weight is not None else 4
     rows = sources * beams
     cache = CACHE_COPIES * rows * length * layers * 2 * d * item
-    if kind_of(model) == "seq2seq":  # cross-attention: once per source
+    if kind_of(model) is Kind.SEQ2SEQ:  # cross-attention: once per source
         cache += sources * source_len * layers * 2 * d * item
     kept = rows * length * (8 + 4)  # each row's tokens and scores, step by step
     return int(MARGIN * (cache + kept + rows * vocab * 4 * LOGIT_COPIES))

@@ -20,7 +20,7 @@ import torch
 
 from .._text import short_repr
 from ..errors import RecipeError
-from ..kinds import kind_of
+from ..kinds import Kind, kind_of
 from . import settings_for
 from .text import complete_rows, model_tokenizer, stream_rows, text_rows
 
@@ -53,7 +53,7 @@ def chat_tokenizer(model, tokenizer: Any = None) -> Any:
     """``tokenizer``, else the model's own, ready for prompts; one RecipeError for a model
     that is no language model or a tokenizer with no chat template."""
     kind = kind_of(model)
-    if kind != "language-model":
+    if kind is not Kind.LANGUAGE_MODEL:
         raise RecipeError(f"a {type(model).__name__} does not chat: zoo.chat decodes a "
                           f"language model, and this one is a {kind or 'model of no kind'} "
                           "model")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..kinds import StaticDecoding
+from ..record import record_of
 
 
 def _repeat(x: torch.Tensor | None, times: int) -> torch.Tensor | None:
@@ -41,7 +42,7 @@ class Seq2SeqSteps:
         mask = model.padding_mask(src)
         memory = model.encode(src, mask)
         # a model whose attention cannot decode with a cache re-runs over the prefix
-        use_cache = use_cache and getattr(model, "decodes_incrementally", True)
+        use_cache = use_cache and record_of(model).decodes_incrementally
         self.static = model.static_decoder(memory, mask, groups=beams, length=steps) \
             if use_cache and steps and isinstance(model, StaticDecoding) else None
         self.cache = model.init_cache() if use_cache and self.static is None else None
@@ -91,7 +92,7 @@ class PromptSteps:
     def __init__(self, model, prompt: torch.Tensor, padding_mask: torch.Tensor | None, *,
                  use_cache: bool = True, beams: int = 1, steps: int | None = None) -> None:
         self.model, self.beams = model, beams
-        use_cache = use_cache and getattr(model, "decodes_incrementally", True)
+        use_cache = use_cache and record_of(model).decodes_incrementally
         self.cache = model.init_cache() if use_cache else None
         self.steps = steps
         self.static = None

@@ -22,7 +22,8 @@ import torch
 
 from .._text import short_repr
 from ..errors import FormatError, RecipeError
-from ..kinds import kind_of
+from ..kinds import Kind, kind_of
+from ..record import record_of
 from . import generate, id_outside, input_vocabulary, settings_for, stream
 
 PARTIAL = "\ufffd"
@@ -33,7 +34,7 @@ def own_tokenizer(model, tokenizer: Any = None) -> Any:
     """``tokenizer``, else the one the model carries (``model.tokenizer``); one RecipeError
     for a model that carries none."""
     if tokenizer is None:
-        tokenizer = getattr(model, "tokenizer", None)
+        tokenizer = record_of(model).tokenizer
     if tokenizer is None:
         raise RecipeError(f"this {type(model).__name__} carries no tokenizer (model.tokenizer "
                           "is None): it was built from a recipe, or saved without its run's "
@@ -109,7 +110,7 @@ def translate(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size:
     generation settings, with ``changes``: ``num_beams=1``, ``max_new_tokens=64``, ...),
     ``batch_size`` sources at a time; the new tokens as text, special tokens left out."""
     texts = as_texts(texts)
-    if kind_of(model) != "seq2seq":
+    if kind_of(model) is not Kind.SEQ2SEQ:
         raise RecipeError(f"a {type(model).__name__} does not translate: zoo.translate "
                           f"decodes sequence-to-sequence models, and this one is a "
                           f"{kind_of(model) or 'model of no kind'} model (zoo.complete "

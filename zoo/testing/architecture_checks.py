@@ -12,7 +12,8 @@ import torch
 
 from ..builder import build
 from ..decoding import generate
-from ..kinds import kind_of, missing_methods
+from ..kinds import Kind, kind_of, missing_methods
+from ..record import record_of
 from ..recipe import Recipe
 from ..registry import registry
 from .contract import Failed, Seed, Skip, check, close, shape
@@ -49,14 +50,14 @@ def _model(component, settings):
 
 
 def _tokens(model, rows: int, length: int) -> torch.Tensor:
-    vocab = getattr(getattr(model, "settings", None), "vocab_size", VOCAB)
+    vocab = getattr(record_of(model).settings, "vocab_size", VOCAB)
     if vocab < VOCAB:
         raise Skip(f"a vocabulary of {vocab} tokens: the kit feeds ids up to {VOCAB - 1}")
     return torch.randint(3, VOCAB, (rows, length), generator=torch.Generator().manual_seed(1))
 
 
 def _images(model, rows: int) -> torch.Tensor:
-    s = getattr(model, "settings", None)
+    s = record_of(model).settings
     s = getattr(s, "vision", s)  # an image-text model's image tower
     size, chans = getattr(s, "image_size", None), getattr(s, "in_chans", 3)
     if size is None:
@@ -66,9 +67,9 @@ def _images(model, rows: int) -> torch.Tensor:
 
 def _outputs(model, kind: str, inputs: torch.Tensor) -> torch.Tensor:
     """What the kind computes from ``inputs`` (rows first)."""
-    if kind == "seq2seq":
+    if kind is Kind.SEQ2SEQ:
         return model(inputs, inputs[:, :4])
-    if kind == "encoder":
+    if kind is Kind.ENCODER:
         return model.hidden_states(inputs)
     return model(inputs)
 
@@ -87,10 +88,10 @@ def _architecture_kind(component, settings):
     model = _model(component, settings)
     if kind_of(model) != kind:
         raise Failed(f"the built model's kind is {kind_of(model)!r}, not {kind!r}")
-    if kind == "image-text":  # each tower's vectors
+    if kind is Kind.IMAGE_TEXT:  # each tower's vectors
         cases = [("image_features", _images(model, 3)), ("text_features", _tokens(model, 3, 6))]
     else:
-        inputs = _images(model, 3) if kind == "image-classifier" else _tokens(model, 3, 6)
+        inputs = _images(model, 3) if kind is Kind.IMAGE_CLASSIFIER else _tokens(model, 3, 6)
         cases = [(None, inputs)]
     for method, inputs in cases:
         with torch.no_grad():
@@ -107,7 +108,7 @@ def _architecture_kind(component, settings):
 def _architecture_decodes(component, settings):
     """A model that generates (``seq2seq``, ``language-model``) decodes the same tokens
     with its cache as without it, greedy and with 3 beams (``zoo.generate``)."""
-    if component.capabilities.kind not in ("seq2seq", "language-model"):
+    if component.capabilities.kind not in (Kind.SEQ2SEQ, Kind.LANGUAGE_MODEL):
         raise Skip("generates no text")
     model = _model(component, settings)
     prompts = _tokens(model, 2, 5)
@@ -124,11 +125,11 @@ def _architecture_decodes(component, settings):
 def _architecture_pads(component, settings):
     """An encoder's hidden states at a row's real positions do not change when the row is
     padded on the right (its padding mask given)."""
-    if component.capabilities.kind != "encoder":
+    if component.capabilities.kind is not Kind.ENCODER:
         raise Skip("no encoder")
     model = _model(component, settings)
     tokens = _tokens(model, 1, 5)
-    pad = getattr(getattr(model, "settings", None), "pad_id", 0) or 0
+    pad = record_of(model).pad_id or 0
     padded = torch.cat([tokens, torch.full((1, 3), pad)], dim=1)
     mask = torch.zeros_like(padded, dtype=torch.bool)
     mask[:, 5:] = True

@@ -16,7 +16,7 @@ import torch
 
 from ..builder import build
 from ..format_base import as_format
-from ..kinds import kind_of
+from ..kinds import Kind, kind_of
 from ..recipe import Recipe
 from .contract import Failed, Seed, Skip, check, close
 
@@ -54,11 +54,11 @@ def _images(model) -> torch.Tensor:
 def _run(model, tokens: torch.Tensor) -> torch.Tensor:
     kind = kind_of(model)
     with torch.no_grad():
-        if kind == "seq2seq":
+        if kind is Kind.SEQ2SEQ:
             return model(tokens, tokens[:, :4])
-        if kind == "encoder":
+        if kind is Kind.ENCODER:
             return model.hidden_states(tokens)
-        if kind == "image-text":  # each tower's vectors in the shared space
+        if kind is Kind.IMAGE_TEXT:  # each tower's vectors in the shared space
             return torch.cat([model.text_features(tokens), model.image_features(_images(model))])
         return model(tokens)
 
@@ -70,16 +70,16 @@ def _transformers(folder: Path, kind: str, tokens: torch.Tensor) -> torch.Tensor
         return None
     reference = getattr(transformers, AUTO[kind]).from_pretrained(folder).eval()
     with torch.no_grad():
-        if kind == "image-text":
+        if kind is Kind.IMAGE_TEXT:
             images = _images(build(f"local-dir:{folder}", pretrained=False))
             text = reference.get_text_features(input_ids=tokens)
             image = reference.get_image_features(pixel_values=images)
             return torch.cat([getattr(text, "pooler_output", text),
                               getattr(image, "pooler_output", image)])
-        if kind == "seq2seq":
+        if kind is Kind.SEQ2SEQ:
             return reference(input_ids=tokens, decoder_input_ids=tokens[:, :4]).logits
         out = reference(input_ids=tokens)
-        return out.last_hidden_state if kind == "encoder" else out.logits
+        return out.last_hidden_state if kind is Kind.ENCODER else out.logits
 
 
 @check("format", "target")

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError, RecipeError, TrainingError
+from ..record import record_of
 from . import schedules
 from .checkpoint import (
     average_checkpoints,
@@ -297,7 +298,7 @@ class Trainer:
         # or model that fails to build, changes nothing on disk
         if dist.main:
             run.write_train_recipe(recipe)
-            run.write_model_recipe(model.recipe)
+            run.write_model_recipe(record_of(model).recipe)
         dist.barrier()
         return trainer
 
@@ -333,7 +334,7 @@ class Trainer:
                 self.forward_model = torch.nn.parallel.DistributedDataParallel(
                     self.model,
                     device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                    find_unused_parameters=bool(getattr(self.model, "drops_layers", False)))
+                    find_unused_parameters=record_of(self.model).drops_layers)
         if self.recipe.compile:
             self.forward_model = torch.compile(self.forward_model)
         if self.recipe.precision == "fp16":

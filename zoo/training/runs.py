@@ -25,6 +25,7 @@ from ..hardware import memory_available
 from ..files import atomic_write, atomic_write_text
 from ..recipe import Recipe, dump_recipe, load_recipe
 from ..registry import registry
+from ..record import record_of, update_record
 from ..task import Task, check_task
 from .checkpoint import WEIGHTS_NAME, latest_checkpoint
 from .config import TrainRecipe, load_train_recipe, save_train_recipe
@@ -201,11 +202,11 @@ def adopt_task_text(model: Any, task: Any) -> Any:
     task and model that generate; reading and writing text by the task's tokenizer
     (``task.text_tokenizer()``, as ``model.tokenizer``), for a task that reads text."""
     settings = getattr(task, "generation", None)
-    if callable(settings) and getattr(model, "generation", None) is not None:
-        model.generation = settings_for(model, **settings())
+    if callable(settings) and record_of(model).generation is not None:
+        update_record(model, generation=settings_for(model, **settings()))
     text = getattr(task, "text_tokenizer", None)
     if callable(text):
-        model.tokenizer = text()
+        update_record(model, tokenizer=text())
     return model
 
 
