@@ -439,12 +439,13 @@ def test_nothing_probes_a_model_or_compares_its_kind_as_a_string():
     Kind: no getattr(model, "field", ...) of a record field, no kind == "seq2seq"."""
     import re
 
+    from zoo.kinds import Kind
     from zoo.record import FIELDS
 
     root = Path(zoo.__file__).parent.parent
     probe = re.compile(r"getattr\((?:model|self\.model|m|zoo_model), \"(%s)\"" % "|".join(FIELDS))
     string_kind = re.compile(r"kind(?:_of\(\w+\))? *(?:==|!=|in|not in) *\(?\"(?:%s)\"" % "|".join(
-        k.value for k in zoo.plugin_api.Kind))
+        k.value for k in Kind))
     found = [f"{path.relative_to(root)}:{n}: {line.strip()}"
              for folder in ("zoo", "plugins") for path in (root / folder).rglob("*.py")
              if path.name not in ("record.py", "kinds.py")
