@@ -698,3 +698,23 @@ def test_decoding_with_an_id_past_the_vocabulary_is_refused_by_name(marian_folde
     with pytest.raises(zoo.RecipeError, match=r"token ids \[99999\], past the model's "
                                               "vocabulary"):
         zoo.generate(model, torch.tensor([[5, 6, 7]]), eos_ids=(99999,))
+
+
+def test_the_plugin_api_reads_and_writes_a_language_models_generation_settings():
+    """A decoder-only folder read as transformers reads it (no bos: starts with its end
+    token; no length: 20 new tokens after the prompt), and written with bos_token_id,
+    the key transformers' own GPT-2 and Llama folders carry, read back the same."""
+    from transformers import GenerationConfig
+
+    from zoo.plugin_api import generation_json, generation_settings
+
+    read = generation_settings({"eos_token_id": 7}, {}, "gpt-neox", decoder_only=True)
+    assert (read["start_id"], read["eos_ids"], read["max_new_tokens"]) == (7, [7], 20)
+    seq2seq = generation_settings({"eos_token_id": 7, "decoder_start_token_id": 0}, {}, "bart")
+    assert seq2seq["max_length"] == 21 and seq2seq["max_new_tokens"] is None
+    written = generation_json(read, decoder_only=True)
+    assert written["bos_token_id"] == 7 and "decoder_start_token_id" not in written
+    assert GenerationConfig(**written).bos_token_id == 7  # transformers reads it so
+    again = generation_settings({}, written, "gpt-neox", decoder_only=True)
+    assert {k: again[k] for k in ("start_id", "eos_ids", "pad_id", "max_new_tokens")} == {
+        k: read[k] for k in ("start_id", "eos_ids", "pad_id", "max_new_tokens")}

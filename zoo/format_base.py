@@ -137,9 +137,17 @@ TOP_K = 50
 
 
 def generation_settings(config: dict[str, Any], generation: dict[str, Any],
-                        family: str) -> dict[str, Any]:
+                        family: str, *, decoder_only: bool = False) -> dict[str, Any]:
     """``generation`` (generation_config.json; empty: the keys of ``config``) as zoo's
-    generation settings; a setting zoo's decoding cannot follow is refused by name."""
+    generation settings; a setting zoo's decoding cannot follow is refused by name.
+
+    ``decoder_only=True`` reads a language model's folder as transformers does: a model
+    with no start token of its own (no ``bos_token_id``) starts and pads with its end
+    token, and where the files name no length (neither ``max_length`` nor
+    ``max_new_tokens``) it makes 20 new tokens after the prompt (a seq2seq folder's
+    default is ``max_length=21``: 20 tokens after the start token)."""
+    if decoder_only:
+        return _decoder_only_settings(config, generation, family)
     plugins = plugin_rule_settings()
     source = generation or {k: v for k, v in config.items()
                             if k in READ or k in DEFAULTS or k in plugins}
@@ -192,11 +200,32 @@ def generation_settings(config: dict[str, Any], generation: dict[str, Any],
     }
 
 
-def generation_json(settings: dict[str, Any]) -> dict[str, Any]:
+DEFAULT_NEW_TOKENS = 20
+"""What transformers makes when a language model's files name no length: 20 new tokens
+after the prompt."""
+
+
+def _decoder_only_settings(config: dict[str, Any], generation: dict[str, Any],
+                           family: str) -> dict[str, Any]:
+    source = generation or config
+    if source.get("decoder_start_token_id") is None and source.get("bos_token_id") is None:
+        eos = source.get("eos_token_id")
+        source = {**source, "bos_token_id": eos[0] if isinstance(eos, list) and eos else eos}
+        generation, config = (source, config) if generation else (generation, source)
+    data = generation_settings(config, generation, family)
+    if source.get("max_length") is None and source.get("max_new_tokens") is None:
+        data["max_new_tokens"] = DEFAULT_NEW_TOKENS
+    return data
+
+
+def generation_json(settings: dict[str, Any], *, decoder_only: bool = False) -> dict[str, Any]:
     """zoo's ``GenerationSettings`` data (at least ``start_id``, ``eos_ids``, ``pad_id``)
-    as ``generation_config.json``: :func:`generation_settings` backwards."""
+    as ``generation_config.json``: :func:`generation_settings` backwards. The start token
+    is ``decoder_start_token_id`` of a seq2seq model, ``bos_token_id`` of a language
+    model (``decoder_only=True``), as transformers' own folders name them."""
     get = settings.get
-    out = {"decoder_start_token_id": settings["start_id"],
+    start = "bos_token_id" if decoder_only else "decoder_start_token_id"
+    out = {start: settings["start_id"],
            "eos_token_id": list(settings["eos_ids"]), "pad_token_id": settings["pad_id"]}
     # GNMT's length penalty is not transformers': such a model's beams stay zoo's, and
     # the folder decodes greedily by default, as transformers' own default

@@ -1,6 +1,5 @@
 """What the decoder-only formats (GPT-2, Llama and its kin) share: the activations of
-their feed-forward networks, and their generation settings, whose lengths count the
-prompt."""
+their feed-forward networks, and the checks of a recipe they write."""
 
 from __future__ import annotations
 
@@ -9,40 +8,13 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import FormatError, generation_settings
+from zoo.plugin_api import FormatError
 
 ACTIVATIONS = {"gelu_new": ("gelu", {"approximate": "tanh"}),
                "gelu_pytorch_tanh": ("gelu", {"approximate": "tanh"}),
                "gelu": ("gelu", {}), "relu": ("relu", {}), "silu": ("silu", {}),
                "swish": ("silu", {})}
 """transformers' ``activation_function`` / ``hidden_act`` names, as zoo's networks."""
-
-DEFAULT_NEW_TOKENS = 20
-"""What transformers 5 makes when the files name no length: 20 new tokens after the
-prompt (where a ``max_length`` of 20 that the files name counts the prompt)."""
-
-
-def decoder_generation(config: dict[str, Any], generation: dict[str, Any],
-                       family: str) -> dict[str, Any]:
-    """transformers' generation settings of a decoder-only model: as the seq2seq formats
-    read them, but a model with no start token of its own starts (and pads) with its
-    end token, and with no length named it makes 20 new tokens."""
-    source = generation or config
-    if source.get("decoder_start_token_id") is None and source.get("bos_token_id") is None:
-        source = {**source, "bos_token_id": _first(source.get("eos_token_id"))}
-        if generation:
-            generation = source
-        else:
-            config = source
-    data = generation_settings(config, generation, family)
-    if source.get("max_length") is None and source.get("max_new_tokens") is None:
-        data["max_new_tokens"] = DEFAULT_NEW_TOKENS
-    return data
-
-
-def _first(ids: Any) -> Any:
-    return ids[0] if isinstance(ids, list) and ids else ids
-
 
 DEFAULTS = {"attention": "vanilla", "positional": "learned", "norm": "layernorm",
             "ffn": "gelu", "block": "causal", "kernel": "sdpa"}

@@ -24,9 +24,10 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import DECODER_FLAGS, Format, FormatError, generation_json
+from zoo.plugin_api import (DECODER_FLAGS, Format, FormatError, generation_json,
+                            generation_settings)
 
-from ._decoder import ACTIVATIONS, common_problems, decoder_generation, part, refuse, to_family
+from ._decoder import ACTIVATIONS, common_problems, part, refuse, to_family
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json")
@@ -149,7 +150,7 @@ class GPT2Format(Format):
                    generation: dict[str, Any]) -> dict[str, Any] | None:
         """transformers' settings, lengths counting the prompt (20 tokens in all unless
         the files say otherwise, as transformers' default)."""
-        return decoder_generation(config, generation, self.family)
+        return generation_settings(config, generation, self.family, decoder_only=True)
 
     def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
                generation: dict[str, Any]):
@@ -196,7 +197,7 @@ class GPT2Format(Format):
             "tie_word_embeddings": s.get("tie_output", True),
             "bos_token_id": generation["start_id"], "eos_token_id": generation["eos_ids"][0],
         }
-        return config, generation_json(generation), _to_gpt2(state, d, config)
+        return config, generation_json(generation, decoder_only=True), _to_gpt2(state, d, config)
 
 
 def _to_gpt2(state: dict[str, torch.Tensor], d: int, config: dict) -> dict[str, torch.Tensor]:

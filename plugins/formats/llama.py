@@ -31,9 +31,10 @@ from typing import Any
 
 import torch
 
-from zoo.plugin_api import DECODER_FLAGS, Format, FormatError, Options, generation_json
+from zoo.plugin_api import (DECODER_FLAGS, Format, FormatError, Options, generation_json,
+                            generation_settings)
 
-from ._decoder import common_problems, decoder_generation, part, refuse, to_family
+from ._decoder import common_problems, part, refuse, to_family
 from ._kv import KeysValues, unstacked
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
@@ -288,7 +289,7 @@ class LlamaFormat(Format):
     def generation(self, config: dict[str, Any],
                    generation: dict[str, Any]) -> dict[str, Any] | None:
         """transformers' settings, lengths counting the prompt."""
-        return decoder_generation(config, generation, config.get("model_type", "llama"))
+        return generation_settings(config, generation, config.get("model_type", "llama"), decoder_only=True)
 
     def export(self, recipe: dict[str, Any], state: dict[str, torch.Tensor],
                generation: dict[str, Any]):
@@ -352,7 +353,7 @@ class LlamaFormat(Format):
         if kind == "phi3":
             config.update(partial_rotary_factor=rope["fraction"], pad_token_id=s.get("pad_id"),
                           resid_pdrop=s.get("dropout", 0.0), embd_pdrop=0.0)
-        return config, generation_json(generation), _to_llama(state, config)
+        return config, generation_json(generation, decoder_only=True), _to_llama(state, config)
 
 
 def _family_of(attention: dict[str, Any], rope: dict[str, Any]) -> tuple[str, list[str]]:
