@@ -4,6 +4,8 @@ steps aside whenever a part of the decoder is not plain."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -437,3 +439,40 @@ def test_one_kept_plan_serves_calls_alive_at_once_and_follows_a_changed_setting(
                     if t == 2 and i == 0:
                         decoder.reorder(moved)
                         caches[i].reorder(moved, within_groups=True)
+
+
+def cpp_functions(source: str) -> list[tuple[str, int, int]]:
+    """(name, arguments, lines) of each function defined in C++ ``source``."""
+    import re
+
+    source = re.sub(r"__attribute__\(\(.*?\)\)", "", source)
+    out = []
+    for m in re.finditer(r"\n[ \t]*(?:inline |static )?[\w:<>,*& ]+?[\s*&](\w+)\(([^;{}()]*)\)"
+                         r"\s*(?:const\s*)?\{", source):
+        if m.group(1) in ("if", "for", "while", "switch", "return"):
+            continue
+        depth, i = 1, m.end()
+        while depth and i < len(source):
+            depth += {"{": 1, "}": -1}.get(source[i], 0)
+            i += 1
+        args = m.group(2).strip()
+        count = len(re.split(r",(?![^<]*>)", args)) if args else 0
+        out.append((m.group(1), count, source[m.start():i].count("\n")))
+    return out
+
+
+def test_the_native_steps_cpp_is_short_functions_of_few_arguments():
+    """The step's layers are named fields end to end: no function of its C++ takes more
+    than 6 arguments or runs past 60 lines (a layer's sublayers each a short function)."""
+    import zoo.plugins.architectures as architectures
+
+    folder = Path(architectures.__file__).parent / "csrc"
+    found = {path.name: cpp_functions(path.read_text()) for path in sorted(folder.iterdir())}
+    assert "decoder_layer" in {name for name, _, _ in found["decoder_layers.cpp"]}
+    long = [f"{file}: {name} ({count} arguments, {lines} lines)"
+            for file, functions in found.items() for name, count, lines in functions
+            if count > 6 or lines > 60]
+    assert not long, long
+    # the checker sees a function of 7 arguments
+    assert cpp_functions("\nint f(int a, int b, int c, int d, int e, int g, int h) {\n}\n") == [
+        ("f", 7, 2)]

@@ -76,7 +76,7 @@ def native_decision(name: str) -> str:
     plan = model.native_plan()
     if not plan:
         return f"the native step does not run this model: {plan.reason}"
-    return (f"the native step runs this model: {len(plan['norm_first'])} layers in one call "
+    return (f"the native step runs this model: {len(plan['layers'])} layers in one call "
             "a step")
 
 

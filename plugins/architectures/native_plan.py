@@ -33,9 +33,8 @@ ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
                (nn.SiLU, "none"): 3}
 """The feed-forward activations zoo's native step computes, and its codes for them."""
 
-KEYS = ("params", "packed", "k", "v", "cross_k", "cross_v", "self_scale", "cross_scale", "eps",
-        "head_eps", "windows", "after_eps", "score_cap", "norm_first", "activation", "gated",
-        "rms_norm", "bias_of", "sources", "parallel")
+PRODUCTS = ("qkv", "self_out", "cross_q", "cross_out", "fc1", "fc2")
+"""A layer's products, in the order ``Layer.product`` numbers them."""
 
 
 def declares(module: nn.Module, flag: str, method: str) -> bool:
@@ -150,13 +149,16 @@ def refused(why: str) -> None:
 def new_plan(attentions: list[nn.Module]) -> dict | Refusal:
     """An empty plan for layers of these self-attentions (each layer's rotation found:
     :func:`_rotations`), or the :class:`Refusal` saying the native step is not built
-    here."""
+    here. Its ``layers`` are ``torch.classes.zoo_decoder.Layer`` objects, each given its
+    parts by name (:func:`add_layer`); ``k``, ``v``, ``cross_k`` and ``cross_v`` the
+    buffers a call gives them."""
     if not STEP.available():
         states = [library.status()["state"] for library in (*STEP.needs, STEP)]
         state = next((s for s in states if s not in ("loaded", "built")), None)
         return Refusal(f"its library is {state} here (zoo native status)" if state else
                        "its library does not load here (zoo native status)")
-    plan: dict = {key: [] for key in KEYS}
+    plan: dict = {key: [] for key in ("layers", "bias_of", "sources", "k", "v", "cross_k",
+                                      "cross_v")}
     plan["rotary"], plan["shape"], plan["bias_tables"] = _rotations(attentions), None, {}
     return plan
 
@@ -180,9 +182,13 @@ def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tu
                    ffn=ffn, rows=rows)
     if why:
         return Refusal(why)
-    _append(plan, attn=attn, cross=cross, norms=norms, fused=fused, network=network,
-            rms_norm=kinds.pop(), norm_first=norm_first, after=after)
-    plan["parallel"].append(int(parallel))
+    plan["shape"] = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
+    layer = _layer(attn=attn, cross=cross, norms=norms, fused=fused, network=network)
+    layer.layout(norm_first, bool(kinds.pop()))
+    layer.parallel_residual(parallel)
+    _after_norms(layer, after)
+    plan["layers"].append(layer)
+    plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
     plan["sources"] += [t for part in (attn, cross, *norms, *after, ffn) if part is not None
                         for t in part.state_dict(keep_vars=True).values()]
     return None
@@ -223,38 +229,41 @@ def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, fused, net
     return next((why for failed, why in checks if failed), None)
 
 
-def _append(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple, fused,
-            network: tuple, rms_norm: int, norm_first: bool, after: tuple) -> None:
-    """One layer (that :func:`_refusal` passed) appended to ``plan``."""
+def _layer(*, attn: nn.Module, cross: nn.Module | None, norms: tuple, fused,
+           network: tuple):
+    """The native step's ``Layer`` of one layer (that :func:`_refusal` passed): each
+    product, norm and setting given by name."""
     fc1, fc2, act, gated = network
-    plan["shape"] = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
-    empty = torch.empty(0)  # where a decoder-only layer has no cross-attention
+    layer = torch.classes.zoo_decoder.Layer()
     cross_products = (None, None) if cross is None else (cross.q_proj, cross.out_proj)
-    for part in (fused, attn.out_proj, *cross_products, fc1, fc2):
-        plan["params"] += [None, None] if part is None else [_product_weight(part), part.bias]
-        plan["packed"].append(empty if part is None else part.native_weight())
-    for part in norms:
-        plan["params"] += [None, None] if part is None else [_norm_scale(part),
-                                                             getattr(part, "bias", None)]
-    plan["eps"] += [0.0 if n is None else float(n.eps) for n in norms]
-    normed = attn.q_norm is not None
-    plan["params"] += [_norm_scale(attn.q_norm), _norm_scale(attn.k_norm)] if normed \
-        else [None, None]
-    plan["head_eps"].append(float(attn.q_norm.eps) if normed else 0.0)
-    plan["windows"].append(int(getattr(attn, "window", None) or 0))
-    for part in after:
-        plan["params"] += [None, None] if part is None else [_norm_scale(part),
-                                                             getattr(part, "bias", None)]
-    plan["after_eps"].append(float(after[0].eps) if after[0] is not None else 0.0)
-    plan["score_cap"].append(float(getattr(attn, "softcap", None) or 0.0))
-    plan["self_scale"].append(attn.head_dim ** -0.5 if attn.scale is None else attn.scale)
-    plan["cross_scale"].append(1.0 if cross is None else cross.head_dim ** -0.5
-                               if cross.scale is None else cross.scale)
-    plan["norm_first"].append(int(norm_first))
-    plan["activation"].append(act)
-    plan["gated"].append(gated)
-    plan["rms_norm"].append(rms_norm)
-    plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
+    for which, part in enumerate((fused, attn.out_proj, *cross_products, fc1, fc2)):
+        if part is not None:
+            layer.product(which, _product_weight(part), part.bias, part.native_weight())
+    for which, part in enumerate(norms):
+        if part is not None:
+            layer.norm(which, _norm_scale(part), getattr(part, "bias", None), float(part.eps))
+    if attn.q_norm is not None:
+        layer.head_norms(_norm_scale(attn.q_norm), _norm_scale(attn.k_norm),
+                         float(attn.q_norm.eps))
+    if getattr(attn, "window", None):
+        layer.sliding_window(int(attn.window))
+    if getattr(attn, "softcap", None):
+        layer.softcap(float(attn.softcap))
+    layer.scales(attn.head_dim ** -0.5 if attn.scale is None else attn.scale,
+                 1.0 if cross is None else cross.head_dim ** -0.5 if cross.scale is None
+                 else cross.scale)
+    layer.network(act, bool(gated))
+    return layer
+
+
+def _after_norms(layer, after: tuple) -> None:
+    """A sandwich layer's norms of its attention's and its network's outputs (Gemma 2 and
+    3), given to ``layer``; nothing for a layer without them."""
+    attention, network = after
+    if attention is not None:
+        layer.after_norms(_norm_scale(attention), getattr(attention, "bias", None),
+                          _norm_scale(network), getattr(network, "bias", None),
+                          float(attention.eps))
 
 
 def _norm_scale(norm: nn.Module) -> torch.Tensor:
@@ -275,70 +284,22 @@ def may_run(x: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu") and Linear.fast_inference)
 
 
-PARAMS, PRODUCTS, NORMS, HEAD_NORMS, AFTER = 24, 6, 3, 18, 20
-"""A layer's tensors in ``plan["params"]`` (each product's weight and bias, then each
-norm's, then its queries' and keys' norms, then a sandwich layer's norms after its
-attention and its network, weight and bias each), its packed products, its norms, and
-where its head norms and its after-norms are among its tensors."""
-
-
 def seal(plan: dict, keep: torch.Tensor | None = None) -> dict:
     """``plan`` with its C++ object (``torch.classes.zoo_decoder.Plan``) made once for the
-    decoding call: each layer given part by part, by name (a ``Layer``'s ``product``,
-    ``norm``, ``self_attention``, ``cross_attention``, ``network`` and ``layout``), then
-    ``keep``, the sources' padding (False at it) for cross-attention. Counts that do not
-    fit together are one ValueError naming them."""
-    heads, width, kv_heads = plan["shape"]
-    layers = len(plan["k"])
-    counts = {"params": PARAMS * layers, "packed": PRODUCTS * layers, "eps": NORMS * layers,
-              **{key: layers for key in ("v", "self_scale", "cross_scale", "norm_first",
-                                         "activation", "gated", "rms_norm", "head_eps",
-                                         "windows", "after_eps", "score_cap",
-                                         "parallel")}}
-    wrong = [f"{key} has {len(plan[key])}, not {n}" for key, n in counts.items()
-             if len(plan[key]) != n]
-    if not layers or wrong or len(plan["cross_k"]) not in (0, layers) or len(
-            plan["cross_v"]) != len(plan["cross_k"]):
-        raise ValueError(f"decoder_layers: one of each a layer for {layers} layers (cross "
-                         f"keys and values for all or none): {wrong or 'no layers'}")
+    decoding call: its ``Layer`` objects added, the buffers given (each layer's keys and
+    values; the sources' for cross-attention, or none), then ``keep``, the sources' padding
+    (False at it) for cross-attention. Buffers that do not fit the layers are one
+    ValueError naming them."""
+    heads, width, kv_heads = plan["shape"] or (0, 0, 0)
     op = torch.classes.zoo_decoder.Plan(heads, width, kv_heads)
-    params, packed, eps = plan["params"], plan["packed"], plan["eps"]
-    for i in range(layers):
-        layer = torch.classes.zoo_decoder.Layer()
-        first = PARAMS * i
-        for j in range(PRODUCTS):
-            weight = params[first + 2 * j]
-            if weight is not None:
-                layer.product(j, weight, params[first + 2 * j + 1], packed[PRODUCTS * i + j])
-        for j in range(NORMS):
-            weight = params[first + 2 * PRODUCTS + 2 * j]
-            if weight is not None:
-                layer.norm(j, weight, params[first + 2 * PRODUCTS + 2 * j + 1],
-                           eps[NORMS * i + j])
-        if params[first + HEAD_NORMS] is not None:
-            layer.head_norms(params[first + HEAD_NORMS], params[first + HEAD_NORMS + 1],
-                             plan["head_eps"][i])
-        if plan["windows"][i]:
-            layer.sliding_window(plan["windows"][i])
-        if params[first + AFTER] is not None:
-            layer.after_norms(params[first + AFTER], params[first + AFTER + 1],
-                              params[first + AFTER + 2], params[first + AFTER + 3],
-                              plan["after_eps"][i])
-        if plan["score_cap"][i]:
-            layer.softcap(plan["score_cap"][i])
-        layer.self_attention(plan["k"][i], plan["v"][i], plan["self_scale"][i])
-        if plan["cross_k"]:
-            layer.cross_attention(plan["cross_k"][i], plan["cross_v"][i],
-                                  plan["cross_scale"][i])
-        layer.network(plan["activation"][i], bool(plan["gated"][i]))
-        layer.layout(bool(plan["norm_first"][i]), bool(plan["rms_norm"][i]))
-        if plan["parallel"][i]:
-            layer.parallel_residual(True)
+    for layer in plan["layers"]:
         op.add(layer)
+    op.buffers(plan["k"], plan["v"], plan["cross_k"], plan["cross_v"])
     op.sources_padding(keep)
     op.watch(plan.get("sources", []))
     plan["op"] = op
-    LOG.debug("the native step runs this model: %d layers in one call a step", layers)
+    LOG.debug("the native step runs this model: %d layers in one call a step",
+              len(plan["layers"]))
     return plan
 
 

@@ -21,8 +21,9 @@
 // Python, or QuantizedLinear.native_weight: int8 weights with per-row scales); attention,
 // the norms and the residual sums are plain loops (step_ops.cpp).
 // Its results equal the Python step's up to fp32 rounding (another summation order in
-// attention and the norms). What it may run is decided by the caller (native_plan in
-// static_decoder.py); anything else decodes in Python.
+// attention and the norms). What it may run is decided by the caller (native_plan.py);
+// anything else decodes in Python. Each layer's tensors and settings are named fields of a
+// Layer (LayerParts, layer_parts.h), and one short function runs each sublayer.
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
@@ -44,325 +45,227 @@ namespace {
 
 using namespace zoo::layer;
 
-at::Tensor decoder_layers(const at::Tensor& x_in, int64_t pos, const Params& params,
-                          at::TensorList packed, at::TensorList k_buffers, at::TensorList v_buffers,
-                          at::TensorList cross_k, at::TensorList cross_v,
-                          const std::optional<at::Tensor>& keep_in, int64_t heads, int64_t width,
-                          at::ArrayRef<double> self_scale, at::ArrayRef<double> cross_scale,
-                          at::ArrayRef<double> eps, at::ArrayRef<int64_t> norm_first,
-                          at::ArrayRef<int64_t> activation,
-                          const c10::List<std::optional<at::Tensor>>& self_bias,
-                          at::ArrayRef<int64_t> gated, at::ArrayRef<int64_t> rms_norm,
-                          int64_t kv_heads,
-                          const c10::List<std::optional<at::Tensor>>& rotations,
-                          const std::optional<at::Tensor>& self_keep_in,
-                          at::ArrayRef<double> head_eps, at::ArrayRef<int64_t> windows,
-                          at::ArrayRef<double> after_eps, at::ArrayRef<double> score_cap,
-                          at::ArrayRef<int64_t> parallel) {
-  const int64_t layers = k_buffers.size();
-  TORCH_CHECK_VALUE(layers > 0, "decoder_layers: no layers (k_buffers is empty)");
-  TORCH_CHECK_VALUE(int64_t(params.size()) == layers * PARAMS_PER_LAYER,
-                    "decoder_layers: params has ", params.size(), " entries, not ",
-                    PARAMS_PER_LAYER, " a layer for ", layers, " layers");
-  TORCH_CHECK_VALUE(int64_t(packed.size()) == layers * PRODUCTS_PER_LAYER, "decoder_layers: "
-                    "packed has ", packed.size(), " weights, not ", PRODUCTS_PER_LAYER,
-                    " a layer for ", layers, " layers");
-  const bool cross = !cross_k.empty();
-  TORCH_CHECK_VALUE(int64_t(v_buffers.size()) == layers &&
-                        int64_t(cross_k.size()) == (cross ? layers : 0) &&
-                        int64_t(cross_v.size()) == int64_t(cross_k.size()) &&
-                        int64_t(norm_first.size()) == layers &&
-                        int64_t(activation.size()) == layers &&
-                        int64_t(self_bias.size()) == layers && int64_t(gated.size()) == layers &&
-                        int64_t(rms_norm.size()) == layers &&
-                        int64_t(eps.size()) == 3 * layers &&
-                        int64_t(head_eps.size()) == layers &&
-                        int64_t(windows.size()) == layers &&
-                        int64_t(after_eps.size()) == layers &&
-                        int64_t(score_cap.size()) == layers &&
-                        int64_t(parallel.size()) == layers &&
-                        int64_t(self_scale.size()) == layers &&
-                        int64_t(cross_scale.size()) == layers,
-                    "decoder_layers: one buffer, scale, bias and setting a layer (three eps; "
-                    "cross keys and values, or none), for ",
-                    layers, " layers");
-  TORCH_CHECK_VALUE(heads > 0 && width > 0, "decoder_layers: heads (", heads, ") and width (",
-                    width, ") are positive");
-  TORCH_CHECK_VALUE(kv_heads > 0 && heads % kv_heads == 0, "decoder_layers: kv_heads (",
-                    kv_heads, ") divides heads (", heads, ")");
-  TORCH_CHECK_VALUE(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat &&
-                        x_in.is_contiguous() && x_in.dim() == 3 && x_in.size(1) == 1 &&
-                        x_in.size(0) > 0 && x_in.size(2) > 0,
-                    "decoder_layers: x is a contiguous float32 CPU tensor (rows, 1, d), not ",
-                    x_in.scalar_type(), " of shape ", x_in.sizes(),
-                    x_in.is_contiguous() ? "" : " (not contiguous)");
-  const int64_t rows = x_in.size(0), d = x_in.size(2), inner = heads * width;
-  TORCH_CHECK_VALUE(k_buffers[0].dim() == 4 && (!cross || cross_k[0].dim() == 4),
-                    "decoder_layers: the buffers and cross keys are 4-d");
-  const int64_t length = k_buffers[0].size(2), sources = cross ? cross_k[0].size(0) : rows;
-  const int64_t src_len = cross ? cross_k[0].size(2) : 0;
-  TORCH_CHECK_VALUE(sources > 0 && rows % sources == 0, "decoder_layers: ", rows,
-                    " rows are not a whole number of beams for each of ", sources, " sources");
-  TORCH_CHECK_VALUE(pos >= 0 && pos < length, "decoder_layers: step ", pos,
-                    " is outside the buffers' ", length);
-  const Sizes sizes{d, rows, heads, kv_heads, width, length, sources, src_len, pos, cross};
-  for (int64_t l = 0; l < layers; ++l) {
-    check_layer(params, packed, l, sizes, k_buffers[l], v_buffers[l], cross_k, cross_v,
-                activation[l], gated[l] != 0, rms_norm[l] != 0, self_bias.get(l));
-    TORCH_CHECK_VALUE(std::isfinite(eps[3 * l]) && std::isfinite(eps[3 * l + 1]) &&
-                          std::isfinite(eps[3 * l + 2]) && eps[3 * l] >= 0 &&
-                          eps[3 * l + 1] >= 0 && eps[3 * l + 2] >= 0,
-                      "decoder_layers: layer ", l, "'s eps are finite and not negative");
+// What one step gives every layer: the sizes, the sources' padding (sources, source length)
+// and the keys' own (rows, length), false at padding, or null.
+struct StepInputs {
+  Sizes z;
+  int64_t groups;  // rows a source: its beams
+  const bool* keep = nullptr;
+  const bool* self_keep = nullptr;
+  at::Tensor keep_rows, self_keep_rows;  // what the pointers read
+};
+
+// What one layer reads and writes at a step besides its parts: its key and value buffers, the
+// sources' keys and values (or none), this step's rotation and bias of its scores (or none).
+struct LayerIO {
+  const at::Tensor &k, &v;
+  const at::Tensor* cross_k;
+  const at::Tensor* cross_v;
+  const float* turn;
+  const float* bias;
+};
+
+// q|k|v of ``h`` (rows, 1, inner + 2 kv): each head's queries and keys RMS-normed in place
+// where the layer has head norms (QK-norm).
+at::Tensor projected(const LayerParts& p, const at::Tensor& h, const Sizes& z) {
+  const at::Tensor qkv = linear(h, p.qkv);
+  if (!p.q_norm.defined()) return qkv;
+  const int64_t inner = z.heads * z.width, all = inner + 2 * z.kv_heads * z.width;
+  float* m = qkv.data_ptr<float>();
+  for (int64_t r = 0; r < z.rows; ++r) {
+    zoo::step::rms_norm(m + r * all, m + r * all, z.heads, z.width, p.q_norm.data_ptr<float>(),
+                        p.head_eps);
+    zoo::step::rms_norm(m + r * all + inner, m + r * all + inner, z.kv_heads, z.width,
+                        p.k_norm.data_ptr<float>(), p.head_eps);
   }
-  const int64_t groups = rows / sources;
-  const bool* keep = nullptr;  // (sources, source length): false where a source is padding
-  at::Tensor keep_rows;
-  if (keep_in.has_value() && keep_in->defined()) {
-    TORCH_CHECK_VALUE(cross, "decoder_layers: keep is the sources' padding, and there is no "
-                      "cross-attention (self_keep is the keys' own)");
-    TORCH_CHECK_VALUE(keep_in->device().is_cpu(), "decoder_layers: keep is a CPU tensor");
-    keep_rows = keep_in->to(at::kBool).contiguous();
-    TORCH_CHECK_VALUE(keep_rows.numel() == sources * src_len,
-                      "decoder_layers: keep has ", keep_rows.numel(), " entries, not one a "
-                      "source's position (", sources, " x ", src_len, ")");
-    keep = keep_rows.data_ptr<bool>();
-  }
-  at::Tensor self_keep;  // (rows, length): false where a row's own earlier key is padding
-  if (self_keep_in.has_value() && self_keep_in->defined()) {
-    TORCH_CHECK_VALUE(self_keep_in->device().is_cpu() &&
-                          self_keep_in->numel() == rows * length,
-                      "decoder_layers: self_keep is a CPU tensor of one entry a row's "
-                      "position (", rows, " x ", length, "), not of shape ",
-                      self_keep_in->sizes());
-    self_keep = self_keep_in->to(at::kBool).contiguous();
-  }
-  // each layer's (width, width) rotation: q and k of every head times it; or none
-  TORCH_CHECK_VALUE(int64_t(rotations.size()) == layers, "decoder_layers: ",
-                    rotations.size(), " rotations for ", layers, " layers: one a layer");
-  std::vector<const float*> turns(layers, nullptr);
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::optional<at::Tensor> rotation = rotations.get(l);
-    if (rotation.has_value() && rotation->defined()) {
-      expect(*rotation, {width, width}, l, "rotation");
-      turns[l] = rotation->data_ptr<float>();
+  return qkv;
+}
+
+// This step's keys (rotated where the layer rotates) and values into the buffers at ``pos``.
+void store(const float* qkv, const LayerIO& io, const Sizes& z) {
+  const int64_t inner = z.heads * z.width, kv = z.kv_heads * z.width, all = inner + 2 * kv;
+  float *kp = io.k.data_ptr<float>(), *vp = io.v.data_ptr<float>();
+  for (int64_t r = 0; r < z.rows; ++r)
+    for (int64_t hd = 0; hd < z.kv_heads; ++hd) {
+      const int64_t at = ((r * z.kv_heads + hd) * z.length + z.pos) * z.width;
+      const float* k_new = qkv + r * all + inner + hd * z.width;
+      if (io.turn)
+        zoo::step::rotate(k_new, kp + at, io.turn, z.width);
+      else
+        std::memcpy(kp + at, k_new, z.width * sizeof(float));
+      std::memcpy(vp + at, qkv + r * all + inner + kv + hd * z.width, z.width * sizeof(float));
     }
-  }
-  const int64_t kv = kv_heads * width, qkv_width = inner + 2 * kv;
-  at::Tensor x = x_in;
-  for (int64_t l = 0; l < layers; ++l) {
-    const bool pre = norm_first[l] != 0, rms = rms_norm[l] != 0;
-    TORCH_CHECK_VALUE(!parallel[l] || (pre && !cross), "decoder_layers: layer ", l, " is "
-                      "parallel, and only a pre-norm layer without cross-attention can be");
-    const at::Tensor layer_in = x;  // a parallel layer's network reads it too
-    const float* turn = turns[l];
-    const std::optional<at::Tensor> bias = self_bias.get(l);
-    const at::Tensor &kb = k_buffers[l], &vb = v_buffers[l];
-    // self-attention: q, k and v from one product; k and v into the buffers at pos
-    at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l], rms) : x;
-    // (rows, 1, inner + 2 kv): the queries, then the keys and values of kv_heads
-    const at::Tensor qkv = linear(h, params, packed, l, QKV_W);
-    const float* qkv_p = qkv.data_ptr<float>();
-    const std::optional<at::Tensor> q_norm = maybe(params, l, Q_NORM_W);
-    if (q_norm.has_value() && q_norm->defined()) {  // each head's q and k normed, in place
-      const at::Tensor k_norm = get(params, l, K_NORM_W);
-      expect(*q_norm, {width}, l, "query norm weight");
-      expect(k_norm, {width}, l, "key norm weight");
-      float* m = qkv.data_ptr<float>();
-      for (int64_t r = 0; r < rows; ++r) {
-        zoo::step::rms_norm(m + r * qkv_width, m + r * qkv_width, heads, width,
-                            q_norm->data_ptr<float>(), head_eps[l]);
-        zoo::step::rms_norm(m + r * qkv_width + inner, m + r * qkv_width + inner, kv_heads,
-                            width, k_norm.data_ptr<float>(), head_eps[l]);
-      }
-    }
-    float *kp = kb.data_ptr<float>(), *vp = vb.data_ptr<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t hd = 0; hd < kv_heads; ++hd) {
-        const int64_t at = ((r * kv_heads + hd) * length + pos) * width;
-        const float* k_new = qkv_p + r * qkv_width + inner + hd * width;
-        if (turn)
-          zoo::step::rotate(k_new, kp + at, turn, width);
-        else
-          std::memcpy(kp + at, k_new, width * sizeof(float));
-        std::memcpy(vp + at, qkv_p + r * qkv_width + inner + kv + hd * width,
-                    width * sizeof(float));
-      }
-    const float* q_p = qkv_p;
-    int64_t q_stride = qkv_width;
-    at::Tensor turned;
-    if (turn) {  // the queries rotated into a tensor of their own
-      turned = at::empty({rows, inner}, qkv.options());
-      float* t = turned.data_ptr<float>();
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t hd = 0; hd < heads; ++hd)
-          zoo::step::rotate(qkv_p + r * qkv_width + hd * width, t + r * inner + hd * width, turn,
-                            width);
-      q_p = t;
-      q_stride = inner;
-    }
-    // a sliding window: the keys from ``first`` on (the buffers' views start there)
-    const int64_t first = windows[l] > 0 ? std::max<int64_t>(0, pos + 1 - windows[l]) : 0;
-    const bool biased = bias.has_value() && bias->defined();
-    TORCH_CHECK_VALUE(first == 0 || !biased, "decoder_layers: layer ", l, " has both a "
-                      "sliding window and a position bias of its scores");
-    at::Tensor out = zoo::step::attend(
-        {q_p, q_stride, kp + first * width, vp + first * width, rows, heads, width, 1,
-         pos + 1 - first, length, kv_heads,
-         self_keep.defined() ? self_keep.data_ptr<bool>() + first : nullptr, length,
-         float(self_scale[l]), biased ? bias->data_ptr<float>() : nullptr,
-         float(score_cap[l])});
-    x = residual(linear(out, params, packed, l, SELF_OUT_W), x, pre, params, l, NORM1_W,
-                 eps[3 * l], rms, AFTER1_W, after_eps[l]);
-    if (cross) {  // cross-attention: the beams of a source read its keys (row r: r / groups)
-      h = pre ? norm(x, params, l, NORM2_W, eps[3 * l + 1], rms) : x;
-      const at::Tensor q = linear(h, params, packed, l, CROSS_Q_W);
-      out = zoo::step::attend({q.data_ptr<float>(), inner, cross_k[l].data_ptr<float>(),
-                               cross_v[l].data_ptr<float>(), rows, heads, width, groups,
-                               src_len, src_len, heads, keep, src_len, float(cross_scale[l]),
-                               nullptr});
-      x = residual(linear(out, params, packed, l, CROSS_OUT_W), x, pre, params, l, NORM2_W,
-                   eps[3 * l + 1], rms);
-    }
-    // feed-forward network: after the attention's sum, or (parallel) beside it, from the
-    // layer's input: x + attn(norm1(x)) + ffn(norm3(x)) (GPT-J, GPT-NeoX)
-    h = pre ? norm(parallel[l] ? layer_in : x, params, l, NORM3_W, eps[3 * l + 2], rms) : x;
-    const at::Tensor f = activate(linear(h, params, packed, l, FC1_W), activation[l],
-                                  gated[l] != 0, get(params, l, FC2_W).size(1));
-    x = residual(linear(f, params, packed, l, FC2_W), x, pre, params, l, NORM3_W,
-                 eps[3 * l + 2], rms, AFTER3_W, after_eps[l]);
-  }
-  return x;
+}
+
+// The queries of q|k|v, rotated into a tensor of their own where the layer rotates.
+at::Tensor queries(const at::Tensor& qkv, const LayerIO& io, const Sizes& z) {
+  const int64_t inner = z.heads * z.width;
+  if (!io.turn) return qkv;
+  const int64_t all = qkv.size(-1);
+  at::Tensor turned = at::empty({z.rows, inner}, qkv.options());
+  const float* q = qkv.data_ptr<float>();
+  float* t = turned.data_ptr<float>();
+  for (int64_t r = 0; r < z.rows; ++r)
+    for (int64_t hd = 0; hd < z.heads; ++hd)
+      zoo::step::rotate(q + r * all + hd * z.width, t + r * inner + hd * z.width, io.turn,
+                        z.width);
+  return turned;
+}
+
+// Self-attention of one step: the query of ``pos`` over the buffers' keys up to it (the last
+// ``window`` where the layer slides one), and its residual sum.
+at::Tensor self_attention(const LayerParts& p, const at::Tensor& x, const LayerIO& io,
+                          const StepInputs& s) {
+  const Sizes& z = s.z;
+  const at::Tensor qkv = projected(p, sublayer_input(x, p.norm1, p), z);
+  store(qkv.data_ptr<float>(), io, z);
+  const at::Tensor q = queries(qkv, io, z);
+  const int64_t first = p.window > 0 ? std::max<int64_t>(0, z.pos + 1 - p.window) : 0;
+  TORCH_CHECK_VALUE(first == 0 || !io.bias, "decoder_layers: a layer has both a sliding "
+                    "window and a position bias of its scores");
+  const float *kp = io.k.data_ptr<float>(), *vp = io.v.data_ptr<float>();
+  const at::Tensor out = zoo::step::attend(
+      {q.data_ptr<float>(), q.size(-1), kp + first * z.width, vp + first * z.width, z.rows,
+       z.heads, z.width, 1, z.pos + 1 - first, z.length, z.kv_heads,
+       s.self_keep ? s.self_keep + first : nullptr, z.length, float(p.self_scale), io.bias,
+       float(p.score_cap)});
+  return residual(linear(out, p.self_out), x, p, p.norm1, &p.after_attention);
+}
+
+// Cross-attention: the beams of a source read its keys and values (row r: r / groups).
+at::Tensor cross_attention(const LayerParts& p, const at::Tensor& x, const LayerIO& io,
+                           const StepInputs& s) {
+  const Sizes& z = s.z;
+  const at::Tensor q = linear(sublayer_input(x, p.norm2, p), p.cross_q);
+  const at::Tensor out = zoo::step::attend(
+      {q.data_ptr<float>(), z.heads * z.width, io.cross_k->data_ptr<float>(),
+       io.cross_v->data_ptr<float>(), z.rows, z.heads, z.width, s.groups, z.src_len, z.src_len,
+       z.heads, s.keep, z.src_len, float(p.cross_scale), nullptr});
+  return residual(linear(out, p.cross_out), x, p, p.norm2);
+}
+
+// One layer of the step. Its network follows the attentions' sums, or (a parallel layer)
+// reads the layer's input beside them: x + attn(norm1(x)) + ffn(norm3(x)) (GPT-J, GPT-NeoX).
+at::Tensor decoder_layer(const LayerParts& p, const at::Tensor& layer_in, const LayerIO& io,
+                         const StepInputs& s) {
+  at::Tensor x = self_attention(p, layer_in, io, s);
+  if (s.z.cross) x = cross_attention(p, x, io, s);
+  const at::Tensor h = sublayer_input(p.parallel ? layer_in : x, p.norm3, p);
+  return residual(network(p, h), x, p, p.norm3, &p.after_network);
 }
 
 // -- the plan: what one decoding call's steps share, built once, typed ---------------------------
-// A layer of the plan, given by name, part by part: a new kind of layer adds a setter here and
-// a field to the step, never a positional argument to an op.
+// A layer of the plan, given by name, part by part into its LayerParts: a new kind of layer adds
+// a field there and a setter here, never a positional argument.
 struct Layer : torch::CustomClassHolder {
-  std::vector<std::optional<at::Tensor>> params = std::vector<std::optional<at::Tensor>>(
-      PARAMS_PER_LAYER);
-  std::vector<at::Tensor> packed = std::vector<at::Tensor>(PRODUCTS_PER_LAYER, at::empty({0}));
-  at::Tensor k, v;
-  std::optional<at::Tensor> cross_k, cross_v;
-  double self_scale = 1.0, cross_scale = 1.0, head_eps = 0.0, after_eps = 0.0, score_cap = 0.0;
-  double eps[3] = {0.0, 0.0, 0.0};
-  int64_t norm_first = 0, activation = 0, gated = 0, rms_norm = 0, window = 0, parallel = 0;
+  LayerParts parts;
 
   // Product ``which`` (0 q|k|v, 1 self out, 2 cross q, 3 cross out, 4 fc1, 5 fc2): its
   // weight (fp32, or int8), bias and packed weight (Linear.native_weight).
   void product(int64_t which, at::Tensor weight, std::optional<at::Tensor> bias,
                at::Tensor packed_weight) {
-    TORCH_CHECK_VALUE(which >= 0 && which < PRODUCTS_PER_LAYER, "decoder_layers: product ",
-                      which, " is none of the ", PRODUCTS_PER_LAYER, " of a layer");
-    params[2 * which] = weight;
-    params[2 * which + 1] = bias;
-    packed[which] = packed_weight;
+    Product* p = product_of(parts, which);
+    p->weight = weight;
+    p->bias = bias;
+    p->packed = packed_weight;
   }
   // Norm ``which`` (before or after each sublayer: 0 self-attention, 1 cross-attention,
   // 2 the network): weight, bias (none for an RMSNorm) and eps.
   void norm(int64_t which, at::Tensor weight, std::optional<at::Tensor> bias, double e) {
     TORCH_CHECK_VALUE(which >= 0 && which < 3, "decoder_layers: norm ", which,
                       " is none of a layer's three");
-    params[NORM1_W + 2 * which] = weight;
-    params[NORM1_W + 2 * which + 1] = bias;
-    eps[which] = e;
+    Norm* norms[3] = {&parts.norm1, &parts.norm2, &parts.norm3};
+    *norms[which] = Norm{weight, bias, e};
   }
   // Each head's queries and keys RMS-normed by these weights (head width) and eps.
   void head_norms(at::Tensor q_weight, at::Tensor k_weight, double e) {
-    params[Q_NORM_W] = q_weight;
-    params[K_NORM_W] = k_weight;
-    head_eps = e;
+    parts.q_norm = q_weight;
+    parts.k_norm = k_weight;
+    parts.head_eps = e;
   }
   // Norms of the attention's and the network's outputs before their residual sums (a
   // sandwich layer's: Gemma 2 and 3), weights and biases (none for RMSNorms), one eps.
   void after_norms(at::Tensor attention_w, std::optional<at::Tensor> attention_b,
                    at::Tensor network_w, std::optional<at::Tensor> network_b, double e) {
-    params[AFTER1_W] = attention_w;
-    params[AFTER1_B] = attention_b;
-    params[AFTER3_W] = network_w;
-    params[AFTER3_B] = network_b;
-    after_eps = e;
+    parts.after_attention = Norm{attention_w, attention_b, e};
+    parts.after_network = Norm{network_w, network_b, e};
   }
   // The self-attention's scores soft-capped to (-cap, cap) (Gemma 2's 50; 0: none).
   void softcap(double cap) {
     TORCH_CHECK_VALUE(cap >= 0 && std::isfinite(cap), "decoder_layers: a soft cap of ", cap);
-    score_cap = cap;
+    parts.score_cap = cap;
   }
   // Self-attention over the ``w`` most recent keys, the query's own included (0: all).
   void sliding_window(int64_t w) {
     TORCH_CHECK_VALUE(w >= 0, "decoder_layers: a window of ", w, " keys");
-    window = w;
+    parts.window = w;
   }
-  // Self-attention: the buffers its keys and values go into, and its scale.
-  void self_attention(at::Tensor keys, at::Tensor values, double scale) {
-    k = keys;
-    v = values;
-    self_scale = scale;
-  }
-  // Cross-attention: the sources' keys and values, projected once, and its scale.
-  void cross_attention(at::Tensor keys, at::Tensor values, double scale) {
-    cross_k = keys;
-    cross_v = values;
-    cross_scale = scale;
+  // The scales of the self-attention's and the cross-attention's scores.
+  void scales(double self_scale, double cross_scale) {
+    parts.self_scale = self_scale;
+    parts.cross_scale = cross_scale;
   }
   // The network's activation (0 ReLU, 1 GELU, 2 tanh GELU, 3 SiLU), gated or not.
   void network(int64_t code, bool is_gated) {
-    activation = code;
-    gated = is_gated;
+    parts.activation = code;
+    parts.gated = is_gated;
   }
   // Pre-norm or post-norm, LayerNorms or RMSNorms.
   void layout(bool pre, bool rms) {
-    norm_first = pre;
-    rms_norm = rms;
+    parts.pre = pre;
+    parts.rms = rms;
   }
   // The attention and the network side by side on the layer's input, both added to it
   // (a parallel residual: GPT-J, GPT-NeoX, Falcon, Phi-2), rather than one after the other.
-  void parallel_residual(bool on) { parallel = on; }
+  void parallel_residual(bool on) { parts.parallel = on; }
 };
+
+void check_buffers(const at::Tensor& k, const at::Tensor& v, const at::Tensor* cross_k,
+                   const at::Tensor* cross_v, int64_t l, const Sizes& z) {
+  expect(k, {z.rows, z.kv_heads, z.length, z.width}, l, "self-attention key buffer");
+  expect(v, {z.rows, z.kv_heads, z.length, z.width}, l, "self-attention value buffer");
+  if (!z.cross) return;
+  expect(*cross_k, {z.sources, z.heads, z.src_len, z.width}, l, "cross-attention keys");
+  expect(*cross_v, {z.sources, z.heads, z.src_len, z.width}, l, "cross-attention values");
+}
+
+void check_x(const at::Tensor& x) {
+  TORCH_CHECK_VALUE(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous() &&
+                        x.dim() == 3 && x.size(1) == 1 && x.size(0) > 0 && x.size(2) > 0,
+                    "decoder_layers: x is a contiguous float32 CPU tensor (rows, 1, d), not ",
+                    x.scalar_type(), " of shape ", x.sizes(),
+                    x.is_contiguous() ? "" : " (not contiguous)");
+}
+
+// A mask given as a tensor of ``n`` entries, as bools, or undefined where none is given.
+at::Tensor mask_of(const std::optional<at::Tensor>& mask, int64_t n, const char* what) {
+  if (!mask.has_value() || !mask->defined()) return at::Tensor();
+  TORCH_CHECK_VALUE(mask->device().is_cpu() && mask->numel() == n, "decoder_layers: ", what,
+                    " is a CPU tensor of ", n, " entries, not of shape ", mask->sizes());
+  return mask->to(at::kBool).contiguous();
+}
 
 // One decoding call's layers and buffers, gathered once; ``step`` runs one position through
 // them. The per-step inputs (a position bias of the scores, a rotation of queries and keys, the
 // keys' own padding) are set by name before the steps they change.
 struct Plan : torch::CustomClassHolder {
-  int64_t heads, width, kv_heads;
-  Params params;
-  std::vector<at::Tensor> packed, k, v, cross_k, cross_v;
-  std::vector<double> self_scale, cross_scale, eps, head_eps, after_eps, score_cap;
-  std::vector<int64_t> norm_first, activation, gated, rms_norm, windows, parallel;
-  int64_t layers = 0, crossed = 0;
+  Heads shape;
+  std::vector<c10::intrusive_ptr<Layer>> layers;  // shared by the plan's copies, never changed
+  std::vector<at::Tensor> k, v, cross_k, cross_v;  // this call's buffers
   std::optional<at::Tensor> keep, self_keep;
   std::vector<at::Tensor> watched;  // the tensors the plan was made from, and their versions
   std::vector<int64_t> versions;
   c10::List<std::optional<at::Tensor>> rotations;
   c10::List<std::optional<at::Tensor>> self_bias;
 
-  Plan(int64_t heads_, int64_t width_, int64_t kv_heads_)
-      : heads(heads_), width(width_), kv_heads(kv_heads_) {}
+  Plan(int64_t heads, int64_t width, int64_t kv_heads) : shape{heads, width, kv_heads} {}
+
+  int64_t count() const { return int64_t(layers.size()); }
 
   void add(const c10::intrusive_ptr<Layer>& layer) {
-    for (const auto& t : layer->params) params.push_back(t);
-    packed.insert(packed.end(), layer->packed.begin(), layer->packed.end());
-    k.push_back(layer->k);
-    v.push_back(layer->v);
-    if (layer->cross_k.has_value() && layer->cross_v.has_value()) {
-      cross_k.push_back(*layer->cross_k);
-      cross_v.push_back(*layer->cross_v);
-      ++crossed;
-    }
-    self_scale.push_back(layer->self_scale);
-    cross_scale.push_back(layer->cross_scale);
-    head_eps.push_back(layer->head_eps);
-    windows.push_back(layer->window);
-    after_eps.push_back(layer->after_eps);
-    score_cap.push_back(layer->score_cap);
-    eps.insert(eps.end(), layer->eps, layer->eps + 3);
-    norm_first.push_back(layer->norm_first);
-    activation.push_back(layer->activation);
-    gated.push_back(layer->gated);
-    rms_norm.push_back(layer->rms_norm);
-    parallel.push_back(layer->parallel);
+    layers.push_back(layer);
     self_bias.push_back(std::nullopt);
     rotations.push_back(std::nullopt);
-    ++layers;
   }
   // This plan's layers (the same weights) for another decoding call, without its per-step
   // inputs: a model's plan is made once and each call copies it and sets its own buffers.
@@ -371,7 +274,7 @@ struct Plan : torch::CustomClassHolder {
     out->keep = out->self_keep = std::nullopt;
     out->self_bias = self_bias.copy();  // (c10::List shares its elements when copied)
     out->rotations = rotations.copy();
-    for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t l = 0; l < count(); ++l) {
       out->self_bias.set(l, std::nullopt);
       out->rotations.set(l, std::nullopt);
     }
@@ -381,17 +284,16 @@ struct Plan : torch::CustomClassHolder {
   // values for cross-attention (one a layer, or none for a decoder-only model's).
   void buffers(std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
                std::vector<at::Tensor> sources_k, std::vector<at::Tensor> sources_v) {
-    const int64_t n = int64_t(sources_k.size());
-    TORCH_CHECK_VALUE(int64_t(keys.size()) == layers && int64_t(values.size()) == layers &&
-                          (n == 0 || n == layers) && int64_t(sources_v.size()) == n,
-                      "decoder_layers: one key and value buffer a layer for ", layers,
+    const int64_t n = int64_t(sources_k.size()), layers_ = count();
+    TORCH_CHECK_VALUE(int64_t(keys.size()) == layers_ && int64_t(values.size()) == layers_ &&
+                          (n == 0 || n == layers_) && int64_t(sources_v.size()) == n,
+                      "decoder_layers: one key and value buffer a layer for ", layers_,
                       " layers (the sources' keys and values for all or none), not ",
                       keys.size(), ", ", values.size(), ", ", n, " and ", sources_v.size());
     k = std::move(keys);
     v = std::move(values);
     cross_k = std::move(sources_k);
     cross_v = std::move(sources_v);
-    crossed = n;
   }
   // The sources' padding (sources, 1, 1, source length; false at it), for cross-attention.
   void sources_padding(std::optional<at::Tensor> mask) { keep = mask; }
@@ -399,7 +301,7 @@ struct Plan : torch::CustomClassHolder {
   void position_biases(c10::List<std::optional<at::Tensor>> biases) { self_bias = biases; }
   // The (width, width) rotation of this step's queries and keys in every layer, or none.
   void rotate(std::optional<at::Tensor> matrix) {
-    for (int64_t l = 0; l < layers; ++l) rotations.set(l, matrix);
+    for (int64_t l = 0; l < count(); ++l) rotations.set(l, matrix);
   }
   // Each layer's rotation of this step (Gemma 3's local and global layers rotate by their
   // own bases), or none for a layer.
@@ -459,23 +361,76 @@ struct Plan : torch::CustomClassHolder {
   // An encoder's pass over x (texts, length, d) through the layers, every token attending to
   // every real token of its text (``keep``, (texts, length): false at padding); the layers'
   // buffers are not read.
-  at::Tensor encode(const at::Tensor& x, const at::Tensor& keep) {
-    TORCH_CHECK_VALUE(crossed == 0, "encoder_layers: an encoder's layers have no "
+  at::Tensor encode(const at::Tensor& x, const at::Tensor& keep_mask) {
+    TORCH_CHECK_VALUE(cross_k.empty(), "encoder_layers: an encoder's layers have no "
                       "cross-attention");
-    for (int64_t l = 0; l < layers; ++l)
-      TORCH_CHECK_VALUE(!parallel[l], "encoder_layers: layer ", l, " is parallel, which an "
-                        "encoder's pass does not run");
-    return encoder_layers(x, keep, params, packed, heads, width, kv_heads, self_scale, eps,
-                          norm_first, activation, gated, rms_norm, head_eps, after_eps);
+    std::vector<const LayerParts*> parts;
+    for (const auto& layer : layers) parts.push_back(&layer->parts);
+    return encoder_layers(x, keep_mask, parts, shape);
   }
 
-  at::Tensor step(const at::Tensor& x, int64_t pos) {
-    TORCH_CHECK_VALUE(crossed == 0 || crossed == layers, "decoder_layers: ", crossed, " of ",
-                      layers, " layers have cross-attention: all or none");
-    return decoder_layers(x, pos, params, packed, k, v, cross_k, cross_v, keep, heads, width,
-                          self_scale, cross_scale, eps, norm_first, activation, self_bias, gated,
-                          rms_norm, kv_heads, rotations, self_keep, head_eps, windows,
-                          after_eps, score_cap, parallel);
+  // The sizes of a step of ``x`` at ``pos``, checked against the plan's heads and buffers.
+  Sizes sizes(const at::Tensor& x, int64_t pos) const {
+    TORCH_CHECK_VALUE(count() > 0 && !k.empty(), "decoder_layers: no layers (no buffers)");
+    TORCH_CHECK_VALUE(shape.heads > 0 && shape.width > 0, "decoder_layers: heads (",
+                      shape.heads, ") and width (", shape.width, ") are positive");
+    TORCH_CHECK_VALUE(shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0,
+                      "decoder_layers: kv_heads (", shape.kv_heads, ") divides heads (",
+                      shape.heads, ")");
+    check_x(x);
+    const bool cross = !cross_k.empty();
+    TORCH_CHECK_VALUE(k[0].dim() == 4 && (!cross || cross_k[0].dim() == 4),
+                      "decoder_layers: the buffers and cross keys are 4-d");
+    const int64_t rows = x.size(0), length = k[0].size(2);
+    const int64_t sources = cross ? cross_k[0].size(0) : rows;
+    TORCH_CHECK_VALUE(sources > 0 && rows % sources == 0, "decoder_layers: ", rows,
+                      " rows are not a whole number of beams for each of ", sources,
+                      " sources");
+    TORCH_CHECK_VALUE(pos >= 0 && pos < length, "decoder_layers: step ", pos,
+                      " is outside the buffers' ", length);
+    return Sizes{x.size(2), rows, shape.heads, shape.kv_heads, shape.width, length, sources,
+                 cross ? cross_k[0].size(2) : 0, pos, cross};
+  }
+
+  // What every layer of this step reads besides its parts, each checked.
+  StepInputs inputs(const at::Tensor& x, int64_t pos) const {
+    StepInputs s{sizes(x, pos), 0};
+    const Sizes& z = s.z;
+    s.groups = z.rows / z.sources;
+    TORCH_CHECK_VALUE(int64_t(rotations.size()) == count() && int64_t(self_bias.size()) ==
+                          count(), "decoder_layers: ", rotations.size(), " rotations and ",
+                      self_bias.size(), " position biases for ", count(), " layers: one a layer");
+    TORCH_CHECK_VALUE(!keep.has_value() || !keep->defined() || z.cross, "decoder_layers: keep "
+                      "is the sources' padding, and there is no cross-attention (self_keep is "
+                      "the keys' own)");
+    s.keep_rows = mask_of(keep, z.sources * z.src_len, "keep (the sources' padding)");
+    s.self_keep_rows = mask_of(self_keep, z.rows * z.length, "self_keep (the keys' padding)");
+    s.keep = s.keep_rows.defined() ? s.keep_rows.data_ptr<bool>() : nullptr;
+    s.self_keep = s.self_keep_rows.defined() ? s.self_keep_rows.data_ptr<bool>() : nullptr;
+    for (int64_t l = 0; l < count(); ++l) {
+      check_parts(layers[l]->parts, l, z);
+      check_buffers(k[l], v[l], z.cross ? &cross_k[l] : nullptr,
+                    z.cross ? &cross_v[l] : nullptr, l, z);
+      const std::optional<at::Tensor> bias = self_bias.get(l), turn = rotations.get(l);
+      if (bias.has_value() && bias->defined())
+        expect(*bias, {z.heads, z.pos + 1}, l, "self-attention position bias");
+      if (turn.has_value() && turn->defined()) expect(*turn, {z.width, z.width}, l, "rotation");
+    }
+    return s;
+  }
+
+  at::Tensor step(const at::Tensor& x_in, int64_t pos) {
+    const StepInputs s = inputs(x_in, pos);
+    at::Tensor x = x_in;
+    for (int64_t l = 0; l < count(); ++l) {
+      const std::optional<at::Tensor> bias = self_bias.get(l), turn = rotations.get(l);
+      const LayerIO io{k[l], v[l], s.z.cross ? &cross_k[l] : nullptr,
+                       s.z.cross ? &cross_v[l] : nullptr,
+                       turn.has_value() && turn->defined() ? turn->data_ptr<float>() : nullptr,
+                       bias.has_value() && bias->defined() ? bias->data_ptr<float>() : nullptr};
+      x = decoder_layer(layers[l]->parts, x, io, s);
+    }
+    return x;
   }
 };
 
@@ -492,8 +447,7 @@ TORCH_LIBRARY(zoo_decoder, m) {
       .def("sliding_window", &Layer::sliding_window)
       .def("after_norms", &Layer::after_norms)
       .def("softcap", &Layer::softcap)
-      .def("self_attention", &Layer::self_attention)
-      .def("cross_attention", &Layer::cross_attention)
+      .def("scales", &Layer::scales)
       .def("network", &Layer::network)
       .def("layout", &Layer::layout)
       .def("parallel_residual", &Layer::parallel_residual);

@@ -49,8 +49,9 @@ at::Tensor padded(const at::Tensor& rows, const Tokens& t) {
 // Self-attention of the packed tokens' queries, keys and values (real, 1, inner + 2 kv): each
 // query attends to the real keys of its text (``mask``, (texts, 1, 1, length)), through
 // at::scaled_dot_product_attention over the texts padded; (real, 1, inner) out.
-at::Tensor attend(const at::Tensor& qkv, const Tokens& t, const at::Tensor& mask, int64_t heads,
-                  int64_t kv_heads, int64_t width, double scale) {
+at::Tensor attend(const at::Tensor& qkv, const Tokens& t, const at::Tensor& mask, const Heads& h,
+                  double scale) {
+  const int64_t heads = h.heads, kv_heads = h.kv_heads, width = h.width;
   const int64_t inner = heads * width, kv = kv_heads * width;
   const at::Tensor all = padded(qkv, t).view({t.texts, t.length, inner + 2 * kv});
   auto part = [&](int64_t from, int64_t n) {  // (texts, n, length, width)
@@ -67,64 +68,52 @@ at::Tensor attend(const at::Tensor& qkv, const Tokens& t, const at::Tensor& mask
   return (t.all() ? out : out.index_select(0, t.index)).view({-1, 1, inner});
 }
 
+// One layer of the encoder's pass over ``x`` (real, 1, d): attention over every real token of
+// each text, then the network, each with its residual sum.
+at::Tensor encoder_layer(const LayerParts& p, at::Tensor x, const Tokens& tokens,
+                         const at::Tensor& mask, const Heads& h) {
+  const at::Tensor qkv = linear(sublayer_input(x, p.norm1, p), p.qkv);
+  const at::Tensor out = attend(qkv, tokens, mask, h, p.self_scale);
+  x = residual(linear(out, p.self_out), x, p, p.norm1, &p.after_attention);
+  return residual(network(p, sublayer_input(x, p.norm3, p)), x, p, p.norm3, &p.after_network);
+}
+
+void check_input(const at::Tensor& x, const at::Tensor& keep, const Heads& h, size_t layers) {
+  TORCH_CHECK_VALUE(layers > 0, "encoder_layers: no layers");
+  TORCH_CHECK_VALUE(h.heads > 0 && h.width > 0 && h.kv_heads > 0 && h.heads % h.kv_heads == 0,
+                    "encoder_layers: heads (", h.heads, ") and kv_heads (", h.kv_heads,
+                    ") are positive, and kv_heads divides heads");
+  TORCH_CHECK_VALUE(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous() &&
+                        x.dim() == 3 && x.size(0) > 0 && x.size(1) > 0 && x.size(2) > 0,
+                    "encoder_layers: x is a contiguous float32 CPU tensor (texts, length, d), "
+                    "not ", x.scalar_type(), " of shape ", x.sizes());
+  TORCH_CHECK_VALUE(keep.device().is_cpu() && keep.numel() == x.size(0) * x.size(1),
+                    "encoder_layers: keep is a CPU tensor of one entry a token (", x.size(0),
+                    " x ", x.size(1), "), not of shape ", keep.sizes());
+}
+
 }  // namespace
 
-at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& keep_in, const Params& params,
-                          at::TensorList packed, int64_t heads, int64_t width, int64_t kv_heads,
-                          at::ArrayRef<double> self_scale, at::ArrayRef<double> eps,
-                          at::ArrayRef<int64_t> norm_first, at::ArrayRef<int64_t> activation,
-                          at::ArrayRef<int64_t> gated, at::ArrayRef<int64_t> rms_norm,
-                          at::ArrayRef<double> head_eps, at::ArrayRef<double> after_eps) {
-  const int64_t layers = int64_t(self_scale.size());
-  TORCH_CHECK_VALUE(layers > 0 && int64_t(params.size()) == layers * PARAMS_PER_LAYER &&
-                        int64_t(packed.size()) == layers * PRODUCTS_PER_LAYER &&
-                        int64_t(eps.size()) == 3 * layers &&
-                        int64_t(norm_first.size()) == layers &&
-                        int64_t(activation.size()) == layers &&
-                        int64_t(gated.size()) == layers && int64_t(rms_norm.size()) == layers &&
-                        int64_t(after_eps.size()) == layers,
-                    "encoder_layers: one of each tensor and setting a layer, for ", layers,
-                    " layers");
-  TORCH_CHECK_VALUE(heads > 0 && width > 0 && kv_heads > 0 && heads % kv_heads == 0,
-                    "encoder_layers: heads (", heads, ") and kv_heads (", kv_heads,
-                    ") are positive, and kv_heads divides heads");
-  TORCH_CHECK_VALUE(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat &&
-                        x_in.is_contiguous() && x_in.dim() == 3 && x_in.size(0) > 0 &&
-                        x_in.size(1) > 0 && x_in.size(2) > 0,
-                    "encoder_layers: x is a contiguous float32 CPU tensor (texts, length, d), "
-                    "not ", x_in.scalar_type(), " of shape ", x_in.sizes());
+at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& keep_in,
+                          const std::vector<const LayerParts*>& layers, const Heads& h) {
+  check_input(x_in, keep_in, h, layers.size());
   const int64_t texts = x_in.size(0), length = x_in.size(1), d = x_in.size(2);
-  TORCH_CHECK_VALUE(keep_in.device().is_cpu() && keep_in.numel() == texts * length,
-                    "encoder_layers: keep is a CPU tensor of one entry a token (", texts, " x ",
-                    length, "), not of shape ", keep_in.sizes());
   const at::Tensor keep = keep_in.to(at::kBool).contiguous();
   const Tokens tokens = real_tokens(keep, texts, length);
   // (real, 1, d): a real token a row, as the step's sublayers take them
   at::Tensor x = (tokens.all() ? x_in.reshape({texts * length, d})
                                : x_in.reshape({texts * length, d}).index_select(0, tokens.index))
                      .reshape({-1, 1, d});
-  const Sizes sizes{d, x.size(0), heads, kv_heads, width, length, texts, 0, 0, false};
-  for (int64_t l = 0; l < layers; ++l) {
-    check_layer(params, packed, l, sizes, at::Tensor(), at::Tensor(), {}, {}, activation[l],
-                gated[l] != 0, rms_norm[l] != 0, std::nullopt);
-    const std::optional<at::Tensor> q_norm = maybe(params, l, Q_NORM_W);
-    TORCH_CHECK_VALUE(!(q_norm.has_value() && q_norm->defined()), "encoder_layers: layer ", l,
+  const Sizes sizes{d, x.size(0), h.heads, h.kv_heads, h.width, length, texts, 0, 0, false};
+  for (size_t l = 0; l < layers.size(); ++l) {
+    check_parts(*layers[l], int64_t(l), sizes);
+    TORCH_CHECK_VALUE(!layers[l]->q_norm.defined(), "encoder_layers: layer ", l,
                       " norms its queries and keys; the encoder's pass does not");
+    TORCH_CHECK_VALUE(!layers[l]->parallel, "encoder_layers: layer ", l, " is parallel, which "
+                      "an encoder's pass does not run");
   }
   const at::Tensor mask = keep.view({texts, 1, 1, length});
-  for (int64_t l = 0; l < layers; ++l) {
-    const bool pre = norm_first[l] != 0, rms = rms_norm[l] != 0;
-    at::Tensor h = pre ? norm(x, params, l, NORM1_W, eps[3 * l], rms) : x;
-    const at::Tensor out = attend(linear(h, params, packed, l, QKV_W), tokens, mask, heads,
-                                  kv_heads, width, self_scale[l]);
-    x = residual(linear(out, params, packed, l, SELF_OUT_W), x, pre, params, l, NORM1_W,
-                 eps[3 * l], rms, AFTER1_W, after_eps[l]);
-    h = pre ? norm(x, params, l, NORM3_W, eps[3 * l + 2], rms) : x;
-    const at::Tensor f = activate(linear(h, params, packed, l, FC1_W), activation[l],
-                                  gated[l] != 0, get(params, l, FC2_W).size(1));
-    x = residual(linear(f, params, packed, l, FC2_W), x, pre, params, l, NORM3_W,
-                 eps[3 * l + 2], rms, AFTER3_W, after_eps[l]);
-  }
+  for (const LayerParts* layer : layers) x = encoder_layer(*layer, x, tokens, mask, h);
   return padded(x, tokens).view({texts, length, d});
 }
 

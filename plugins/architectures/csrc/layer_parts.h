@@ -1,80 +1,103 @@
 // What zoo's native decoding step (decoder_layers.cpp) and encoder pass (encoder_layers.cpp)
-// share: a layer's tensors in the order the caller lists them, the products, norms,
-// activations and residual sums of a layer, and the checks of a layer's tensors.
+// share: one layer's tensors and settings, each a named field (LayerParts), the products,
+// norms, activations and residual sums that read them, and the checks of a layer.
 #pragma once
 
 #include <ATen/Functions.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "packed_linear.h"
 #include "step_ops.h"
 
 namespace zoo::layer {
 
-// The tensors of one layer, in the order the caller lists them.
-enum Param {
-  QKV_W, QKV_B, SELF_OUT_W, SELF_OUT_B, CROSS_Q_W, CROSS_Q_B, CROSS_OUT_W, CROSS_OUT_B,
-  FC1_W, FC1_B, FC2_W, FC2_B, NORM1_W, NORM1_B, NORM2_W, NORM2_B, NORM3_W, NORM3_B,
-  Q_NORM_W, K_NORM_W, AFTER1_W, AFTER1_B, AFTER3_W, AFTER3_B, PARAMS_PER_LAYER
+// A product of a layer: its weight (fp32, or int8 with per-row scales), bias and the packed
+// weight zoo::packed_linear reads (Linear.native_weight in Python).
+struct Product {
+  at::Tensor weight, packed;
+  std::optional<at::Tensor> bias;
+  bool given() const { return weight.defined(); }
 };
 
-using Params = c10::List<std::optional<at::Tensor>>;
+// A LayerNorm (weight, bias) or an RMSNorm (weight only), and its eps.
+struct Norm {
+  at::Tensor weight;
+  std::optional<at::Tensor> bias;
+  double eps = 0.0;
+  bool given() const { return weight.defined(); }
+};
 
-// The packed weights of a layer's six products, in the order of Param's weights.
+// One layer's tensors and settings, by name. A new layer option is one field here, one
+// setter of the plan's Layer, one use in a sublayer and one check.
+struct LayerParts {
+  Product qkv, self_out, cross_q, cross_out, fc1, fc2;
+  Norm norm1, norm2, norm3;             // before (pre-norm) or after (post-norm) each sublayer
+  Norm after_attention, after_network;  // a sandwich layer's norms of its sublayers' outputs
+  at::Tensor q_norm, k_norm;            // each head's queries and keys RMS-normed (QK-norm)
+  double head_eps = 0.0;
+  double self_scale = 1.0, cross_scale = 1.0, score_cap = 0.0;
+  int64_t activation = 0;  // 0 ReLU, 1 GELU, 2 tanh GELU, 3 SiLU
+  int64_t window = 0;      // self-attention over the last ``window`` keys (0: all)
+  bool pre = false, rms = false, gated = false, parallel = false;
+};
+
 constexpr int64_t PRODUCTS_PER_LAYER = 6;
 
-inline const char* const kParamNames[PARAMS_PER_LAYER] = {
-    "qkv weight", "qkv bias", "self out weight", "self out bias", "cross q weight",
-    "cross q bias", "cross out weight", "cross out bias", "fc1 weight", "fc1 bias",
-    "fc2 weight", "fc2 bias", "norm1 weight", "norm1 bias", "norm2 weight", "norm2 bias",
-    "norm3 weight", "norm3 bias", "query norm weight", "key norm weight",
-    "attention's after-norm weight", "attention's after-norm bias",
-    "network's after-norm weight", "network's after-norm bias"};
+inline const char* const kProductNames[PRODUCTS_PER_LAYER] = {
+    "qkv", "self out", "cross q", "cross out", "fc1", "fc2"};
 
-inline at::Tensor get(const Params& p, int64_t layer, Param which) {
-  std::optional<at::Tensor> t = p.get(layer * PARAMS_PER_LAYER + which);
-  TORCH_CHECK_VALUE(t.has_value() && t->defined(), "decoder_layers: layer ", layer, " lacks its ",
-                    kParamNames[which]);
-  return *t;
+// Product ``which`` of a layer (0 q|k|v, 1 self out, 2 cross q, 3 cross out, 4 fc1, 5 fc2).
+inline Product* product_of(LayerParts& p, int64_t which) {
+  Product* all[PRODUCTS_PER_LAYER] = {&p.qkv, &p.self_out, &p.cross_q, &p.cross_out, &p.fc1,
+                                      &p.fc2};
+  TORCH_CHECK_VALUE(which >= 0 && which < PRODUCTS_PER_LAYER, "decoder_layers: product ",
+                    which, " is none of the ", PRODUCTS_PER_LAYER, " of a layer");
+  return all[which];
 }
 
-inline std::optional<at::Tensor> maybe(const Params& p, int64_t layer, Param which) {
-  return p.get(layer * PARAMS_PER_LAYER + which);
-}
+// The heads of every layer of a plan: queries' heads, a head's width, keys' and values' heads.
+struct Heads {
+  int64_t heads, width, kv_heads;
+};
 
-inline at::Tensor linear(const at::Tensor& x, const Params& p, at::TensorList packed, int64_t layer,
-                  Param w) {
-  return zoo::packed_linear(x, packed[layer * PRODUCTS_PER_LAYER + w / 2],
-                            maybe(p, layer, Param(w + 1)), get(p, layer, w).size(0));
+// The sizes one pass or step checks a layer by.
+struct Sizes {
+  int64_t d, rows, heads, kv_heads, width, length, sources, src_len, pos;
+  bool cross;
+};
+
+inline at::Tensor linear(const at::Tensor& x, const Product& p) {
+  return zoo::packed_linear(x, p.packed, p.bias, p.weight.size(0));
 }
 
 inline const float* data_or_null(const std::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? t->data_ptr<float>() : nullptr;
 }
 
-// LayerNorm (or RMSNorm, where ``rms``) of x's rows by the norm ``w`` of ``layer``, into a
-// new tensor.
-inline at::Tensor norm(const at::Tensor& x, const Params& p, int64_t layer, Param w, double eps,
-                bool rms) {
-  const at::Tensor weight = get(p, layer, w);
+inline at::Tensor norm(const at::Tensor& x, const Norm& n, bool rms) {
   at::Tensor out = at::empty_like(x);
   const int64_t d = x.size(-1);
   if (rms)
     zoo::step::rms_norm(x.data_ptr<float>(), out.data_ptr<float>(), x.numel() / d, d,
-                        weight.data_ptr<float>(), eps);
+                        n.weight.data_ptr<float>(), n.eps);
   else
     zoo::step::layer_norm(x.data_ptr<float>(), out.data_ptr<float>(), x.numel() / d, d,
-                          weight.data_ptr<float>(),
-                          data_or_null(maybe(p, layer, Param(w + 1))), eps);
+                          {n.weight.data_ptr<float>(), data_or_null(n.bias), n.eps});
   return out;
 }
 
-// The activation of a network's hidden layer, in place; gated (``ff`` of 2 ff columns): the
-// first half activated times the second, into a new tensor of ff columns.
+// What a sublayer reads: ``x`` normed by ``n`` in a pre-norm layer, else ``x`` itself.
+inline at::Tensor sublayer_input(const at::Tensor& x, const Norm& n, const LayerParts& p) {
+  return p.pre ? norm(x, n, p.rms) : x;
+}
+
 inline at::Tensor activate(at::Tensor f, int64_t activation, bool gated, int64_t ff) {
   at::Tensor a = gated ? f.narrow(-1, 0, ff) : f;
   if (activation == 0)
@@ -86,23 +109,22 @@ inline at::Tensor activate(at::Tensor f, int64_t activation, bool gated, int64_t
   return gated ? at::mul(a, f.narrow(-1, ff, ff)) : f;
 }
 
-// x + a after a sublayer: written into a (a new tensor of the step), then normed
-// after (post-norm) or not (pre-norm: the next sublayer norms its input itself). A
-// sandwich layer (Gemma 2 and 3) norms a itself first, by its after-norm ``after``.
-inline at::Tensor residual(at::Tensor a, const at::Tensor& x, bool pre, const Params& p,
-                           int64_t layer, Param w, double eps, bool rms,
-                           Param after = PARAMS_PER_LAYER, double after_eps = 0.0) {
-  if (after != PARAMS_PER_LAYER && maybe(p, layer, after).has_value() &&
-      maybe(p, layer, after)->defined())
-    a = norm(a, p, layer, after, after_eps, rms);
+// A sublayer's output ``a`` added to ``x``: normed first by ``after`` where the layer has that
+// after-norm (a sandwich layer), and the sum normed by ``n`` in a post-norm layer.
+inline at::Tensor residual(at::Tensor a, const at::Tensor& x, const LayerParts& p, const Norm& n,
+                           const Norm* after = nullptr) {
+  if (after != nullptr && after->given()) a = norm(a, *after, p.rms);
   zoo::step::add(a.data_ptr<float>(), x.data_ptr<float>(), a.numel());
-  return pre ? a : norm(a, p, layer, w, eps, rms);
+  return p.pre ? a : norm(a, n, p.rms);
 }
 
-// A float32 (or, for a product's weight, int8) CPU tensor of exactly ``shape``, contiguous;
-// else a ValueError naming it.
+// The feed-forward network of a layer on ``h`` (its input, normed where the layer says).
+inline at::Tensor network(const LayerParts& p, const at::Tensor& h) {
+  return linear(activate(linear(h, p.fc1), p.activation, p.gated, p.fc2.weight.size(1)), p.fc2);
+}
+
 inline void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, const char* what,
-            bool int8 = false) {
+                   bool int8 = false) {
   TORCH_CHECK_VALUE(t.defined() && t.device().is_cpu() &&
                         (t.scalar_type() == at::kFloat || (int8 && t.scalar_type() == at::kChar)) &&
                         t.is_contiguous() && t.sizes() == shape,
@@ -113,85 +135,77 @@ inline void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, co
                     "CPU tensor of shape ", shape, int8 ? " (or int8)" : "", " is needed");
 }
 
-// The step's sizes: d (the model's width), rows, heads (kv_heads of keys and values) x width,
-// the buffers' length, the sources and their length (none without cross-attention).
-struct Sizes {
-  int64_t d, rows, heads, kv_heads, width, length, sources, src_len, pos;
-  bool cross;
-};
+// A product's weight, packed weight and bias fit ``outputs`` x ``inputs``.
+inline void check_product(const Product& p, int64_t outputs, int64_t inputs, int64_t l,
+                          const char* name) {
+  TORCH_CHECK_VALUE(p.given(), "decoder_layers: layer ", l, " lacks its ", name, " weight");
+  expect(p.weight, {outputs, inputs}, l, (std::string(name) + " weight").c_str(), true);
+  TORCH_CHECK_VALUE(p.packed.defined() &&
+                        (p.weight.scalar_type() == at::kChar) ==
+                            (p.packed.scalar_type() == at::kChar),
+                    "decoder_layers: layer ", l, "'s ", name, " weight is ",
+                    p.weight.scalar_type(), " but its packed weight is ",
+                    p.packed.defined() ? p.packed.toString() : "undefined");
+  const auto shape = zoo::packed_shape(p.packed, "decoder_layers");
+  TORCH_CHECK_VALUE(shape.n_out == outputs && shape.n_in == inputs, "decoder_layers: layer ", l,
+                    "'s packed ", name, " weight is ", shape.n_out, " x ", shape.n_in, ", not ",
+                    outputs, " x ", inputs);
+  if (p.bias.has_value() && p.bias->defined())
+    expect(*p.bias, {outputs}, l, (std::string(name) + " bias").c_str());
+}
 
-// Every tensor and number of layer l, checked against the step's sizes before a byte is read.
-inline void check_layer(const Params& p, at::TensorList packed, int64_t l, const Sizes& z,
-                 const at::Tensor& kb, const at::Tensor& vb, at::TensorList cross_k,
-                 at::TensorList cross_v, int64_t activation, bool gated, bool rms,
-                 const std::optional<at::Tensor>& bias) {
+// A norm's weight (and bias, which an RMSNorm has not) are vectors of the width, its eps
+// finite and not negative.
+inline void check_norm(const Norm& n, int64_t d, bool rms, int64_t l, const char* name) {
+  TORCH_CHECK_VALUE(n.given(), "decoder_layers: layer ", l, " lacks its ", name, " weight");
+  expect(n.weight, {d}, l, (std::string(name) + " weight").c_str());
+  const bool biased = n.bias.has_value() && n.bias->defined();
+  TORCH_CHECK_VALUE(!rms || !biased, "decoder_layers: layer ", l, "'s ", name,
+                    " bias is given, but an RMSNorm has none");
+  if (biased) expect(*n.bias, {d}, l, (std::string(name) + " bias").c_str());
+  TORCH_CHECK_VALUE(std::isfinite(n.eps) && n.eps >= 0, "decoder_layers: layer ", l, "'s ",
+                    name, " eps is ", n.eps, "; finite and not negative");
+}
+
+// Every tensor and setting of layer ``l`` fits the sizes ``z`` (the buffers are checked by
+// the step, which holds them).
+inline void check_parts(const LayerParts& p, int64_t l, const Sizes& z) {
   const int64_t inner = z.heads * z.width, kv = z.kv_heads * z.width, d = z.d;
-  if (kb.defined() || vb.defined()) {  // (an encoder's pass has no buffers)
-    expect(kb, {z.rows, z.kv_heads, z.length, z.width}, l, "self-attention key buffer");
-    expect(vb, {z.rows, z.kv_heads, z.length, z.width}, l, "self-attention value buffer");
-  }
-  if (z.cross) {
-    expect(cross_k[l], {z.sources, z.heads, z.src_len, z.width}, l, "cross-attention keys");
-    expect(cross_v[l], {z.sources, z.heads, z.src_len, z.width}, l, "cross-attention values");
-  }
-  TORCH_CHECK_VALUE(activation >= 0 && activation <= 3, "decoder_layers: layer ", l,
-                    "'s activation code is ", activation,
+  TORCH_CHECK_VALUE(p.activation >= 0 && p.activation <= 3, "decoder_layers: layer ", l,
+                    "'s activation code is ", p.activation,
                     "; 0 (ReLU), 1 (GELU), 2 (tanh GELU) or 3 (SiLU)");
-  if (bias.has_value() && bias->defined())
-    expect(*bias, {z.heads, z.pos + 1}, l, "self-attention position bias");
-  // the hidden width, from the second product (a gated network's first gives two halves)
-  const int64_t ff = get(p, l, FC2_W).dim() == 2 ? get(p, l, FC2_W).size(1) : -1;
-  const int64_t shapes[PRODUCTS_PER_LAYER][2] = {  // (outputs, inputs) of each product
-      {inner + 2 * kv, d}, {d, inner}, {inner, d}, {d, inner}, {gated ? 2 * ff : ff, d},
-      {d, ff}};
-  for (int64_t i = 0; i < PRODUCTS_PER_LAYER; ++i) {
-    const Param w = Param(2 * i);
-    if (!z.cross && (w == CROSS_Q_W || w == CROSS_OUT_W)) continue;  // not read
-    const at::Tensor weight = get(p, l, w);
-    expect(weight, {shapes[i][0], shapes[i][1]}, l, kParamNames[w], true);
-    TORCH_CHECK_VALUE((weight.scalar_type() == at::kChar) ==
-                          (packed[l * PRODUCTS_PER_LAYER + i].scalar_type() == at::kChar),
-                      "decoder_layers: layer ", l, "'s ", kParamNames[w], " is ",
-                      weight.scalar_type(), " but its packed weight is ",
-                      packed[l * PRODUCTS_PER_LAYER + i].scalar_type());
-    const auto shape = zoo::packed_shape(packed[l * PRODUCTS_PER_LAYER + i], "decoder_layers");
-    TORCH_CHECK_VALUE(shape.n_out == shapes[i][0] && shape.n_in == shapes[i][1],
-                      "decoder_layers: layer ", l, "'s packed ", kParamNames[w], " is ",
-                      shape.n_out, " x ", shape.n_in, ", not ", shapes[i][0], " x ",
-                      shapes[i][1]);
-    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
-    if (b.has_value() && b->defined()) expect(*b, {shapes[i][0]}, l, kParamNames[w + 1]);
+  TORCH_CHECK_VALUE(p.fc2.given() && p.fc2.weight.dim() == 2, "decoder_layers: layer ", l,
+                    " lacks its fc2 weight (a matrix)");
+  const int64_t ff = p.fc2.weight.size(1);  // a gated network's first product: two halves
+  check_product(p.qkv, inner + 2 * kv, d, l, "qkv");
+  check_product(p.self_out, d, inner, l, "self out");
+  if (z.cross) {
+    check_product(p.cross_q, inner, d, l, "cross q");
+    check_product(p.cross_out, d, inner, l, "cross out");
+    check_norm(p.norm2, d, p.rms, l, "norm2");
   }
-  for (Param w : {NORM1_W, NORM2_W, NORM3_W}) {
-    if (!z.cross && w == NORM2_W) continue;
-    expect(get(p, l, w), {d}, l, kParamNames[w]);
-    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
-    TORCH_CHECK_VALUE(!rms || !b.has_value() || !b->defined(), "decoder_layers: layer ", l,
-                      "'s ", kParamNames[w + 1], " is given, but an RMSNorm has none");
-    if (b.has_value() && b->defined()) expect(*b, {d}, l, kParamNames[w + 1]);
+  check_product(p.fc1, p.gated ? 2 * ff : ff, d, l, "fc1");
+  check_product(p.fc2, d, ff, l, "fc2");
+  check_norm(p.norm1, d, p.rms, l, "norm1");
+  check_norm(p.norm3, d, p.rms, l, "norm3");
+  TORCH_CHECK_VALUE(p.after_attention.given() == p.after_network.given(),
+                    "decoder_layers: layer ", l, " has one after-norm of two");
+  if (p.after_attention.given()) {
+    check_norm(p.after_attention, d, p.rms, l, "attention's after-norm");
+    check_norm(p.after_network, d, p.rms, l, "network's after-norm");
   }
-  for (Param w : {AFTER1_W, AFTER3_W}) {  // a sandwich layer's after-norms: both or none
-    const std::optional<at::Tensor> given = maybe(p, l, w), first = maybe(p, l, AFTER1_W);
-    const bool has = given.has_value() && given->defined();
-    TORCH_CHECK_VALUE(has == (first.has_value() && first->defined()), "decoder_layers: layer ",
-                      l, " has one after-norm of two");
-    if (!has) continue;
-    expect(*given, {d}, l, kParamNames[w]);
-    const std::optional<at::Tensor> b = maybe(p, l, Param(w + 1));
-    TORCH_CHECK_VALUE(!rms || !b.has_value() || !b->defined(), "decoder_layers: layer ", l,
-                      "'s ", kParamNames[w + 1], " is given, but an RMSNorm has none");
-    if (b.has_value() && b->defined()) expect(*b, {d}, l, kParamNames[w + 1]);
+  if (p.q_norm.defined() || p.k_norm.defined()) {
+    expect(p.q_norm, {z.width}, l, "query norm weight");
+    expect(p.k_norm, {z.width}, l, "key norm weight");
   }
+  TORCH_CHECK_VALUE(!p.parallel || (p.pre && !z.cross), "decoder_layers: layer ", l, " is "
+                    "parallel, and only a pre-norm layer without cross-attention can be");
 }
 
 // x (B, L, d) through every layer as an encoder's (every token attends to every real token of
-// its text; ``keep`` (B, L) false at padding): the layers' tensors as decoder_layers takes them,
-// without cross-attention, rotations, position biases or sliding windows (encoder_layers.cpp).
-at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& keep_in, const Params& params,
-                          at::TensorList packed, int64_t heads, int64_t width, int64_t kv_heads,
-                          at::ArrayRef<double> self_scale, at::ArrayRef<double> eps,
-                          at::ArrayRef<int64_t> norm_first, at::ArrayRef<int64_t> activation,
-                          at::ArrayRef<int64_t> gated, at::ArrayRef<int64_t> rms_norm,
-                          at::ArrayRef<double> head_eps, at::ArrayRef<double> after_eps);
+// its text; ``keep`` (B, L) false at padding): the layers the decoding step runs, without
+// cross-attention, rotations, position biases or sliding windows (encoder_layers.cpp).
+at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& keep_in,
+                          const std::vector<const LayerParts*>& layers, const Heads& heads);
 
 }  // namespace zoo::layer

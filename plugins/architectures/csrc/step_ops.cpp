@@ -54,8 +54,9 @@ __attribute__((target("avx2,fma"))) inline void axpy(float p, const float* x, fl
 namespace zoo::step {
 
 __attribute__((target("avx2,fma"))) void layer_norm(const float* x, float* out, int64_t rows,
-                                                    int64_t d, const float* weight,
-                                                    const float* bias, double eps) {
+                                                    int64_t d, const Affine& a) {
+  const float *weight = a.weight, *bias = a.bias;
+  const double eps = a.eps;
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * d;
     float* yr = out + r * d;

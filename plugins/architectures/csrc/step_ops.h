@@ -8,8 +8,14 @@
 namespace zoo::step {
 
 // out = LayerNorm(x) over rows of d floats (weight and bias may be null).
-void layer_norm(const float* x, float* out, int64_t rows, int64_t d, const float* weight,
-                const float* bias, double eps);
+// A LayerNorm's scale and shift (either null: none) and eps.
+struct Affine {
+  const float* weight;
+  const float* bias;
+  double eps;
+};
+
+void layer_norm(const float* x, float* out, int64_t rows, int64_t d, const Affine& a);
 
 // out = RMSNorm(x) over rows of d floats (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps),
 // times weight (may be null).
