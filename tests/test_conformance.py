@@ -44,7 +44,8 @@ def test_every_built_in_component_passes_the_kit(case):
         assert ("does not claim" in outcome or "CUDA" in outcome or "package" in outcome
                 or "takes no n_kv_heads" in outcome or "generates no text" in outcome
                 or "no encoder" in outcome or "not transformers" in outcome
-                or "no example config" in outcome or "name one, as in" in outcome), outcome
+                or "no example config" in outcome or "name one, as in" in outcome
+                or "describes no data flow" in outcome), outcome
         pytest.skip(outcome)
 
 
@@ -293,6 +294,26 @@ def test_the_kit_holds_a_rule_to_the_reference_it_names(fresh_registry):
         zoo.testing.check_component("rule", "scaled")
 
 
+def test_a_block_whose_data_flow_is_not_its_forward_fails_the_kit(fresh_registry):
+    # a parallel block that says it is sequential: the native step would run the
+    # description, and decode other tokens than its forward, in silence
+    from zoo.plugins.blocks.causal import CausalBlock
+
+    class Parallel(CausalBlock):
+        """x + attn(norm1(x)) + ffn(norm2(x)), described as the sequential block it extends."""
+
+        def forward(self, x, key_padding_mask=None, cache=None):
+            h = self.attn(self.norm1(x), key_padding_mask=key_padding_mask, cache=cache)
+            return x + h + self.ffn(self.norm2(x))
+
+        data_flow = CausalBlock.data_flow
+
+    zoo.register_component("block", "misdescribed", Parallel,
+                           capabilities={"role": "causal", "norm_placements": ("pre",)})
+    with pytest.raises(zoo.testing.ConformanceError, match="forward against its data_flow"):
+        zoo.testing.check_component("block", "misdescribed")
+
+
 def test_a_block_of_one_norm_placement_is_checked_and_built_in_that_one_only(fresh_registry):
     # a pre-norm-only block (as GPT-NeoX's parallel block): the kit checks the placement it
     # declares, and a recipe asking for the other is refused by name before building
@@ -307,7 +328,8 @@ def test_a_block_of_one_norm_placement_is_checked_and_built_in_that_one_only(fre
 
     zoo.register_component("block", "pre-only", PreOnly,
                            capabilities={"role": "causal", "norm_placements": ("pre",)})
-    assert zoo.testing.check_component("block", "pre-only") == {"block_contract": "passed"}
+    assert zoo.testing.check_component("block", "pre-only") == {"block_contract": "passed",
+                                                                "described_flow": "passed"}
     model = zoo.build("llama-tiny", block="pre-only")
     assert type(model.layers[0]) is PreOnly
     with pytest.raises(zoo.CapabilityError, match="block 'pre-only'.*norm_placement "

@@ -10,9 +10,11 @@ import torch
 from torch import nn
 
 from ..cache import KVCache
+from ..layer_flow import flow_of
 from ..registry import Component
-from .contract import D, H, Seed, check, close, gradients_reach, shape
-from .references import ReferenceAttention, reference_ffn, reference_kernel, reference_norm
+from .contract import D, H, Failed, Seed, Skip, check, close, gradients_reach, shape
+from .references import (ReferenceAttention, reference_ffn, reference_flow, reference_kernel,
+                         reference_norm)
 
 
 def _block(component: Component, settings: Any, norm_first: bool) -> nn.Module:
@@ -81,3 +83,29 @@ def _block_contract(component, settings):
                 close(torch.cat(steps, 1), a, f"decoding with a cache ({where})")
                 loss = block(x, memory).square().mean()
             gradients_reach(block, loss, f"gradients ({where})")
+
+
+@check("block")
+def _described_flow(component, settings):
+    """A block that describes its data flow (``data_flow()``, which zoo's native step runs
+    in its place) computes what the description says: its ``forward`` equals the flow
+    written out over the block's own modules, in each norm placement it declares. A
+    parallel block described as sequential would decode other tokens natively, in
+    silence."""
+    if not callable(getattr(component.load(), "data_flow", None)):
+        raise Skip("describes no data flow")
+    role = component.capabilities.role
+    for norm_first in [p == "pre" for p in ("post", "pre")
+                       if p in component.capabilities.norm_placements]:
+        with Seed(0):
+            block = _block(component, settings, norm_first)
+            flow = flow_of(block, 0)
+            if isinstance(flow, str):
+                raise Failed(f"data_flow() (norm_first={norm_first}): {flow}")
+            x = torch.randn(2, 6, D)
+            memory = torch.randn(2, 5, D) if role == "decoder" else None
+            with torch.no_grad():
+                got = block(x, memory) if role == "decoder" else block(x)
+                want = reference_flow(flow, x, memory)
+            close(got, want, f"forward against its data_flow() (norm_first={norm_first}, "
+                             f"residual={flow.residual!r})")

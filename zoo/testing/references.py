@@ -120,3 +120,37 @@ def reference_norm() -> nn.Module:
 def reference_ffn() -> nn.Module:
     """Linear, ReLU, Linear (2× the kit's width inside)."""
     return nn.Sequential(nn.Linear(D, 2 * D), nn.ReLU(), nn.Linear(2 * D, D))
+
+
+def reference_flow(flow, x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
+    """What a block whose ``data_flow()`` is ``flow`` (:class:`zoo.layer_flow.DataFlow`)
+    computes of ``x`` (B, L, d), written out from the description over the flow's own
+    modules: the sublayers in sequence or in parallel, pre-norm or post-norm, a sandwich
+    block's norms of the sublayers' outputs, a decoder's cross-attention over ``memory``.
+    The kit holds a block's ``forward`` to it, as zoo's native step computes the flow."""
+    first, second = flow.norms
+
+    def sublayer(f, h: torch.Tensor, after) -> torch.Tensor:
+        out = f(h)
+        return after(out) if after is not None else out
+
+    def attend(h: torch.Tensor) -> torch.Tensor:
+        return sublayer(flow.attention, h, flow.after[0])
+
+    def feed(h: torch.Tensor) -> torch.Tensor:
+        return sublayer(flow.ffn, h, flow.after[1])
+
+    def cross(h: torch.Tensor) -> torch.Tensor:
+        return flow.cross_attention(h, memory)
+
+    if flow.residual == "parallel":
+        return x + attend(first(x)) + feed(second(x))
+    if flow.norm_first:
+        x = x + attend(first(x))
+        if flow.cross_attention is not None:
+            x = x + cross(flow.cross_norm(x))
+        return x + feed(second(x))
+    x = first(x + attend(x))
+    if flow.cross_attention is not None:
+        x = flow.cross_norm(x + cross(x))
+    return second(x + feed(x))
