@@ -718,3 +718,23 @@ def test_the_plugin_api_reads_and_writes_a_language_models_generation_settings()
     again = generation_settings({}, written, "gpt-neox", decoder_only=True)
     assert {k: again[k] for k in ("start_id", "eos_ids", "pad_id", "max_new_tokens")} == {
         k: read[k] for k in ("start_id", "eos_ids", "pad_id", "max_new_tokens")}
+
+
+def test_a_tensor_an_export_gives_twice_is_written_twice():
+    """safetensors refuses tensors that share memory; a format's export that gives one
+    matrix under two names (a tied pair) has it written twice, not a raw RuntimeError."""
+    from safetensors.torch import save_file
+
+    from zoo.format_base import apart
+
+    w = torch.randn(3, 4)
+    with pytest.raises(RuntimeError):  # what a plain save does
+        save_file({"a": w, "b": w}, "/dev/null")
+    out = apart({"a": w, "b": w, "c": w.t()})
+    assert torch.equal(out["a"], out["b"]) and out["a"].data_ptr() != out["b"].data_ptr()
+    assert out["c"].is_contiguous() and torch.equal(out["c"], w.t())
+
+
+def test_a_model_named_by_something_else_is_one_recipe_error():
+    with pytest.raises(zoo.RecipeError, match="got a dict.*Recipe.model_validate"):
+        zoo.build({"name": "transformer-tiny"})

@@ -91,6 +91,11 @@ def saved_model(name: str | os.PathLike[str] | Recipe) -> SavedModel | None:
     a :class:`Recipe`). Strings and ``os.PathLike`` are read alike."""
     if isinstance(name, Recipe):
         return None
+    if not isinstance(name, (str, os.PathLike)):
+        raise RecipeError(f"A model is named by a recipe's name, a recipe file, a saved "
+                          f"model ('hf-hub:owner/repo', 'local-dir:path') or a zoo.Recipe; got "
+                          f"a {type(name).__name__}. A recipe held as data is built through "
+                          "zoo.Recipe.model_validate(data).")
     text = os.fspath(name)
     if not isinstance(text, str):
         raise RecipeError(f"A model is named by a str or a path, got bytes {text!r}.")

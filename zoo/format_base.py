@@ -373,7 +373,7 @@ class Format:
         if settings is not None:
             (folder / "generation_config.json").write_text(json.dumps(settings, indent=2)
                                                            + "\n")
-        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        save_file(apart(weights), str(folder / "model.safetensors"), metadata={"format": "pt"})
         imported = record.imported
         copy_tokenizer_files(imported.folder if imported is not None else tokenizer, folder)
         auto = {"language-model": "AutoModelForCausalLM", "encoder": "AutoModel",
@@ -382,6 +382,19 @@ class Format:
 
 
 _MISSING = object()
+
+
+def apart(weights: dict[str, Any]) -> dict[str, Any]:
+    """``weights`` as safetensors stores them: each its own contiguous memory (a tensor an
+    export gives under two names, an untied copy of a tied matrix, is written twice)."""
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for name, tensor in weights.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        out[name] = tensor.contiguous() if key not in seen else tensor.clone().contiguous()
+        if tensor.numel():
+            seen.add(key)
+    return out
 
 
 class FormatAdapter:
