@@ -287,11 +287,14 @@ def layer_names(family: str) -> str:
     return "\n".join(rows)
 
 
-def bookkeeping(_: str | None = None) -> str:
-    """transformers' config keys that change nothing a model computes, in any family."""
-    from zoo.format_base import BOOKKEEPING
+def bookkeeping(which: str | None = None) -> str:
+    """transformers' config keys that change nothing a model computes, in any family
+    (``generation``: the generation keys of older configs, which zoo reads as generation
+    settings and ``Options.done`` passes)."""
+    from zoo.format_base import BOOKKEEPING, GENERATION_KEYS
 
-    return ", ".join(f"`{k}`" for k in sorted(BOOKKEEPING))
+    keys = GENERATION_KEYS if which == "generation" else BOOKKEEPING
+    return ", ".join(f"`{k}`" for k in sorted(keys))
 
 
 def experiment(name: str) -> str:

@@ -200,3 +200,18 @@ def test_a_plugins_parallel_block_runs_in_the_native_step(int8, fresh_registry, 
     rewritten = zoo.build("llama-tiny", block="rewritten-test", dropout=0.0, **overrides).eval()
     plan = rewritten.native_plan()
     assert not plan and "does not describe its data flow" in plan.reason
+
+
+def test_without_the_library_the_gate_still_checks_the_layers(monkeypatch):
+    """The layers are checked without the native library: a model whose layers the step
+    cannot run says why, one whose layers qualify says that a build makes them run."""
+    from zoo.plugins.architectures import native_plan
+
+    monkeypatch.setattr(native_plan.STEP, "available", lambda: False)
+    monkeypatch.setattr(native_plan, "_missing_library",
+                        lambda: native_plan.Refusal("its library is not built here; its "
+                                                    "layers qualify"))
+    qualifies = zoo.build("llama-tiny").eval().native_plan()
+    assert not qualifies and "its layers qualify" in qualifies.reason
+    refused = zoo.build("llama-tiny", positional="shaw").eval().native_plan()
+    assert not refused and "qualify" not in refused.reason, refused.reason

@@ -326,10 +326,13 @@ class Format:
                generation: dict[str, Any] | None) -> tuple[dict, dict | None,
                                                         dict[str, torch.Tensor]]:
         """With ``writes="transformers"``: a zoo recipe, its state dict (each tied matrix
-        once) and generation settings (as data; None for an encoder) as the family's
-        ``config.json``, ``generation_config.json`` (None: none) and state dict; what the
-        family cannot express raises FormatError naming it. The default :meth:`write`
-        calls it."""
+        once: a tied output matrix is not in it, only ``embed.weight``) and generation
+        settings (as data; None for an encoder) as the family's ``config.json``,
+        ``generation_config.json`` (None: none) and state dict; what the family cannot
+        express raises FormatError naming it. Give a tied matrix once too, under the
+        family's input name, with the config's ``tie_word_embeddings`` (transformers ties
+        the output back); a tensor given under two names is written twice. The default
+        :meth:`write` calls it."""
         raise FormatError(f"format {self.family!r} reads folders; it does not write them")
 
     def write(self, model: nn.Module, folder: Path, *, export: Callable[..., Path],

@@ -53,13 +53,17 @@ class DecoderSettings(LayerKinds):
     scale_embeddings: bool = False
     """Multiply the embeddings by sqrt(d_model) (the paper's sec. 3.4; Gemma)."""
     output_bias: bool = False
+    """A bias of the output projection, ``lm_head.bias`` (GPT-J's); tied or not."""
     pad_id: int | None = Field(None, ge=0)
     """The padding token, for a padding mask read from the tokens (None: padding is
     given as a mask; GPT-2 and Llama have no pad token of their own)."""
     bos_id: int | None = Field(None, ge=0)
-    """The token a text begins with (GPT-2's <|endoftext|>, Llama's <s>), if any."""
+    """The token a text begins with (GPT-2's <|endoftext|>, Llama's <s>), if any: a
+    format sets it from the config's ``bos_token_id`` where that is a token of the
+    vocabulary. It and ``eos_id`` make the model's default generation settings, which a
+    folder's own generation settings replace."""
     eos_id: int = Field(0, ge=0)
-    """The token that ends a text."""
+    """The token that ends a text (a format sets it from ``eos_token_id``)."""
     logit_softcap: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Logits soft-capped to (-cap, cap): cap * tanh(logits / cap) (Gemma 2's 30)."""
 

@@ -70,8 +70,6 @@ def encoder_plan(model: nn.Module) -> dict | Refusal:
         if why:
             return Refusal(f"{why} (an encoder's pass)")
     plan = new_plan([block.attn for block in blocks])
-    if not plan:
-        return plan
     for block in blocks:
         why = add_layer(plan, attn=block.attn, cross=None, norms=(block.norm1, None, block.norm2),
                         ffn=block.ffn, norm_first=block.norm_first, rows=None)

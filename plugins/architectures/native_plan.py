@@ -146,21 +146,26 @@ def refused(why: str) -> None:
     LOG.debug("the native step does not run this model: %s", why)
 
 
-def new_plan(attentions: list[nn.Module]) -> dict | Refusal:
+def new_plan(attentions: list[nn.Module]) -> dict:
     """An empty plan for layers of these self-attentions (each layer's rotation found:
     :func:`_rotations`), or the :class:`Refusal` saying the native step is not built
-    here. Its ``layers`` are ``torch.classes.zoo_decoder.Layer`` objects, each given its
-    parts by name (:func:`add_layer`); ``k``, ``v``, ``cross_k`` and ``cross_v`` the
-    buffers a call gives them."""
-    if not STEP.available():
-        states = [library.status()["state"] for library in (*STEP.needs, STEP)]
-        state = next((s for s in states if s not in ("loaded", "built")), None)
-        return Refusal(f"its library is {state} here (zoo native status)" if state else
-                       "its library does not load here (zoo native status)")
+    here (said once the layers are checked, which needs no library:
+    :func:`seal_kept`). Its ``layers`` are ``torch.classes.zoo_decoder.Layer`` objects,
+    each given its parts by name (:func:`add_layer`); ``k``, ``v``, ``cross_k`` and
+    ``cross_v`` the buffers a call gives them."""
     plan: dict = {key: [] for key in ("layers", "bias_of", "sources", "k", "v", "cross_k",
                                       "cross_v")}
     plan["rotary"], plan["shape"], plan["bias_tables"] = _rotations(attentions), None, {}
+    plan["missing"] = None if STEP.available() else _missing_library()
     return plan
+
+
+def _missing_library() -> Refusal:
+    states = [library.status()["state"] for library in (*STEP.needs, STEP)]
+    state = next((s for s in states if s not in ("loaded", "built")), None)
+    where = f"is {state} here" if state else "does not load here"
+    return Refusal(f"its library {where} (zoo native status); its layers qualify, and "
+                   "`zoo native build` makes the native step run them")
 
 
 def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tuple,
@@ -183,10 +188,12 @@ def add_layer(plan: dict, *, attn: nn.Module, cross: nn.Module | None, norms: tu
     if why:
         return Refusal(why)
     plan["shape"] = (attn.n_heads, attn.head_dim, attn.n_kv_heads)
-    layer = _layer(attn=attn, cross=cross, norms=norms, fused=fused, network=network)
-    layer.layout(norm_first, bool(kinds.pop()))
-    layer.parallel_residual(parallel)
-    _after_norms(layer, after)
+    layer = None  # (the layers are checked without the library; built with it)
+    if plan["missing"] is None:
+        layer = _layer(attn=attn, cross=cross, norms=norms, fused=fused, network=network)
+        layer.layout(norm_first, bool(kinds.pop()))
+        layer.parallel_residual(parallel)
+        _after_norms(layer, after)
     plan["layers"].append(layer)
     plan["bias_of"].append(attn.positional if attn.position_kind == "bias" else None)
     plan["sources"] += [t for part in (attn, cross, *norms, *after, ffn) if part is not None
@@ -308,11 +315,14 @@ NO_BUFFER = torch.empty(0)
 a call gives its own (:func:`for_call`), and what an encoder's layers hold: none is read."""
 
 
-def seal_kept(plan: dict, blocks: list[nn.Module], *, cross: bool = False) -> dict:
+def seal_kept(plan: dict, blocks: list[nn.Module], *, cross: bool = False) -> dict | Refusal:
     """``plan`` of ``blocks`` (each layer added: :func:`add_layer` with ``rows=None``)
     sealed to be kept: each layer's buffers (and with ``cross`` the sources' keys and
     values) are :data:`NO_BUFFER` until a call gives its own, and its ``products`` are
-    the blocks' linear layers, whose row limits each call checks (:func:`for_call`)."""
+    the blocks' linear layers, whose row limits each call checks (:func:`for_call`). The
+    :class:`Refusal` of a library that is not here, once every layer has passed."""
+    if plan["missing"] is not None:
+        return plan["missing"]
     for key in ("k", "v", "cross_k", "cross_v") if cross else ("k", "v"):
         plan[key] += [NO_BUFFER] * len(blocks)
     plan["products"] = [layer for block in blocks for layer in block.modules()

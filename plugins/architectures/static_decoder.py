@@ -87,8 +87,6 @@ def decoder_plan(decoder: nn.Module) -> dict | Refusal:
     native step may not run them (:mod:`.native_plan` says what it runs)."""
     blocks = list(decoder.layers)
     plan = new_plan([block.self_attn for block in blocks])
-    if not plan:
-        return plan
     for block in blocks:
         why = add_layer(plan, attn=block.self_attn, cross=block.cross_attn,
                         norms=(block.norm1, block.norm2, block.norm3), ffn=block.ffn,

@@ -57,8 +57,6 @@ def lm_plan(model: nn.Module) -> dict | Refusal:
     own: :func:`native_plan`), or the :class:`Refusal` saying why the native step cannot
     run them."""
     plan = new_plan([block.attn for block in model.layers])
-    if not plan:
-        return plan
     for i, block in enumerate(model.layers):
         flow = flow_of(block, i)  # (refusal() found each block's)
         why = add_layer(plan, attn=flow.attention, cross=None,

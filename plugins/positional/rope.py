@@ -70,7 +70,10 @@ class RotaryPositions(InsideAttention):
         fraction: float = Field(1.0, gt=0.0, le=1.0)
         """The share of each head's features rotated (partial rotary): the first
         int(head_dim x fraction) features, an even count, turn; the rest pass unchanged
-        (GPT-NeoX's rotary_pct 0.25, Phi-3's partial_rotary_factor)."""
+        (GPT-NeoX's rotary_pct 0.25, Phi-3's partial_rotary_factor). ``layout`` pairs
+        features within that share: ``interleaved`` turns (2i, 2i + 1) of the first
+        features (GPT-J's rotary_dim with rotate_every_two), ``half`` i with
+        i + rotated/2."""
 
         @model_validator(mode="after")
         def _bands(self):
