@@ -290,8 +290,9 @@ class Format:
         "settings": {...}}, "components": {slot: name or {"name", "settings"}}}``
         (``requires`` may be left out: a saved model records the distribution of each of
         its components, so that building it where your plugin is missing names the
-        package to install). Every key of ``config`` is mapped, checked, or inert; any other key, and any value zoo cannot reproduce,
-        raises :class:`~zoo.errors.FormatError` naming it, before a weight is read."""
+        package to install). Every key of ``config`` is mapped, checked, or inert; any
+        other key, and any value zoo cannot reproduce, raises
+        :class:`~zoo.errors.FormatError` naming it, before a weight is read."""
         raise NotImplementedError(f"format {self.family!r} maps no config (recipe())")
 
     def weights(self, state: dict[str, torch.Tensor],
