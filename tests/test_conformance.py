@@ -335,3 +335,48 @@ def test_a_block_of_one_norm_placement_is_checked_and_built_in_that_one_only(fre
     with pytest.raises(zoo.CapabilityError, match="block 'pre-only'.*norm_placement "
                        "'pre' only.*asks for 'post'"):
         zoo.build("llama-tiny", block="pre-only", norm_placement="post")
+
+
+def test_a_rule_replacing_another_is_held_to_its_stage_and_one_replacement(fresh_registry):
+    """A replacement acts where the replaced rule acted (a sampling filter standing in for
+    a processor would switch it off in greedy and beam decoding), and two rules replacing
+    one are refused, by the kit and at decoding, never applied twice."""
+    from pydantic import BaseModel
+
+    from zoo.plugin_api import Rule
+
+    class Windowed(Rule):
+        """repetition_penalty over the last tokens only (the kit's own stand-in)."""
+
+        class Settings(BaseModel):
+            repetition_penalty: float = 1.0
+
+        example = {"repetition_penalty": 1.3}
+        reference = staticmethod(lambda tokens, scores, s: scores)
+
+        def __call__(self, tokens, scores):
+            return scores
+
+    zoo.register_component("rule", "sampling-penalty", Windowed,
+                           capabilities={"sampling": True, "order": 100,
+                                         "replaces": ("repetition-penalty",)})
+    with pytest.raises(zoo.testing.ConformanceError, match="acts in every decoding.*"
+                       "declare sampling=False"):
+        zoo.testing.check_component("rule", "sampling-penalty")
+    zoo.register_component("rule", "processor-penalty", Windowed,
+                           capabilities={"order": 100, "replaces": ("repetition-penalty",)})
+    with pytest.raises(zoo.testing.ConformanceError, match="sampling-penalty replaces too"):
+        zoo.testing.check_component("rule", "processor-penalty")
+    model = zoo.build("gpt2-tiny").eval()
+    with pytest.raises(zoo.PluginError, match="'repetition-penalty' is replaced by "
+                       "'(processor|sampling)-penalty'.* and '(processor|sampling)-penalty'"):
+        zoo.generate(model, torch.tensor([[5, 6, 7]]), max_new_tokens=2, repetition_penalty=1.3)
+
+
+def test_an_export_keeps_a_plugin_rules_settings():
+    """generation_json writes a plugin rule's own settings (rule_settings) beside
+    transformers' keys, so that a folder exported and read back decodes alike."""
+    from zoo.plugin_api import generation_json
+
+    data = {"start_id": 1, "eos_ids": [2], "pad_id": 0, "rule_settings": {"top_a": 0.2}}
+    assert generation_json(data, decoder_only=True)["top_a"] == 0.2

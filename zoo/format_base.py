@@ -252,6 +252,7 @@ def generation_json(settings: dict[str, Any], *, decoder_only: bool = False) -> 
                 "bad_words_ids": [[i] for i in get("forbidden_ids") or ()],
                 "renormalize_logits": get("renormalize")}
     out.update({k: v for k, v in optional.items() if v or (v == 0 and "forced" in k)})
+    out.update(get("rule_settings") or {})  # a plugin rule's own, read back by its name
     return out
 
 # -- the base class --------------------------------------------------------------------------------
@@ -308,8 +309,9 @@ class Format:
         """The matrices ``config`` ties, in the family's names: pairs of a name a file may
         store beside the one it stands for, and that one (``("lm_head.weight",
         "model.embed_tokens.weight")`` under ``tie_word_embeddings``). zoo refuses a
-        folder that stores both with different values before :meth:`weights` is called
-        (which then keeps one of them). The default: none."""
+        folder that stores both with different values before :meth:`weights` is called,
+        which then drops the first of each pair (zoo loads a tied matrix once). The
+        default: none."""
         return []
 
     def generation(self, config: dict[str, Any],

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .._text import describe_validation_error, did_you_mean, validate_plain
-from ..errors import RecipeError
+from ..errors import PluginError, RecipeError
 from ..registry import Component, registry
 
 OLD_NAMES = {"strategy": "num_beams / do_sample", "beam_size": "num_beams",
@@ -162,8 +162,17 @@ def standing_rules() -> list[Component]:
     """The registered decoding rules, less those another rule stands in for
     (``RuleCapabilities.replaces``)."""
     rules = registry.list("rule")
-    replaced = {name for c in rules for name in c.capabilities.replaces}
-    return [c for c in rules if c.name not in replaced and c.qualified_name not in replaced]
+    replacing: dict[str, list[str]] = {}
+    for c in rules:
+        for name in c.capabilities.replaces:
+            replacing.setdefault(name, []).append(f"{c.name!r} (plugin {c.plugin!r})")
+    twice = {name: by for name, by in replacing.items() if len(by) > 1}
+    if twice:
+        name, by = next(iter(twice.items()))
+        raise PluginError(f"decoding rule {name!r} is replaced by {' and '.join(by)}: one "
+                          "rule stands in for a rule, or its setting would act twice. "
+                          "Uninstall one of their plugins.")
+    return [c for c in rules if c.name not in replacing and c.qualified_name not in replacing]
 
 
 def rule_readers() -> dict[str, Component]:

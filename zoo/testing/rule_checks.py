@@ -100,12 +100,27 @@ def _rule_refuses_bad_values(component, settings):
 @check("rule")
 def _rule_place(component, settings):
     """Its ``order`` places it among the rules of its stage (ties run by name); each rule
-    it ``replaces`` is a registered rule other than itself."""
+    it ``replaces`` is a registered rule other than itself, of its own stage (a processor
+    standing in for a sampling filter, or the reverse, would switch the replaced rule
+    off where it acted), that no other rule replaces too."""
     caps = component.capabilities
-    known = {n for c in registry.qualified("rule") for n in (c.name, c.qualified_name)}
+    rules = list({id(c): c for c in (*registry.qualified("rule"),
+                                     *registry.list("rule"))}.values())
+    by_name = {n: c for c in rules for n in (c.name, c.qualified_name)}
     for name in caps.replaces:
         if name in (component.name, component.qualified_name):
             raise Failed("replaces itself")
-        if name not in known:
+        if name not in by_name:
             raise Failed(f"replaces {name!r}, which no installed plugin registers "
                          f"(rules: {sorted(registry.names('rule'))})")
+        replaced = by_name[name]
+        if replaced.capabilities.sampling != caps.sampling:
+            stage = "only when sampling" if replaced.capabilities.sampling else "in every decoding"
+            raise Failed(f"replaces {name!r}, which acts {stage}, but declares "
+                         f"sampling={caps.sampling}: declare sampling="
+                         f"{replaced.capabilities.sampling} to act where it acted")
+        others = [c.qualified_name for c in rules if c is not component
+                  and name in c.capabilities.replaces]
+        if others:
+            raise Failed(f"replaces {name!r}, which {', '.join(others)} replaces too: one "
+                         "rule stands in for a rule")
