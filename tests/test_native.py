@@ -608,3 +608,22 @@ def test_native_status_says_why_from_the_gate_without_decoding(tmp_path, monkeyp
     assert isinstance(refusal, Refusal) and not refusal
     assert refusal.reason == "static_decoding is off"
     assert not isinstance(zoo.build("minilm-l6-h384"), StaticDecoding)
+
+
+def test_the_native_libraries_off_warning_names_the_users_line(monkeypatch):
+    """However deep inside zoo (and torch) the libraries are found off, the warning
+    points at the first line outside them: the user's call."""
+    import warnings
+    from pathlib import Path
+
+    import zoo.native as native
+
+    inside = {}  # a function whose code lives in zoo's folder, as zoo's own callers do
+    exec(compile("def deep(off):\n    return off(False, 'a test')\n",
+                 str(Path(native.__file__).parent / "deep_caller.py"), "exec"), inside)
+    monkeypatch.setattr(native, "_warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        inside["deep"](native._off)
+    assert [(Path(w.filename).name, w.lineno) for w in caught] == [(Path(__file__).name, line)]

@@ -130,8 +130,24 @@ def _off(quiet: bool, why: str) -> bool:
         _warned = True
         warnings.warn(f"zoo's native libraries are off: {why}. Decoding runs through oneDNN "
                       "and Python instead (slower at one sentence); set ZOO_NATIVE=0 to "
-                      "silence this.", RuntimeWarning, stacklevel=5)
+                      "silence this.", RuntimeWarning, stacklevel=_callers_level())
     return False
+
+
+INSIDE = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent
+                                                     / "plugins"),
+          str(Path(__import__("torch").__file__).resolve().parent))
+"""zoo's files, its built-in plugins' (beside it in a checkout), and torch's."""
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the first frame outside zoo, its plugins and torch, counted
+    from the caller of this function's caller: a warning names the user's line, however
+    deep inside zoo it was raised."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(INSIDE):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 class NativeLibrary:
