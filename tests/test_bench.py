@@ -344,3 +344,16 @@ def test_the_peers_tokenize_the_texts_as_the_folders_own_tokenizer(tmp_path):
     said = []
     assert not tokenizes(tmp_path, "ct2", said.append)
     assert said and "no tokenizer.json" in said[0] and "ct2 skipped" in said[0]
+
+
+@pytest.mark.parametrize("args,named", [
+    (("decode", "--batch", "0"), "--batch: '0' is not a whole number of 1 or more"),
+    (("decode", "--repeats", "0"), "--repeats: '0' is not a whole number of 1 or more"),
+    (("decode", "--latency", "20,0"), "--latency: '20,0': each is a whole number of 1 or"),
+    (("attention", "--lengths", "0"), "--lengths: '0': each is a whole number of 1 or more"),
+])
+def test_zoo_bench_refuses_a_count_of_nothing_before_it_runs(args, named):
+    """A batch, a length or a number of rounds of 0 would time nothing (a batch of 0 once
+    fell back to the default, a repeats of 0 raised StatisticsError): refused by name."""
+    result = run_zoo("bench", *args)
+    assert result.returncode == 2 and named in result.stderr, result.stderr

@@ -28,6 +28,29 @@ def _int_list(text: str) -> list[int]:
             from None
 
 
+def _count(text: str, least: int = 1) -> int:
+    """A whole number of at least ``least`` (a batch, a length, a count of rounds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {least} or more")
+    return value
+
+
+def _counts(text: str) -> list[int]:
+    """A comma-separated list of whole numbers of 1 or more."""
+    values = _int_list(text)
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: each is a whole number of 1 or more")
+    return values
+
+
+def _rounds(text: str) -> int:
+    return _count(text, least=0)
+
+
 MODEL_BENCHES = (
     ("train", "transformer-base training steps: zoo vs torch.nn.Transformer and Marian"),
     ("decode", "greedy and beam-4 decoding: zoo vs Marian's generate, torch.nn.Transformer "
@@ -56,14 +79,14 @@ def add_bench(sub) -> None:
 def _attention_arguments(b) -> None:
     b.add_argument("--mechanisms", help="comma-separated attention[:kernel], default: "
                    "vanilla:eager,vanilla:sdpa,sliding-window,bigbird,performer,linear")
-    b.add_argument("--lengths", type=_int_list, default=[256, 512, 1024, 2048, 4096, 8192, 16384],
+    b.add_argument("--lengths", type=_counts, default=[256, 512, 1024, 2048, 4096, 8192, 16384],
                    help="comma-separated sequence lengths (default 256 ... 16384)")
-    b.add_argument("--batch", type=int, default=1)
-    b.add_argument("--d-model", type=int, default=512)
-    b.add_argument("--heads", type=int, default=8)
+    b.add_argument("--batch", type=_count, default=1)
+    b.add_argument("--d-model", type=_count, default=512)
+    b.add_argument("--heads", type=_count, default=8)
     b.add_argument("--causal", action="store_true", help="causal self-attention")
     b.add_argument("--backward", action="store_true", help="time forward and backward")
-    b.add_argument("--repeat", type=int, default=3, help="timed calls per point (median)")
+    b.add_argument("--repeat", type=_count, default=3, help="timed calls per point (median)")
     b.add_argument("--memory-bound", type=_size, default=_size("8GiB"),
                    help="stop a mechanism before it would pass this (default 8GiB)")
     b.add_argument("--device", default="cpu")
@@ -166,8 +189,8 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--json", metavar="OUT", help="write one JSON object per measured "
                         "implementation (bench, impl, dtype, mode, throughput, unit, ...)")
     parser.add_argument("--plot", metavar="OUT.png", help="bar chart of each peer vs zoo")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=_count, default=5, help="timed rounds (default 5)")
+    parser.add_argument("--warmup", type=_rounds, default=1)
     parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,ct2 (decode; a "
                         "language model: zoo,transformers,ct2), timm (vit), "
                         "zoo,sentence-transformers,ct2,openvino (embed)")
@@ -175,10 +198,10 @@ def _model_bench_arguments(parser) -> None:
                         "vit inference; decode's default is fp32 alone)")
     parser.add_argument("--modes", help="decode: greedy,beam4 (a language model: "
                         "greedy,sample); vit: inference,train; embed: batch1,batch32")
-    parser.add_argument("--batch", type=int, help="default 16 (train, decode), 8 (vit)")
-    parser.add_argument("--length", type=int, help="source (and target) length, default 64")
-    parser.add_argument("--new-tokens", type=int, default=64, help="decode: tokens made")
-    parser.add_argument("--latency", type=_int_list, default=[20, 20], metavar="SRC,NEW",
+    parser.add_argument("--batch", type=_count, help="default 16 (train, decode), 8 (vit)")
+    parser.add_argument("--length", type=_count, help="source (and target) length, default 64")
+    parser.add_argument("--new-tokens", type=_count, default=64, help="decode: tokens made")
+    parser.add_argument("--latency", type=_counts, default=[20, 20], metavar="SRC,NEW",
                         help="decode: also time one sentence at a time, a SRC-token source "
                         "and NEW tokens made (default 20,20)")
     parser.add_argument("--no-latency", action="store_true",
@@ -187,7 +210,7 @@ def _model_bench_arguments(parser) -> None:
                         help="run as on a CPU with this instruction set at most (no-amx: "
                         "this CPU without its AMX tiles): every library is told to dispatch "
                         "no further (torch, oneDNN, MKL, CTranslate2), in a process of its own")
-    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--vocab", type=_count, default=8000)
     parser.add_argument("--model", help="decode: a saved or imported model instead of "
                         "transformer-base (local-dir:PATH, hf-hub:Helsinki-NLP/opus-mt-de-en), "
                         "or a language model (llama-110m-shape, hf-hub:openai-community/gpt2); "
