@@ -460,3 +460,29 @@ def test_the_sequence_tasks_data_estimate_is_what_prepare_holds():
     finally:
         tracemalloc.stop()
     assert 0.5 < held / task.data_bytes() < 1.5, (held, task.data_bytes())
+
+
+@pytest.mark.parametrize("name,value", [
+    ("ZOO_NATIVE_BUILD_TIMEOUT", "nan"), ("ZOO_NATIVE_BUILD_TIMEOUT", "-1"),
+    ("ZOO_HUB_RETRIES", "inf"), ("ZOO_HUB_RETRIES", "2.5"), ("ZOO_HUB_RETRY_WAIT", "x"),
+    ("ZOO_DIST_TIMEOUT", "0"),
+])
+def test_a_numeric_environment_variable_out_of_its_range_is_one_setting_error(
+        monkeypatch, name, value):
+    """A timeout of nan or -1 (which waited for ever), retries of inf (an OverflowError):
+    each numeric variable is parsed in one place by its range and refused by name."""
+    from zoo.env_settings import SETTINGS, setting
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(zoo.SettingError, match=f"{name}={value!r}: .* from "):
+        setting(name)
+    monkeypatch.setenv(name, "")
+    assert setting(name) == SETTINGS[name].default  # unset or empty: the default
+
+
+def test_the_hub_retries_read_their_setting(monkeypatch):
+    from zoo import hub
+
+    monkeypatch.setenv("ZOO_HUB_RETRIES", "inf")
+    with pytest.raises(zoo.SettingError, match="ZOO_HUB_RETRIES='inf'"):
+        hub.download_file("alice/none", "config.json", "main", what="a file")

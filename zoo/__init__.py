@@ -69,6 +69,7 @@ _LAZY = {
     "CheckpointError": "zoo.errors",
     "TrainingError": "zoo.errors",
     "FormatError": "zoo.errors",
+    "SettingError": "zoo.errors",
 }
 
 __all__ = ["hookimpl", "__version__", *_LAZY]

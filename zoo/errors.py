@@ -63,3 +63,7 @@ class ExportError(ZooError, ValueError):
 class FormatError(ArtifactError):
     """A foreign model (a transformers folder) with an option zoo cannot express, or
     weights that do not fit its config."""
+
+
+class SettingError(ZooError, ValueError):
+    """An environment variable zoo reads holds a value outside what it takes."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from .artifact import CONFIG_NAME, FILES, INDEX_NAME, PICKLE_SUFFIXES, WEIGHTS_NAME, pickle_refusal
 from ._text import is_git_ref, short_repr
+from .env_settings import setting
 from .errors import ArtifactError
 from .files import describe_os_error
 
@@ -80,19 +81,11 @@ class HubWarning(UserWarning):
     """A transient failure zoo retries, or a bad cached file it removed: said, not raised."""
 
 
-def _setting(name: str, default: float) -> float:
-    try:
-        return max(0.0, float(os.environ.get(name, default)))
-    except ValueError:
-        return default
-
-
 def _with_retries(what: str, call):
     """``call()``, retried on transient failures (huggingface_hub itself resumes a cut
     download, from where it stopped when the server allows ranges); each retry is said
     (a :class:`HubWarning`). Errors as :func:`_describe_hub_error` words them."""
-    retries, wait = int(_setting("ZOO_HUB_RETRIES", RETRIES)), _setting("ZOO_HUB_RETRY_WAIT",
-                                                                     RETRY_WAIT)
+    retries, wait = setting("ZOO_HUB_RETRIES"), setting("ZOO_HUB_RETRY_WAIT")
     for attempt in range(retries + 1):
         try:
             return call()

@@ -73,6 +73,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
+from .env_settings import setting
 from .native_cache import KEPT_BUILDS, cache_root, prune_builds  # noqa: F401
 from .native_record import matches, read_record, write_record
 
@@ -117,10 +118,7 @@ def _supported(torch) -> bool:
 
 
 def _timeout() -> float:
-    try:
-        return float(os.environ.get("ZOO_NATIVE_BUILD_TIMEOUT", "900"))
-    except ValueError:
-        return 900.0
+    return float(setting("ZOO_NATIVE_BUILD_TIMEOUT"))
 
 
 def _off(quiet: bool, why: str) -> bool:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from ..env_settings import setting
 from ..errors import TrainingError
 
 TIMEOUT = 300.0
@@ -35,10 +36,7 @@ RUN_DIR_KEY = "zoo/run_dir"
 
 def timeout() -> float:
     """``ZOO_DIST_TIMEOUT`` seconds, or :data:`TIMEOUT`."""
-    try:
-        return max(1.0, float(os.environ.get("ZOO_DIST_TIMEOUT", TIMEOUT)))
-    except ValueError:
-        return TIMEOUT
+    return float(setting("ZOO_DIST_TIMEOUT"))
 
 
 def restart_count() -> int:
