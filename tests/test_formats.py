@@ -714,6 +714,7 @@ def test_the_plugin_api_reads_and_writes_a_language_models_generation_settings()
     assert seq2seq["max_length"] == 21 and seq2seq["max_new_tokens"] is None
     written = generation_json(read, decoder_only=True)
     assert written["bos_token_id"] == 7 and "decoder_start_token_id" not in written
+    assert "max_length" not in written  # max_new_tokens says the length; both: a warning
     assert GenerationConfig(**written).bos_token_id == 7  # transformers reads it so
     again = generation_settings({}, written, "gpt-neox", decoder_only=True)
     assert {k: again[k] for k in ("start_id", "eos_ids", "pad_id", "max_new_tokens")} == {

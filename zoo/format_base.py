@@ -82,7 +82,8 @@ class Options:
         return default if value is None else value
 
     def need(self, key: str, allowed: Any, default: Any = None, why: str = "") -> Any:
-        """The value of ``key``, refused unless it is ``allowed`` (a value or a tuple)."""
+        """The value of ``key`` (``default`` where the config leaves it out), refused
+        unless it is ``allowed`` (a value or a tuple)."""
         value = self.get(key, default)
         ok = value in allowed if isinstance(allowed, tuple) else value == allowed
         if not ok:
@@ -231,7 +232,9 @@ def generation_json(settings: dict[str, Any], *, decoder_only: bool = False) -> 
     # the folder decodes greedily by default, as transformers' own default
     beams = get("num_beams", 1) if get("length_penalty_form", "transformers") != "gnmt" else 1
     if "max_length" in settings:
-        out.update(max_length=settings["max_length"], num_beams=beams)
+        out["num_beams"] = beams
+        if get("max_new_tokens") is None:  # (transformers warns where both are set)
+            out["max_length"] = settings["max_length"]
     if beams > 1:
         out.update(length_penalty=get("length_penalty", 1.0),
                    early_stopping=get("early_stopping", False))
@@ -270,8 +273,9 @@ class Format:
     generates: bool = True
     """False for a model that generates no text (ViT): :meth:`generation` gives None."""
     example: dict[str, Any] | None = None
-    """A small ``config.json`` of the family, as data (a few layers, a vocabulary of 32):
-    the conformance kit maps it with :meth:`recipe`, writes the model and reads it back
+    """A small ``config.json`` of the family, as data (a few layers, a vocabulary of 32,
+    its ``model_type`` included, as a folder's has it): the conformance kit maps it with
+    :meth:`recipe`, writes the model and reads it back
     (``zoo.testing.check_component("format", NAME)``)."""
     legacy: frozenset[str] = frozenset()
     """Keys of older configs that the family's transformers class does not read: inert,

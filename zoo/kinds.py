@@ -193,7 +193,8 @@ class StaticDecoding(Protocol):
     ``(cache, length=)``)."""
 
     def native_plan(self) -> Any:
-        """The kept plan of the model's layers, or a :class:`Refusal` saying why not."""
+        """The kept plan of the model's layers (a mapping the architecture reads: true as
+        a truth value, its contents its own), or a :class:`Refusal` saying why not."""
 
     def static_decoder(self, *args: Any, **kwargs: Any) -> Any:
         """One decoding call's steps in fixed buffers, or None (the general path)."""

@@ -204,7 +204,8 @@ def generate(model, src: torch.Tensor, settings: GenerationSettings | dict | Non
              return_scores: bool = False, padding_mask: torch.Tensor | None = None,
              **changes: Any):
     """(B, Ls) source ids -> (B, T) new tokens (the start token left out; the pad id after
-    a sequence's end), decoded by ``settings`` (else ``model.generation``) with
+    a sequence's end; T stops at the step where every row has ended, so it may be fewer
+    than ``max_new_tokens``), decoded by ``settings`` (else ``model.generation``) with
     ``changes`` (any :class:`GenerationSettings` field by name).
 
     For a decoder-only model ``src`` are prompts, padded on the left, and
