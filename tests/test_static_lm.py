@@ -215,3 +215,10 @@ def test_without_the_library_the_gate_still_checks_the_layers(monkeypatch):
     assert not qualifies and "its layers qualify" in qualifies.reason
     refused = zoo.build("llama-tiny", positional="shaw").eval().native_plan()
     assert not refused and "qualify" not in refused.reason, refused.reason
+
+
+def test_a_plan_shows_its_size_not_its_weights():
+    plan = zoo.build("llama-tiny").eval().native_plan()
+    if not plan:
+        pytest.skip(str(plan))
+    assert repr(plan) == "<zoo's native plan: 2 layers, heads 4 of width 16 (2 for keys and values)>"

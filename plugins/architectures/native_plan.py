@@ -146,6 +146,17 @@ def refused(why: str) -> None:
     LOG.debug("the native step does not run this model: %s", why)
 
 
+class Plan(dict):
+    """A plan of a model's layers (its keys: what :func:`seal` and the steps read), shown
+    by its size, not by every weight it holds."""
+
+    def __repr__(self) -> str:
+        layers, shape = len(self.get("layers", ())), self.get("shape")
+        heads = f", heads {shape[0]} of width {shape[1]} ({shape[2]} for keys and values)" \
+            if shape else ""
+        return f"<zoo's native plan: {layers} layers{heads}>"
+
+
 def new_plan(attentions: list[nn.Module]) -> dict:
     """An empty plan for layers of these self-attentions (each layer's rotation found:
     :func:`_rotations`), or the :class:`Refusal` saying the native step is not built
@@ -153,8 +164,8 @@ def new_plan(attentions: list[nn.Module]) -> dict:
     :func:`seal_kept`). Its ``layers`` are ``torch.classes.zoo_decoder.Layer`` objects,
     each given its parts by name (:func:`add_layer`); ``k``, ``v``, ``cross_k`` and
     ``cross_v`` the buffers a call gives them."""
-    plan: dict = {key: [] for key in ("layers", "bias_of", "sources", "k", "v", "cross_k",
-                                      "cross_v")}
+    plan = Plan({key: [] for key in ("layers", "bias_of", "sources", "k", "v", "cross_k",
+                                     "cross_v")})
     plan["rotary"], plan["shape"], plan["bias_tables"] = _rotations(attentions), None, {}
     plan["missing"] = None if STEP.available() else _missing_library()
     return plan
