@@ -25,7 +25,6 @@ from .errors import ZooError
 from .kinds import Kind, as_kind
 
 
-
 @dataclass(frozen=True)
 class ModelRecord:
     """What a built model is and holds (:func:`record_of`); every field is also the
@@ -67,9 +66,10 @@ class ModelRecord:
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ModelRecord))
 """The record's fields, each a built model's attribute."""
-ARCHITECTURE_FIELDS = ("pad_id", "decodes_incrementally", "max_positions", "drops_layers")
-"""The fields an architecture sets itself, where it differs from the default."""
+ZOOS = ("kind", "recipe", "source")
+"""The fields only zoo sets; an architecture may set any other itself."""
 EMPTY = ModelRecord()
+_MISSING = object()
 
 
 def stamp(model: Any, record: ModelRecord) -> Any:
@@ -82,11 +82,6 @@ def stamp(model: Any, record: ModelRecord) -> Any:
             continue  # the architecture's own word
         setattr(model, name, getattr(record, name))
     return model
-
-
-ZOOS = ("kind", "recipe", "source")
-"""The fields only zoo sets."""
-_MISSING = object()
 
 
 def record_of(model: Any) -> ModelRecord:
