@@ -46,11 +46,6 @@ class Kind(str, Enum):
         """Whether a model of this kind generates text (``zoo.generate``)."""
         return self in (Kind.SEQ2SEQ, Kind.LANGUAGE_MODEL)
 
-    @property
-    def reads_text(self) -> bool:
-        """Whether a model of this kind reads token ids (its inputs are text)."""
-        return self is not Kind.IMAGE_CLASSIFIER
-
 
 def said(kind: Kind | None) -> str:
     """``kind`` in a sentence: "a seq2seq model", "an encoder model", or "a model of
