@@ -306,7 +306,8 @@ class Format:
         zoo's names for the recipe's architecture (``docs/contract/format.md`` lists
         them). zoo then loads strictly: a tensor left over or missing is an error, and a
         tied matrix is given once (``tgt_embed.weight``; ``lm_head.weight`` only when the
-        recipe unties it). The default keeps the names as they are."""
+        recipe unties it). ``state`` is the format's own to change or empty. The default
+        keeps the names as they are."""
         return dict(state)
 
     def tied(self, config: dict[str, Any]) -> list[tuple[str, str]]:

@@ -42,7 +42,10 @@ class GenerationSettings(BaseModel):
     start_id: int = Field(ge=0)
     """The decoder's first token (``decoder_start_token_id``)."""
     eos_ids: tuple[Annotated[int, Field(ge=0)], ...] = Field(min_length=1)
-    """Tokens that end a sequence (``eos_token_id``, one or several)."""
+    """Tokens that end a sequence (``eos_token_id``, one or several; at least one: a
+    model that should never stop names a token it never makes, and ``max_new_tokens``
+    bounds it). Every id a model's settings name is a token of its vocabulary: a folder
+    whose generation settings name one past it is refused when it is read."""
     pad_id: int = Field(ge=0)
     """What fills a sequence after its end (``pad_token_id``)."""
     max_length: int = Field(20, gt=1)
