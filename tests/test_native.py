@@ -627,3 +627,11 @@ def test_the_native_libraries_off_warning_names_the_users_line(monkeypatch):
         line = sys._getframe().f_lineno + 1
         inside["deep"](native._off)
     assert [(Path(w.filename).name, w.lineno) for w in caught] == [(Path(__file__).name, line)]
+
+
+def test_the_native_module_imports_no_torch():
+    """zoo.native is read by commands that need no torch (``zoo --help`` stays fast)."""
+    done = subprocess.run([sys.executable, "-c", "import sys, zoo.native; "
+                           "print('torch' in sys.modules)"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr

@@ -132,18 +132,20 @@ def _off(quiet: bool, why: str) -> bool:
     return False
 
 
-INSIDE = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent
-                                                     / "plugins"),
-          str(Path(__import__("torch").__file__).resolve().parent))
-"""zoo's files, its built-in plugins' (beside it in a checkout), and torch's."""
+INSIDE = (str(Path(__file__).resolve().parent),
+          str(Path(__file__).resolve().parent.parent / "plugins"))
+"""zoo's files and its built-in plugins' (beside it in a checkout)."""
 
 
 def _callers_level() -> int:
     """The ``stacklevel`` of the first frame outside zoo, its plugins and torch, counted
     from the caller of this function's caller: a warning names the user's line, however
-    deep inside zoo it was raised."""
+    deep inside zoo it was raised. (torch's folder is read only where torch is imported:
+    this module imports none.)"""
+    torch = sys.modules.get("torch")
+    inside = INSIDE + ((str(Path(torch.__file__).resolve().parent),) if torch else ())
     level, frame = 2, sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(INSIDE):
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
         level, frame = level + 1, frame.f_back
     return level
 
