@@ -726,14 +726,16 @@ def test_a_tensor_an_export_gives_twice_is_written_twice():
     matrix under two names (a tied pair) has it written twice, not a raw RuntimeError."""
     from safetensors.torch import save_file
 
-    from zoo.format_base import apart
+    from zoo.tied import apart
 
     w = torch.randn(3, 4)
     with pytest.raises(RuntimeError):  # what a plain save does
         save_file({"a": w, "b": w}, "/dev/null")
-    out = apart({"a": w, "b": w, "c": w.t()})
+    out = apart({"a": w, "b": w, "c": w.t(), "d": w[1:]})  # d: a view at another offset
     assert torch.equal(out["a"], out["b"]) and out["a"].data_ptr() != out["b"].data_ptr()
     assert out["c"].is_contiguous() and torch.equal(out["c"], w.t())
+    assert torch.equal(out["d"], w[1:])
+    save_file(out, "/dev/null")  # none shares memory with another
 
 
 def test_a_model_named_by_something_else_is_one_recipe_error():

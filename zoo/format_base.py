@@ -28,7 +28,7 @@ from .kinds import Kind, kind_of, said
 from .record import record_of
 from .quantization import is_quantized
 from .reranking import CONFIG_KEYS as SCORE_KEYS
-from .tied import weights_to_save
+from .tied import apart, weights_to_save
 
 BOOKKEEPING = {
     "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
@@ -394,19 +394,6 @@ class Format:
 
 
 _MISSING = object()
-
-
-def apart(weights: dict[str, Any]) -> dict[str, Any]:
-    """``weights`` as safetensors stores them: each its own contiguous memory (a tensor an
-    export gives under two names, an untied copy of a tied matrix, is written twice)."""
-    seen: set[tuple[int, int]] = set()
-    out = {}
-    for name, tensor in weights.items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
-        out[name] = tensor.contiguous() if key not in seen else tensor.clone().contiguous()
-        if tensor.numel():
-            seen.add(key)
-    return out
 
 
 class FormatAdapter:

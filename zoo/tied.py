@@ -21,6 +21,20 @@ def tied_groups(model: nn.Module) -> list[list[str]]:
     return [names for names in groups.values() if len(names) > 1]
 
 
+def apart(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``weights`` as safetensors stores them, none sharing memory with another: a tensor
+    whose storage an earlier one holds (the same tensor under two names, a tied pair, two
+    views into one fused matrix) is a copy of its own; each is contiguous."""
+    held: set[int] = set()
+    out = {}
+    for name, tensor in weights.items():
+        storage = tensor.untyped_storage().data_ptr()
+        out[name] = tensor.clone().contiguous() if storage in held else tensor.contiguous()
+        if tensor.numel():
+            held.add(storage)
+    return out
+
+
 def weights_to_save(model: nn.Module) -> dict[str, torch.Tensor]:
     """The state dict with each tied tensor stored once (under its first name), contiguous."""
     state = model.state_dict()
