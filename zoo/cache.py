@@ -196,6 +196,39 @@ class LanguageModelCache(list):
         if self.padding is not None:
             self.padding = self.padding.index_select(0, index)
 
+    @property
+    def joinable(self) -> bool:
+        """Whether :meth:`join` can take this cache's rows: every layer keeps keys and
+        values (softmax attention), none a recurrent state, none a fixed context."""
+        return all(isinstance(c, KVCache) and not c.state and not c.fixed for c in self)
+
+    @property
+    def rows(self) -> int:
+        """How many rows (sequences) the cache holds."""
+        first = self[0] if self else None
+        if first is not None and first._k is not None:
+            return first._k.shape[0]
+        return 0 if self.padding is None else self.padding.shape[0]
+
+    def join(self, other: LanguageModelCache) -> None:
+        """Add ``other``'s rows after this cache's (continuous batching: prompts read
+        apart, padded on the left to this cache's length, join the running rows between
+        two steps). Both must be :attr:`joinable`, of the same layers and as long: a
+        position means the same in every row (rotary keys are turned by it)."""
+        if len(other) != len(self) or not (self.joinable and other.joinable):
+            raise ValueError("only caches of the same layers' keys and values join")
+        if other.offset != self.offset:
+            raise ValueError(f"a cache of {other.offset} positions cannot join one of "
+                             f"{self.offset}: pad the shorter prompts on the left")
+        masks = [c.padding if c.padding is not None else
+                 torch.zeros(c.rows, c.offset, dtype=torch.bool, device=c[0]._k.device)
+                 for c in (self, other)]
+        self.padding = torch.cat(masks) if any(c.padding is not None for c in (self, other)) \
+            else None
+        for mine, theirs in zip(self, other):
+            mine._k, mine._v = torch.cat([mine.k, theirs.k]), torch.cat([mine.v, theirs.v])
+            mine.__dict__.pop("_spare", None)
+
     def spread(self, beams: int) -> None:
         """Make ``beams`` rows of every row (a prompt read once per source)."""
         like = next((t for c in self for t in (c._k, *c.state.values()) if t is not None),
