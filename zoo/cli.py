@@ -19,6 +19,7 @@ from typing import Any
 
 from .bench.cli import add_bench
 from .cli_chat import add_chat
+from .serve.cli import add_serve
 from .cli_decode import (add_classify, add_embed, add_generate, add_rerank, add_translate,
                          parse_sets)
 from .version import __version__
@@ -564,7 +565,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 COMMANDS = (add_list, add_save, add_push, add_pull, add_components, add_info, add_plugins,
             add_env, add_native, add_train, add_translate, add_generate, add_chat, add_embed,
             add_rerank, add_classify, add_export, add_plot, add_attention_map, add_plot_positions,
-            add_experiment, add_bench)
+            add_experiment, add_bench, add_serve)
 """Each adds one subcommand (its arguments and its handler), in ``zoo --help``'s order."""
 
 
@@ -582,7 +583,7 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SPINNING_COMMANDS = ("translate", "generate", "chat", "embed", "rerank", "bench")
+SPINNING_COMMANDS = ("translate", "generate", "chat", "embed", "rerank", "bench", "serve")
 """Commands that keep libgomp's spinning: one request at a time, many short products."""
 TRAINING_COMMANDS = ("train", "experiment")
 """Commands that keep libgomp's spinning when the machine is idle as they start."""

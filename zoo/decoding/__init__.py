@@ -141,6 +141,21 @@ def _check_source_ids(model, src: torch.Tensor) -> None:
                           "not belong to this model")
 
 
+def check_prompts(model, src: torch.Tensor, settings: GenerationSettings) -> None:
+    """What :func:`generate` checks of a language model's prompts ``src`` (B, L) before
+    it decodes them by ``settings``: room for a new token, the positions the model
+    reads, the memory the decoding will hold; one RecipeError (or MemoryBudgetError)
+    naming what is wrong. ``zoo serve`` checks each request so before it joins a batch."""
+    limit = settings.length_limit(src.shape[1])
+    if limit <= src.shape[1]:
+        raise RecipeError(
+            f"the prompts hold {src.shape[1]} tokens, and max_length={limit} counts the "
+            "prompt: no room is left for a new token. Ask for new tokens by "
+            "max_new_tokens (zoo generate --max-new-tokens), or a larger max_length.")
+    check_positions(model, src.shape[1], limit)
+    check_decoding_memory(model, src.shape[0], src.shape[1], settings, limit, src.device)
+
+
 def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bool,
            padding_mask: torch.Tensor | None = None):
     """The step for ``model``, its first tokens and their rules: a decoder-only model
@@ -162,14 +177,7 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
             raise RecipeError("a prompt ends in padding: pad prompts on the left "
                               "(tokenizer.padding_side = 'left'), so that every row's "
                               "next token follows its last real one")
-        limit = settings.length_limit(src.shape[1])
-        if limit <= src.shape[1]:
-            raise RecipeError(
-                f"the prompts hold {src.shape[1]} tokens, and max_length={limit} counts the "
-                "prompt: no room is left for a new token. Ask for new tokens by "
-                "max_new_tokens (zoo generate --max-new-tokens), or a larger max_length.")
-        check_positions(model, src.shape[1], limit)
-        check_decoding_memory(model, src.shape[0], src.shape[1], settings, limit, src.device)
+        check_prompts(model, src, settings)
         rules = Rules(settings, start=src.shape[1])
         step = PromptSteps(model, src, padding_mask, use_cache=use_cache, beams=beams,
                            steps=rules.max_length - src.shape[1])

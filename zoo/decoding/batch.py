@@ -35,7 +35,7 @@ class Piece:
     ``Reply.logprobs``), and ``finish`` ("stop": its end token or a stop string;
     "length": its length limit) when it is the reply's last."""
 
-    reply: Reply
+    reply: Reply | None
     text: str
     token: int
     logprob: float | None = None

@@ -108,7 +108,11 @@ def end_of_turn(tokenizer) -> tuple[int, ...]:
     return (ids[0],) if ids and ids[0] in special else ()
 
 
-def _prepared(model, messages, tokenizer, stop, changes):
+def prepare_chat(model, messages: Any, tokenizer: Any, stop: Any, changes: dict[str, Any]):
+    """What a reply to ``messages`` needs, each checked: the prompt's ids (1, L), the
+    settings (the model's with ``changes``, ending also at the template's end of a turn)
+    and the reply's :class:`~zoo.decoding.text.TextPieces`, ending at a ``stop`` string.
+    :func:`chat`, :func:`stream_chat` and ``zoo serve`` start here."""
     tokenizer = chat_tokenizer(model, tokenizer)
     ids = _prompt_ids(tokenizer, messages).to(next(model.parameters()).device)
     settings = settings_for(model, None, **changes)
@@ -123,7 +127,7 @@ def stream_chat(model, messages: Sequence[Mapping[str, str]], *, tokenizer: Any 
                 stop: Sequence[str] = (), **changes: Any) -> Iterator[str]:
     """The assistant's reply to ``messages`` in pieces as it comes (never half a
     character); ``changes`` are generation settings, as for :func:`zoo.stream_text`."""
-    ids, settings, rows = _prepared(model, messages, tokenizer, stop, changes)
+    ids, settings, rows = prepare_chat(model, messages, tokenizer, stop, changes)
     if settings.num_beams > 1:  # beam search chooses at its end: one piece
         yield complete_rows(model, ids, None, settings, rows)[0]
         return
@@ -139,5 +143,5 @@ def chat(model, messages: Sequence[Mapping[str, str]], *, tokenizer: Any = None,
     through the model's chat template, decoded by its generation settings with
     ``changes`` (greedy, sampled or beam search); it ends at the model's end tokens, the
     template's end of a turn, or right after a ``stop`` string."""
-    ids, settings, rows = _prepared(model, messages, tokenizer, stop, changes)
+    ids, settings, rows = prepare_chat(model, messages, tokenizer, stop, changes)
     return complete_rows(model, ids, None, settings, rows)[0]

@@ -187,11 +187,16 @@ class TextPieces:
         return piece
 
 
-def _rows(model, tokenizer, prompts, stops, changes):
+def prepare_prompts(model, tokenizer: Any, prompts: Sequence[str], stop: Any,
+                    changes: dict[str, Any]):
+    """What decoding ``prompts`` needs, each checked: their ids (B, L) padded on the
+    left and padding mask, the settings (the model's with ``changes``) and one
+    :class:`TextPieces` a prompt, ending at a ``stop`` string. The text entrances (and
+    ``zoo serve``) start here."""
     tokenizer = model_tokenizer(model, tokenizer)
     ids, mask = encode_prompts(tokenizer, prompts, next(model.parameters()).device)
     settings = settings_for(model, None, **changes)
-    return ids, mask, settings, text_rows(model, tokenizer, ids, settings, stops)
+    return ids, mask, settings, text_rows(model, tokenizer, ids, settings, stop)
 
 
 def text_rows(model, tokenizer, ids: torch.Tensor, settings, stop: Any) -> list[TextPieces]:
@@ -241,7 +246,7 @@ def stream_text(model, prompts: str | Sequence[str], *, tokenizer: Any = None,
     do_sample=True, temperature=0.8, seed=0``); beam search chooses only at its end,
     so it does not stream."""
     single = isinstance(prompts, str)
-    ids, mask, settings, rows = _rows(model, tokenizer, [prompts] if single else prompts,
+    ids, mask, settings, rows = prepare_prompts(model, tokenizer, [prompts] if single else prompts,
                                       stop, changes)
     for pieces in stream_rows(model, ids, mask, settings, rows):
         if not single:
@@ -257,7 +262,7 @@ def complete(model, prompts: str | Sequence[str], *, tokenizer: Any = None,
     (greedy, sampled or beam search), each cut right after a ``stop`` string: for one
     prompt (a ``str``) its text, for a list one text per prompt."""
     single = isinstance(prompts, str)
-    ids, mask, settings, rows = _rows(model, tokenizer, [prompts] if single else prompts,
+    ids, mask, settings, rows = prepare_prompts(model, tokenizer, [prompts] if single else prompts,
                                       stop, changes)
     texts = complete_rows(model, ids, mask, settings, rows)
     return texts[0] if single else texts

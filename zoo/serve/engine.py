@@ -1,0 +1,261 @@
+"""The one thread that runs ``zoo serve``'s models: every request's work is a
+:class:`Ticket` in its model's :class:`Lane`, and the thread takes turns over the lanes.
+
+A language model's turn lets waiting replies join its running batch (continuous
+batching, :class:`zoo.decoding.batch.RunningBatch`), runs one step of every running
+reply, and hands each ticket its pieces; a reply whose client went away or whose time
+ran out leaves at the next step. Other work (embeddings, reranking, translation, image
+classification, beam search) runs between steps: the embedding requests waiting for a
+model run as one call, batched by length as :func:`zoo.embed` batches.
+
+One thread runs them all, so the cores are never shared by two models' products; its
+threads follow the cores other processes leave free, as a decoding's do
+(:func:`zoo.hardware.threads_for_a_call`), chosen at each turn. Tickets hear back
+through their ``emit`` (called from this thread: the server hands it to its event loop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..decoding.batch import Piece, Reply, RunningBatch
+from ..derived import fixed_weights
+from ..embedding import embed
+from ..hardware import threads_for_a_call
+from ..kinds import Kind, kind_of
+from .metrics import Metrics
+from .schemas import Limits
+
+log = logging.getLogger("zoo.serve")
+
+
+class QueueFull(Exception):
+    """A model's queue holds :attr:`Limits.queue` requests already."""
+
+    def __init__(self, model: str, retry_after: int) -> None:
+        super().__init__(f"the queue of model {model!r} is full; try again in "
+                         f"{retry_after} s")
+        self.retry_after = retry_after
+
+
+class TimedOut(Exception):
+    """A request took longer than :attr:`Limits.seconds`."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One request's work for the engine.
+
+    ``kind`` is ``"generate"`` (``replies`` joins the model's running batch),
+    ``"embed"`` (``texts``: batched with the embedding requests waiting beside it) or
+    ``"call"`` (``work(model)`` runs between steps). ``emit`` hears
+    ``("pieces", [(choice, Piece), ...])``, ``("done", None)``, ``("result", value)`` or
+    ``("error", exception)``, from the engine's thread."""
+
+    model: str
+    kind: str
+    emit: Callable[[tuple[str, Any]], None]
+    replies: list[Reply] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    work: Callable[[Any], Any] | None = None
+    seconds: float = 300.0
+    arrived: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+    """Set by the server when the client went away: the work stops at the next step."""
+    first_token: float | None = None
+    ended: bool = False
+
+    @property
+    def deadline(self) -> float:
+        return self.arrived + self.seconds
+
+    def end(self, event: tuple[str, Any]) -> None:
+        """Hand the ticket its last event (once)."""
+        if not self.ended:
+            self.ended = True
+            self.emit(event)
+
+
+class Lane:
+    """One model's tickets: those waiting, and the replies decoding in its batch."""
+
+    def __init__(self, name: str, model) -> None:
+        self.name, self.model = name, model
+        self.waiting: deque[Ticket] = deque()
+        self.batch = RunningBatch(model) if kind_of(model) is Kind.LANGUAGE_MODEL else None
+        self.running: dict[int, tuple[Ticket, int]] = {}
+        """id(reply) -> its ticket and its choice index."""
+
+    def busy(self) -> bool:
+        return bool(self.waiting) or bool(self.batch and len(self.batch))
+
+
+class Engine:
+    """The thread that runs every lane's work; :meth:`submit` from any thread."""
+
+    def __init__(self, models: dict[str, Any], limits: Limits, metrics: Metrics) -> None:
+        self.limits, self.metrics = limits, metrics
+        self.lanes = {name: Lane(name, model) for name, model in models.items()}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="zoo-serve-engine",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish what is running and waiting (within ``timeout`` seconds), then end."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    def submit(self, ticket: Ticket) -> None:
+        """Queue ``ticket`` for its model; :class:`QueueFull` when the queue is full."""
+        lane = self.lanes[ticket.model]
+        with self._cond:
+            if len(lane.waiting) >= self.limits.queue:
+                raise QueueFull(ticket.model, retry_after=max(1, len(lane.waiting) // 16))
+            lane.waiting.append(ticket)
+            self.metrics.set("zoo_queue_length", len(lane.waiting), model=lane.name)
+            self._cond.notify()
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        with contextlib.ExitStack() as fixed:
+            for lane in self.lanes.values():
+                fixed.enter_context(fixed_weights(lane.model))
+            while True:
+                with self._cond:
+                    while not self._stopping and not any(
+                            lane.busy() for lane in self.lanes.values()):
+                        self._cond.wait()
+                    if self._stopping and not any(lane.busy() for lane in self.lanes.values()):
+                        return
+                for lane in self.lanes.values():
+                    if lane.busy():
+                        with threads_for_a_call():
+                            self._turn(lane)
+
+    def _turn(self, lane: Lane) -> None:
+        """One turn of a lane: drop what is cancelled or late, let waiting replies join,
+        one step, then one piece of other work."""
+        now = time.monotonic()
+        if lane.batch is not None and len(lane.batch):
+            self._drop_gone(lane, now)
+        joining, other = self._take(lane, now)
+        if joining or (lane.batch is not None and len(lane.batch)):
+            self._decode(lane, joining)
+        if other:
+            self._other(lane, other)
+
+    def _take(self, lane: Lane, now: float) -> tuple[list[Ticket], list[Ticket]]:
+        """The generation tickets that join the batch now, and the other work of this
+        turn (every embedding request waiting, or one other ticket)."""
+        joining, other = [], []
+        with self._cond:
+            rows = len(lane.batch) if lane.batch is not None else 0
+            keep: deque[Ticket] = deque()
+            while lane.waiting:
+                ticket = lane.waiting.popleft()
+                if ticket.cancelled:
+                    continue
+                if now > ticket.deadline:
+                    ticket.end(("error", TimedOut("the request waited past its time")))
+                    continue
+                if ticket.kind == "generate":
+                    fits = rows + len(ticket.replies) <= self.limits.rows or not rows
+                    if fits and lane.batch.admits():
+                        joining.append(ticket)
+                        rows += len(ticket.replies)
+                        continue
+                elif ticket.kind == "embed" and all(t.kind == "embed" for t in other):
+                    other.append(ticket)
+                    continue
+                elif not other:
+                    other.append(ticket)
+                    continue
+                keep.append(ticket)
+            lane.waiting = keep
+            self.metrics.set("zoo_queue_length", len(keep), model=lane.name)
+        return joining, other
+
+    def _drop_gone(self, lane: Lane, now: float) -> None:
+        for reply in lane.batch.replies:
+            ticket, _ = lane.running[id(reply)]
+            if ticket.cancelled or now > ticket.deadline:
+                reply.cancelled = True
+                if not ticket.cancelled:
+                    ticket.end(("error", TimedOut("the reply took longer than its time")))
+        lane.batch.cancel_done()
+        live = {id(r) for r in lane.batch.replies}
+        lane.running = {k: v for k, v in lane.running.items() if k in live}
+
+    def _decode(self, lane: Lane, joining: list[Ticket]) -> None:
+        """Add ``joining`` to the lane's batch, step it, hand out the pieces."""
+        for ticket in joining:
+            for i, reply in enumerate(ticket.replies):
+                lane.running[id(reply)] = (ticket, i)
+        try:
+            pieces = lane.batch.add([r for t in joining for r in t.replies])
+            if len(lane.batch):
+                self.metrics.observe("zoo_batch_rows", len(lane.batch), model=lane.name)
+                pieces += lane.batch.step()
+        except Exception as exc:  # noqa: BLE001 - every ticket of the batch hears it
+            log.exception("decoding %s failed", lane.name)
+            for ticket in {id(t): t for t, _ in lane.running.values()}.values():
+                ticket.end(("error", exc))
+            lane.batch, lane.running = RunningBatch(lane.model), {}
+            return
+        self.metrics.set("zoo_running_rows", len(lane.batch), model=lane.name)
+        self._hand_out(lane, pieces)
+
+    def _hand_out(self, lane: Lane, pieces: list[Piece]) -> None:
+        by_ticket: dict[int, tuple[Ticket, list]] = {}
+        for piece in pieces:
+            ticket, choice = lane.running[id(piece.reply)]
+            by_ticket.setdefault(id(ticket), (ticket, []))[1].append((choice, piece))
+        now = time.monotonic()
+        self.metrics.add("zoo_generated_tokens_total", len(pieces), model=lane.name)
+        for ticket, given in by_ticket.values():
+            if ticket.ended:
+                continue
+            if ticket.first_token is None:
+                ticket.first_token = now
+                self.metrics.observe("zoo_time_to_first_token_seconds",
+                                     now - ticket.arrived, model=lane.name)
+            ticket.emit(("pieces", given))
+            if all(r.done for r in ticket.replies):
+                ticket.end(("done", None))
+        live = {id(r) for r in lane.batch.replies}
+        lane.running = {k: v for k, v in lane.running.items() if k in live}
+
+    def _other(self, lane: Lane, tickets: list[Ticket]) -> None:
+        """Run embedding requests as one call, or one other ticket's work."""
+        try:
+            if tickets[0].kind == "embed":
+                texts = [text for t in tickets for text in t.texts]
+                vectors = embed(lane.model, texts)
+                start = 0
+                for ticket in tickets:
+                    ticket.end(("result", vectors[start:start + len(ticket.texts)]))
+                    start += len(ticket.texts)
+                self.metrics.observe("zoo_batch_rows", len(texts), model=lane.name)
+            else:
+                tickets[0].end(("result", tickets[0].work(lane.model)))
+        except Exception as exc:  # noqa: BLE001 - the request hears it
+            if not isinstance(exc, ValueError):
+                log.exception("a request to %s failed", lane.name)
+            for ticket in tickets:
+                ticket.end(("error", exc))
