@@ -54,6 +54,7 @@ class Refused(Exception):
         self.status, self.kind, self.code, self.headers = status, kind, code, headers or {}
 
     def response(self) -> JSONResponse:
+        """OpenAI's error object, with the status and headers."""
         return JSONResponse({"error": {"message": str(self), "type": self.kind,
                                        "param": None, "code": self.code}},
                             status_code=self.status, headers=self.headers)
@@ -138,6 +139,7 @@ class Server:
             raise Refused(400, _said(exc)) from None
 
     def model(self, name: str) -> Any:
+        """The model served as ``name``; 404 naming those that are."""
         if name not in self.models:
             raise Refused(404, f"model {name!r} is not served here; these are: "
                                f"{sorted(self.models)}", code="model_not_found")
@@ -355,6 +357,8 @@ class Server:
                                f"server reads at once ({self.limits.inputs})")
 
     def routes(self) -> list[Route]:
+        """Every route, each answering an error object for what its handler raised and
+        counted in the metrics."""
         def route(path, handler, methods=("POST",)):
             async def endpoint(request: Request) -> Response:
                 started = time.monotonic()

@@ -76,6 +76,7 @@ class Ticket:
 
     @property
     def deadline(self) -> float:
+        """When the request's time runs out (``time.monotonic()``)."""
         return self.arrived + self.seconds
 
     def end(self, event: tuple[str, Any]) -> None:
@@ -96,6 +97,7 @@ class Lane:
         """id(reply) -> its ticket and its choice index."""
 
     def busy(self) -> bool:
+        """Whether anything waits or runs."""
         return bool(self.waiting) or bool(self.batch and len(self.batch))
 
 
@@ -111,6 +113,7 @@ class Engine:
                                         daemon=True)
 
     def start(self) -> None:
+        """Start the thread."""
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -201,6 +204,7 @@ class Engine:
         lane.batch.cancel_done()
         live = {id(r) for r in lane.batch.replies}
         lane.running = {k: v for k, v in lane.running.items() if k in live}
+        self.metrics.set("zoo_running_rows", len(lane.batch), model=lane.name)
 
     def _decode(self, lane: Lane, joining: list[Ticket]) -> None:
         """Add ``joining`` to the lane's batch, step it, hand out the pieces."""

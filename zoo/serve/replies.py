@@ -147,10 +147,12 @@ def _prepared(model, read, tokenizer, stops, request: Generation, logprobs) -> P
 
 # -- OpenAI's objects ------------------------------------------------------------------------------
 def new_id(prefix: str) -> str:
+    """A fresh object id, ``prefix-`` and 24 hex digits."""
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
+    """OpenAI's ``usage`` object."""
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}
 
