@@ -57,11 +57,20 @@ def _arrivals(model, settings) -> tuple[list[Reply], RunningBatch]:
 
 @pytest.mark.parametrize("variant", ["gpt2", "qwen2.5", "mistral", "gemma"])
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
-def test_replies_joining_and_leaving_are_each_generates_alone(variant, sample, lm_folders):
+@pytest.mark.parametrize("longer", ["shifted", "read-again"])
+def test_replies_joining_and_leaving_are_each_generates_alone(variant, sample, longer,
+                                                              lm_folders, monkeypatch):
+    """A longer prompt joins by the running rows' keys shifted (rotary ones turned), or,
+    where an attention cannot say how its keys move, by the rows read again."""
+    from zoo.attention import MultiHeadAttention
+
+    if longer == "read-again":
+        monkeypatch.setattr(MultiHeadAttention, "SHIFTABLE", ())
     model = zoo.build(f"local-dir:{lm_folders[variant][1]}").eval()
     settings = settings_for(model, None, max_new_tokens=12, do_sample=sample, seed=3)
     replies, batch = _arrivals(model, settings)
-    assert batch.reads >= 1  # a longer prompt, or the padding left, read the rows again
+    assert (batch.shifts >= 2 and batch.reads == 0) if longer == "shifted" else \
+        (batch.shifts == 0 and batch.reads >= 2)
     for reply in replies:
         alone = zoo.generate(model, reply.ids, settings)[0].tolist()
         got = reply.tokens[0, reply.ids.shape[1]:].tolist()

@@ -241,6 +241,49 @@ def test_a_bad_request_is_one_openai_error_and_the_server_goes_on(path, body, st
         .status_code == 200
 
 
+VALID = {
+    "/v1/chat/completions": {"model": "chat", "messages": FIRST, "max_tokens": 3},
+    "/v1/completions": {"model": "gpt2", "prompt": "A dog", "max_tokens": 3},
+    "/v1/embeddings": {"model": "minilm", "input": ["a text"]},
+    "/v1/rerank": {"model": "reranker", "query": "q", "documents": ["a", "b"]},
+    "/v1/translations": {"model": "marian", "input": "The cat", "max_tokens": 3},
+}
+ODD = [None, True, -1, 0, 2**70, 1e308, -1e-300, "", "x" * 3000, "{{ 7 * 7 }}", [], [None],
+       [1, "a"], {}, {"role": "user"}, [{"role": "user", "content": 1}], "NaN"]
+"""Values of the wrong type, size or sign."""
+
+
+def test_a_fuzz_of_the_routes_gives_4xx_errors_and_no_5xx(served):
+    """Every field of a valid body of each route given each odd value, and extra fields
+    of those values: each answer is 200 or a 4xx error object, never a 5xx, and the
+    server goes on."""
+    import random
+
+    rng = random.Random(0)
+    statuses = []
+    for path, valid in VALID.items():
+        for key in [*valid, "n", "stream", "stop", "seed", "top_k", "logprobs"]:
+            for value in rng.sample(ODD, 6):
+                answer = _post(served, path, {**valid, key: value})
+                statuses.append(answer.status_code)
+                assert answer.status_code == 200 or (
+                    400 <= answer.status_code < 500 and "message" in answer.json()["error"]), \
+                    (path, key, value, answer.status_code, answer.text[:300])
+    assert statuses.count(200) and sum(400 <= s < 500 for s in statuses) > len(statuses) / 2
+
+
+def test_a_message_that_looks_like_a_template_is_text(served, client):
+    """Jinja in a message is the message's text: rendered by the sandboxed template as a
+    value, never run (a loop of 10^9 would hang)."""
+    messages = [{"role": "user", "content": "{% for i in range(10**9) %}x{% endfor %}"}]
+    started = time.monotonic()
+    reply = client.chat.completions.create(model="chat", messages=messages, max_tokens=3,
+                                           temperature=0)
+    assert time.monotonic() - started < 30
+    assert reply.choices[0].message.content == zoo.chat(served[1]["chat"], messages,
+                                                        max_new_tokens=3, do_sample=False)
+
+
 def test_a_settings_error_is_zoo_generates_own_message(served):
     from zoo.errors import RecipeError
 

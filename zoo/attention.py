@@ -216,6 +216,22 @@ class MultiHeadAttention(nn.Module):
             return k, v
         return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
+    SHIFTABLE = (None, "rotary", "bias", "relative")
+    """The position kinds :meth:`shifted_keys` can move: rotary keys are turned; biases
+    and relative positions act through key-minus-query distances, which a shift keeps."""
+
+    def shifted_keys(self, k: torch.Tensor, delta: int) -> torch.Tensor:
+        """Cached keys ``k`` (B, H, L, D) of positions p, as they would have been cached
+        at p + ``delta`` (continuous batching pads running rows on the left to join a
+        longer prompt): rotary keys turned ``delta`` further (the rotations compose);
+        any other key as it is. One ValueError for a position kind outside
+        :data:`SHIFTABLE`."""
+        if self.position_kind not in self.SHIFTABLE:
+            raise ValueError(f"keys of {self.position_kind!r} positions cannot be shifted")
+        if self.position_kind != "rotary" or not delta:
+            return k
+        return self.positional.rotate(k, torch.full((k.shape[-2],), delta, device=k.device))
+
     def _rotate(self, x: torch.Tensor, offset: int) -> torch.Tensor:
         if self.position_kind != "rotary":
             return x

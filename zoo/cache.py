@@ -229,6 +229,23 @@ class LanguageModelCache(list):
             mine._k, mine._v = torch.cat([mine.k, theirs.k]), torch.cat([mine.v, theirs.v])
             mine.__dict__.pop("_spare", None)
 
+    def shift(self, delta: int, turns: list) -> None:
+        """Pad every row on the left by ``delta`` positions (recorded as padding), so
+        that longer rows may join: layer i's keys pass through ``turns[i]`` (a function
+        ``(k, delta) -> k``: :meth:`zoo.attention.MultiHeadAttention.shifted_keys`, which
+        turns rotary keys to their new positions)."""
+        if not self.joinable or len(turns) != len(self):
+            raise ValueError("only the keys and values of every layer shift")
+        rows, device = self.rows, self[0]._k.device
+        padding = self.padding if self.padding is not None else torch.zeros(
+            rows, self.offset, dtype=torch.bool, device=device)
+        self.padding = torch.nn.functional.pad(padding, (delta, 0), value=True)
+        for cache, turn in zip(self, turns):
+            k = torch.nn.functional.pad(turn(cache.k, delta), (0, 0, delta, 0))
+            v = torch.nn.functional.pad(cache.v, (0, 0, delta, 0))
+            cache._k, cache._v, cache._len = k, v, k.shape[-2]
+            cache.__dict__.pop("_spare", None)
+
     def spread(self, beams: int) -> None:
         """Make ``beams`` rows of every row (a prompt read once per source)."""
         like = next((t for c in self for t in (c._k, *c.state.values()) if t is not None),

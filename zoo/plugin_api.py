@@ -80,7 +80,8 @@ from .hardware import detect as detect_hardware
 from .hookspecs import hookimpl
 from .layer_flow import DataFlow, flow_of
 from .kinds import (Encoder, ImageClassifier, ImageText, Kind, LanguageModel, Refusal,
-                    Seq2SeqModel, StaticDecoding, kind_of)
+                    Seq2SeqModel, StaticDecoding, PromptReading,
+                    kind_of)
 from .native import PRODUCTS as NATIVE_PRODUCTS
 from .native import NativeLibrary
 from .native import available as native_available
@@ -106,7 +107,7 @@ __all__ = [
     "NativeLibrary", "NATIVE_PRODUCTS", "detect_hardware", "CPU",
     # architectures, and the kinds of model they build
     "Slot", "Seq2SeqModel", "LanguageModel", "Encoder", "ImageClassifier", "ImageText", "kind_of",
-    "Kind", "ModelRecord", "record_of", "update_record", "StaticDecoding", "Refusal", "DataFlow", "flow_of",
+    "Kind", "ModelRecord", "record_of", "update_record", "StaticDecoding", "PromptReading", "Refusal", "DataFlow", "flow_of",
     # decoding
     "generate", "stream", "translate", "complete", "stream_text", "GenerationSettings",
     "filter_logits", "length_penalty", "Rule", "Span",

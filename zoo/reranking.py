@@ -19,7 +19,7 @@ from typing import Any, Literal, Sequence
 
 import torch
 
-from .decoding.text import as_texts, count_of, own_tokenizer
+from .decoding.text import as_texts, check_characters, count_of, own_tokenizer
 from .embedding import by_length, on_device
 from .errors import FormatError, RecipeError
 from .kinds import Kind, kind_of
@@ -87,6 +87,7 @@ def rerank(model, query: str, documents: Sequence[str], *, tokenizer: Any = None
                           "...ForSequenceClassification folder such as ms-marco-MiniLM-L6-v2)")
     if not isinstance(query, str):
         raise RecipeError(f"query is one text (str), not {type(query).__name__}")
+    check_characters(query, "the query")
     documents = as_texts(documents)
     count_of(batch_size, "batch_size")
     if activation is not None and activation not in ("sigmoid", "identity", "tanh"):

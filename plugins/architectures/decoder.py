@@ -209,6 +209,17 @@ class CausalLM(nn.Module):
         """tokens (B, L) -> logits (B, L, vocab). ``padding_mask`` (B, L), True at
         padding (left padding for prompts; None: none, or ``pad_id``'s). With ``cache``,
         tokens are the new ones and earlier keys and values come from the cache."""
+        return self.logits(self._hidden(tokens, padding_mask, cache))
+
+    def read_prompt(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None,
+                    cache: LanguageModelCache | None = None) -> torch.Tensor:
+        """:meth:`forward`'s logits of the last position only (B, vocab): the output
+        layer runs on one position a row (:class:`zoo.plugin_api.PromptReading`)."""
+        return self.logits(self._hidden(tokens, padding_mask, cache)[:, -1:])[:, -1]
+
+    def _hidden(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None,
+                cache: LanguageModelCache | None) -> torch.Tensor:
+        """The last layer's output (B, L, d) of :meth:`forward`."""
         if padding_mask is None and self.pad_id is not None and cache is None:
             padding_mask = self.padding_mask(tokens)
         if (padding_mask is not None and not torch.compiler.is_exporting()
@@ -223,7 +234,7 @@ class CausalLM(nn.Module):
                 # a padded query attends to nothing; what it gives is zeroed, so that no
                 # NaN reaches a real token through the next layer's values
                 x = x.masked_fill(padding_mask[..., None], 0.0)
-        return self.logits(x)
+        return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The last layer's output (B, L, d) -> logits: the final norm, the output layer,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.plugin_api import flow_of
+from zoo.plugin_api import LanguageModelCache, flow_of
 
 from .native_plan import (Refusal, add_layer, for_call, kept_plan, may_run, new_plan, run,
                           seal_kept)
@@ -145,6 +145,18 @@ class StaticLM(StaticSteps):
 
     def buffers(self) -> list[torch.Tensor]:
         return [*self.native["k"], *self.native["v"]]
+
+    def cache(self) -> LanguageModelCache:
+        """The keys, values and padding so far as a cache of the general path (a copy), to
+        go on from in Python or join other rows to (continuous batching,
+        :class:`zoo.decoding.batch.RunningBatch`)."""
+        out = LanguageModelCache(len(self.native["k"]))
+        n = self.used
+        for layer, k, v in zip(out, self.native["k"], self.native["v"]):
+            layer.append(k[:, :, :n], v[:, :, :n])
+        padding = ~self.keep[:, :n]
+        out.padding = padding if bool(padding.any()) else None
+        return out
 
     @property
     def used(self) -> int:

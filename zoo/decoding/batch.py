@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..attention import MultiHeadAttention
 from ..cache import LanguageModelCache
+from ..kinds import StaticDecoding
 from .rules import Rules
 from .settings import GenerationSettings
 from .steps import PromptSteps
@@ -105,6 +107,9 @@ class Reply:
         return float(logp[token]), top
 
 
+NATIVE_STEPS = 256
+"""The most steps the native step's buffers are made for at once: a reply allowed
+thousands of tokens does not hold buffers for all of them from its start."""
 SHORTEST_WASTE = 32
 """The fewest positions of padding in front of every row worth reading the rows again
 without."""
@@ -136,6 +141,13 @@ class RunningBatch:
         """Whether a new reply may join running ones (else it waits for them to end)."""
         self.reads = 0
         """How many times running rows were read again (a longer prompt, or padding)."""
+        self.shifts = 0
+        """How many times running rows were padded on the left for a longer prompt."""
+        self.static = None
+        """The native step over the running rows, while they stay the same (None: the
+        steps run in Python)."""
+        self.native = True
+        """Whether the model may have a native step (False once it showed it has none)."""
 
     def __len__(self) -> int:
         return len(self.replies)
@@ -152,6 +164,7 @@ class RunningBatch:
         if not self.admits():
             raise ValueError("this batch's model decodes one group at a time; wait until "
                              "the running replies end")
+        self._in_python()
         pad = replies[0].settings.pad_id
         ids, mask = _padded([r.ids for r in replies], max(r.ids.shape[1] for r in replies),
                             pad)
@@ -160,6 +173,8 @@ class RunningBatch:
             logits = self._read(ids, mask)
         elif ids.shape[1] <= self.tokens.shape[1] - 1:
             logits = self._join(*_widen(ids, mask, self.tokens.shape[1] - 1, pad))
+        elif self._shifted(ids.shape[1] - (self.tokens.shape[1] - 1), pad):
+            logits = self._join(ids, mask)
         else:  # the running rows are read again, padded to the new prompts' length
             rows, held = _widen(self.tokens[:, :-1], self.padding[:, :-1], ids.shape[1], pad)
             newest = self.tokens[:, -1:]
@@ -176,7 +191,7 @@ class RunningBatch:
         """Every running reply's next token, from one call of the model."""
         if not self.replies:
             return []
-        logits = self.steps(self.tokens)
+        logits = self._logits()
         pieces = [r.take(logits[i:i + 1]) for i, r in enumerate(self.replies)]
         self.tokens = torch.cat([self.tokens, torch.tensor([[p.token] for p in pieces], device=self.tokens.device)],
                                 dim=1)
@@ -187,6 +202,40 @@ class RunningBatch:
     def cancel_done(self) -> None:
         """Let cancelled replies leave now (between steps)."""
         self._leave()
+
+    # -- the steps -------------------------------------------------------------------------------
+    def _logits(self) -> torch.Tensor:
+        """The running rows' next-token logits: in the native step while the rows stay
+        the same, else in Python."""
+        if self.static is None and self.native:
+            self.static = self._static()
+        if self.static is not None and self.static.filled >= self.static.length:
+            self._in_python()  # its buffers are full: the next ones from here
+            self.static = self._static()
+        if self.static is not None:
+            return self.static(self.tokens[:, -1:])[:, -1].float()
+        return self.steps(self.tokens)
+
+    def _static(self):
+        """The model's static steps over the running rows' cache (zoo's native step),
+        with buffers for the steps the rows may still take (:data:`NATIVE_STEPS` at a
+        time), or None where the model has none for them."""
+        cache = self.steps.cache if self.steps is not None else None
+        if not isinstance(self.model, StaticDecoding) or not _joinable(cache):
+            self.native = False
+            return None
+        left = max(r.rules.max_length - r.tokens.shape[1] for r in self.replies)
+        static = self.model.static_decoder(cache, length=max(1, min(NATIVE_STEPS, left)))
+        if static is None or not callable(getattr(static, "cache", None)):
+            return None  # these rows stay in Python; other rows may not
+        return static
+
+    def _in_python(self) -> None:
+        """Go on from the native step's buffers in a cache (the rows are about to
+        change)."""
+        if self.static is not None:
+            self.steps.cache = self.static.cache()
+            self.static = None
 
     # -- the rows --------------------------------------------------------------------------------
     def _read(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -211,14 +260,34 @@ class RunningBatch:
                                   torch.nn.functional.pad(mask, (0, 1), value=False)])
         return logits
 
+    def _shifted(self, delta: int, pad: int) -> bool:
+        """Pad the running rows on the left by ``delta`` positions, their keys moved
+        there (:meth:`zoo.cache.LanguageModelCache.shift`), so that a prompt that much
+        longer joins without reading them again; False (nothing done) where the model's
+        attention cannot say how its keys move."""
+        cache = self.steps.cache
+        if not self.joins or not _joinable(cache):
+            return False
+        attentions = [m for m in self.model.modules()
+                      if isinstance(m, MultiHeadAttention) and not m.cross]
+        if len(attentions) != len(cache) or any(
+                a.position_kind not in MultiHeadAttention.SHIFTABLE for a in attentions):
+            return False
+        cache.shift(delta, [a.shifted_keys for a in attentions])
+        self.tokens, self.padding = _widen(self.tokens, self.padding,
+                                           self.tokens.shape[1] + delta, pad)
+        self.shifts += 1
+        return True
+
     def _leave(self) -> None:
         keep = [i for i, r in enumerate(self.replies) if not r.done]
         if len(keep) == len(self.replies):
             return
         if not keep:
             self.replies, self.steps, self.tokens, self.padding = [], None, None, None
-            self.joins = True
+            self.joins, self.static = True, None
             return
+        self._in_python()
         index = torch.tensor(keep, device=self.tokens.device)
         self.steps.reorder(index)
         self.tokens, self.padding = self.tokens[index], self.padding[index]

@@ -22,7 +22,8 @@ from .._text import short_repr
 from ..errors import RecipeError
 from ..kinds import Kind, kind_of
 from . import settings_for
-from .text import complete_rows, model_tokenizer, stream_rows, text_rows
+from .text import (check_characters, complete_rows, model_tokenizer, stream_rows,
+                   text_rows)
 
 MARK = "\u2063zoo-reply\u2063"
 """A reply no template alters, whose place in a rendered turn shows what ends a turn."""
@@ -46,6 +47,7 @@ def messages_of(messages: Any) -> list[dict[str, str]]:
                 isinstance(message.get(key), str) for key in ("role", "content")):
             raise RecipeError(f"message {i} is {short_repr(message, 80)}; each message is "
                               "{'role': 'system'|'user'|'assistant', 'content': text}")
+        check_characters(message["content"], f"message {i}'s content")
     return [dict(message) for message in items]
 
 

@@ -17,12 +17,20 @@ from __future__ import annotations
 
 import torch
 
-from ..kinds import StaticDecoding
+from ..kinds import PromptReading, StaticDecoding
 from ..record import record_of
 
 
 def _repeat(x: torch.Tensor | None, times: int) -> torch.Tensor | None:
     return x.repeat_interleave(times, 0) if x is not None and times > 1 else x
+
+
+def _last_logits(model, tokens: torch.Tensor, mask: torch.Tensor | None, cache) -> torch.Tensor:
+    """(B, V) logits of the token after each prompt of ``tokens``, the cache filled: by
+    ``read_prompt`` where the model offers it (:class:`zoo.kinds.PromptReading`)."""
+    if isinstance(model, PromptReading):
+        return model.read_prompt(tokens, padding_mask=mask, cache=cache)
+    return model(tokens, padding_mask=mask, cache=cache)[:, -1]
 
 
 class Seq2SeqSteps:
@@ -112,7 +120,7 @@ class PromptSteps:
         if self.cache.offset == 0:  # the first step: each prompt once
             rows = slice(None, None, self.beams)
             mask = None if self.mask is None else self.mask[rows]
-            logits = self.model(tokens[rows], padding_mask=mask, cache=self.cache)[:, -1]
+            logits = _last_logits(self.model, tokens[rows], mask, self.cache)
             if self.beams > 1:
                 self.cache.spread(self.beams)
                 logits = logits.repeat_interleave(self.beams, 0)

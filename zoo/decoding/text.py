@@ -83,7 +83,20 @@ def as_texts(texts: Any, what: str = "texts") -> list[str]:
         if not isinstance(item, str):
             raise RecipeError(f"{what} are texts (str); one is {short_repr(item, 60)} (of type "
                               f"{type(item).__name__})")
+        check_characters(item, what)
     return items
+
+
+def check_characters(text: str, what: str = "a text") -> None:
+    """One RecipeError for a text holding a lone surrogate (half of a UTF-16 pair, such as
+    ``"\\ud800"``, which JSON and Python strings allow): it is no character, and a
+    tokenizer fails on it in its own words."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RecipeError(f"{what}: {short_repr(text, 60)} holds a lone surrogate "
+                          f"({text[exc.start]!r} at {exc.start}), half of a UTF-16 pair and "
+                          "no character; give the whole pair, or leave it out") from None
 
 
 def count_of(value: Any, name: str) -> int:

@@ -10,7 +10,8 @@ model run as one call, batched by length as :func:`zoo.embed` batches.
 
 One thread runs them all, so the cores are never shared by two models' products; its
 threads follow the cores other processes leave free, as a decoding's do
-(:func:`zoo.hardware.threads_for_a_call`), chosen at each turn. Tickets hear back
+(:func:`zoo.hardware.threads_for_a_call`), chosen again every :data:`THREADS_EVERY`
+seconds. Tickets hear back
 through their ``emit`` (called from this thread: the server hands it to its event loop).
 """
 
@@ -36,6 +37,11 @@ from .metrics import Metrics
 from .schemas import Limits
 
 log = logging.getLogger("zoo.serve")
+
+THREADS_EVERY = 0.25
+"""Seconds between two looks at the cores other processes leave free (the threads of
+the turns in between): often enough to follow a neighbour, seldom enough that torch's
+threads are not set again at every step."""
 
 
 class QueueFull(Exception):
@@ -146,10 +152,13 @@ class Engine:
                         self._cond.wait()
                     if self._stopping and not any(lane.busy() for lane in self.lanes.values()):
                         return
-                for lane in self.lanes.values():
-                    if lane.busy():
-                        with threads_for_a_call():
-                            self._turn(lane)
+                with threads_for_a_call():  # the free cores, looked at again now and then
+                    until = time.monotonic() + THREADS_EVERY
+                    while time.monotonic() < until and any(
+                            lane.busy() for lane in self.lanes.values()):
+                        for lane in self.lanes.values():
+                            if lane.busy():
+                                self._turn(lane)
 
     def _turn(self, lane: Lane) -> None:
         """One turn of a lane: drop what is cancelled or late, let waiting replies join,
