@@ -249,7 +249,8 @@ VALID = {
     "/v1/translations": {"model": "marian", "input": "The cat", "max_tokens": 3},
 }
 ODD = [None, True, -1, 0, 2**70, 1e308, -1e-300, "", "x" * 3000, "{{ 7 * 7 }}", [], [None],
-       [1, "a"], {}, {"role": "user"}, [{"role": "user", "content": 1}], "NaN"]
+       [1, "a"], {}, {"role": "user"}, [{"role": "user", "content": 1}], "NaN", "a\ud800b",
+       [{"role": "user", "content": "\udfff"}]]
 """Values of the wrong type, size or sign."""
 
 
@@ -270,6 +271,26 @@ def test_a_fuzz_of_the_routes_gives_4xx_errors_and_no_5xx(served):
                     400 <= answer.status_code < 500 and "message" in answer.json()["error"]), \
                     (path, key, value, answer.status_code, answer.text[:300])
     assert statuses.count(200) and sum(400 <= s < 500 for s in statuses) > len(statuses) / 2
+
+
+def test_a_lone_surrogate_is_refused_by_name_not_by_the_tokenizer(served):
+    """Half a UTF-16 pair is no character: each text entrance refuses it by name (the
+    tokenizer's TypeError reached the user), and so does the server, with a 400."""
+    from zoo.errors import RecipeError
+
+    models, bad = served[1], "a\ud800b"
+    calls = [lambda: zoo.embed(models["minilm"], [bad]),
+             lambda: zoo.rerank(models["reranker"], bad, ["d"]),
+             lambda: zoo.rerank(models["reranker"], "q", [bad]),
+             lambda: zoo.complete(models["gpt2"], bad),
+             lambda: zoo.chat(models["chat"], [{"role": "user", "content": bad}]),
+             lambda: zoo.translate(models["marian"], [bad])]
+    for call in calls:
+        with pytest.raises(RecipeError, match="lone surrogate"):
+            call()
+    answer = _post(served, "/v1/embeddings", '{"model": "minilm", "input": "a\\ud800b"}')
+    assert answer.status_code == 400  # JSON's parser refuses the escape itself
+    assert "hex escape" in answer.json()["error"]["message"]
 
 
 def test_a_message_that_looks_like_a_template_is_text(served, client):
