@@ -11,7 +11,9 @@ every row, and the summary each server at its best thread count.
 
 Servers: ``zoo`` (zoo serve), ``transformers`` (transformers serve, one request at a
 time as it runs by default) and ``transformers-cb`` (its ``--continuous-batching``);
-``llama.cpp`` (llama-server, where installed and given ``--gguf``).
+``llama.cpp`` (llama-server with 16 slots and continuous batching, where it is on PATH
+and ``--gguf`` gives the folder converted by llama.cpp's ``convert_hf_to_gguf.py``;
+skipped with its reason otherwise).
 
 ``--soak SECONDS`` instead runs minutes of mixed chat, embeddings (the real
 all-MiniLM-L6-v2) and bad requests against zoo serve, and reports the server's memory
@@ -33,6 +35,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -97,6 +100,10 @@ def start(kind: str, folder: Path, threads: int, port: int, extra: list[str]):
                    "--device", "cpu", *(["--continuous-batching"] if kind.endswith("-cb")
                                         else [])]
         name = str(folder)
+    elif kind == "llama.cpp":
+        command = [shutil.which("llama-server"), "-m", str(extra[0]), "--port", str(port),
+                   "--host", "127.0.0.1", "-t", str(threads), "-np", "16", "-cb"]
+        name = "model"
     else:
         raise SystemExit(f"unknown server {kind!r}")
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
@@ -248,7 +255,12 @@ def soak(folder: Path, seconds: float, threads: int) -> None:
            json.dumps({"model": name, "messages": [{"role": "user", "content": "hi"}],
                        "top_k": 0}).encode(), b"x" * 5_000_000]
     counts = {"chat": 0, "embed": 0, "bad": 0, "unexpected": 0}
-    rss = []
+    rss, samples, unexpected = [], [], []
+
+    def odd(what: str) -> None:
+        counts["unexpected"] += 1
+        if len(unexpected) < 5:
+            unexpected.append(what)
 
     async def mixed(deadline: float) -> None:
         rng = random.Random(0)
@@ -259,19 +271,32 @@ def soak(folder: Path, seconds: float, threads: int) -> None:
                     if pick < 0.5:
                         r = await one(client, url, name, trace(1, rng.randrange(10**6))[0], 24)
                         counts["chat"] += 1
-                        counts["unexpected"] += r[3] is not None
+                        if r[3] is not None:
+                            odd(f"chat: {r[3]}")
                     elif pick < 0.8:
                         a = await client.post(url + "/v1/embeddings", json={
                             "model": "minilm", "input": [" ".join(rng.choices(WORDS, k=12))
                                                          for _ in range(8)]})
                         counts["embed"] += 1
-                        counts["unexpected"] += a.status_code != 200
+                        if a.status_code != 200:
+                            odd(f"embeddings: {a.status_code} {a.text[:200]}")
                     else:
-                        a = await client.post(url + "/v1/chat/completions",
-                                              content=rng.choice(bad))
+                        body = rng.choice(bad)
+                        try:
+                            a = await client.post(url + "/v1/chat/completions", content=body)
+                            status = a.status_code
+                        except httpx.HTTPError as exc:  # a server may close a huge upload
+                            status = type(exc).__name__
                         counts["bad"] += 1
-                        counts["unexpected"] += not 400 <= a.status_code < 500
-            await asyncio.gather(*(worker() for _ in range(8)))
+                        if not (isinstance(status, int) and 400 <= status < 500) and not (
+                                len(body) > 10**6 and isinstance(status, str)):
+                            odd(f"bad request {body[:40]!r}: {status}")
+            async def sampler() -> None:
+                while time.monotonic() < deadline:
+                    samples.append(memory.memory_info().rss)
+                    await asyncio.sleep(30)
+
+            await asyncio.gather(sampler(), *(worker() for _ in range(8)))
 
     try:
         memory = psutil.Process(process.pid)
@@ -287,7 +312,9 @@ def soak(folder: Path, seconds: float, threads: int) -> None:
           f"{counts['bad'] - before['bad']} bad requests; unexpected answers "
           f"{before['unexpected']} before, {counts['unexpected']} after; resident memory "
           f"{rss[0] / 2**20:.0f} MiB after the warm-up, {rss[1] / 2**20:.0f} MiB at the end "
-          f"({(rss[1] / rss[0] - 1) * 100:+.1f}%)")
+          f"({(rss[1] / rss[0] - 1) * 100:+.1f}%); every 30 s: "
+          f"{', '.join(f'{m / 2**20:.0f}' for m in samples)} MiB"
+          + (f"; unexpected: {unexpected}" if unexpected else ""))
 
 
 def main() -> None:
@@ -299,6 +326,8 @@ def main() -> None:
                         help="requests per concurrency (at least the concurrency)")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--gguf", type=Path, help="the folder converted by llama.cpp's "
+                        "convert_hf_to_gguf.py, for the llama.cpp server")
     parser.add_argument("--soak", type=float, help="seconds of mixed load against zoo serve")
     args = parser.parse_args()
     folder = make_folder(args.folder)
@@ -312,9 +341,16 @@ def main() -> None:
     levels = [int(c) for c in args.concurrency.split(",")]
     rows = []
     for kind in args.servers.split(","):
+        extra = []
+        if kind == "llama.cpp":
+            if shutil.which("llama-server") is None or args.gguf is None:
+                print("llama.cpp: skipped (llama-server is not on PATH, or no --gguf: "
+                      "convert the folder with llama.cpp's convert_hf_to_gguf.py)")
+                continue
+            extra = [args.gguf]
         for count in threads:
             rows += measure(kind, folder, count, levels, args.requests, args.max_tokens,
-                            tokenizer, [])
+                            tokenizer, extra if kind == "llama.cpp" else [])
     print("\n" + table(rows) + "\n\nbest thread count:\n" + summary(rows, levels))
 
 

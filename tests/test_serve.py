@@ -230,6 +230,10 @@ def test_rerank_translation_and_zero_shot_images_are_zoos(served):
      "base64"),
     ("/v1/chat/completions", b"x" * 300_000, 413, "more than 200000"),
     ("/v1/nothing", {}, 404, "no such route"),
+    ("/v1/completions", {"model": "marian", "prompt": "a"}, 400, "does not complete"),
+    ("/v1/translations", {"model": "gpt2", "input": "a"}, 400, "does not translate"),
+    ("/v1/images/classifications", {"model": "minilm", "image": "aGk=", "labels": ["a"]},
+     400, "could not be read as an image"),
 ])
 def test_a_bad_request_is_one_openai_error_and_the_server_goes_on(path, body, status, says,
                                                                   served):
@@ -303,6 +307,24 @@ def test_a_message_that_looks_like_a_template_is_text(served, client):
     assert time.monotonic() - started < 30
     assert reply.choices[0].message.content == zoo.chat(served[1]["chat"], messages,
                                                         max_new_tokens=3, do_sample=False)
+
+
+def test_a_failure_inside_the_engine_answers_500_and_the_server_goes_on(served,
+                                                                          monkeypatch):
+    from zoo.decoding.batch import RunningBatch
+
+    def broken(self):
+        raise RuntimeError("a step that fails")
+
+    monkeypatch.setattr(RunningBatch, "step", broken)
+    answer = _post(served, "/v1/completions", {"model": "gpt2", "prompt": "a",
+                                               "max_tokens": 3})
+    assert answer.status_code == 500 and "a step that fails" in \
+        answer.json()["error"]["message"]
+    monkeypatch.undo()
+    assert _post(served, "/v1/completions", {"model": "gpt2", "prompt": "a",
+                                             "max_tokens": 3}).status_code == 200
+    assert httpx.get(served[0].url + "/health").json() == {"status": "ok"}
 
 
 def test_a_settings_error_is_zoo_generates_own_message(served):

@@ -14,6 +14,7 @@ it, and never opened) and keeps the model's tokenizer folder. It builds nothing
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
@@ -36,6 +37,9 @@ EXTRA = "zoo-transformers[hub-formats]"
 """The extra that brings what foreign tokenizers need (transformers, sentencepiece)."""
 
 
+_READING = threading.Lock()
+"""Held while a folder's tokenizer is read (at its first use, from any thread)."""
+
 @dataclass
 class Imported:
     """What a model built from a foreign folder keeps of it (``model.imported``)."""
@@ -56,7 +60,9 @@ class Imported:
         """The model's own tokenizer (transformers' ``AutoTokenizer`` over its folder),
         read and checked once, on first use, and kept: the model carries its text."""
         if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.folder, self.source)
+            with _READING:  # two threads' first uses read it once
+                if self._tokenizer is None:
+                    self._tokenizer = load_tokenizer(self.folder, self.source)
         return self._tokenizer
 
     def translate(self, model, texts: list[str], **changes: Any) -> list[str]:

@@ -185,7 +185,10 @@ class StaticDecoding(Protocol):
     sealed plan of its layers, or a :class:`Refusal` saying why not; nothing is
     decoded), and ``static_decoder(...)`` gives the steps of one decoding call from it,
     or None (the seq2seq's ``(memory, mask, groups=, length=)``, a language model's
-    ``(cache, length=)``)."""
+    ``(cache, length=)``). A language model's steps that also offer ``cache()`` (the
+    keys, values and padding so far as a ``LanguageModelCache``) run continuous
+    batching's steps too (:class:`zoo.decoding.batch.RunningBatch`), which gives them
+    back whenever its rows change."""
 
     def native_plan(self) -> Any:
         """The kept plan of the model's layers (a mapping the architecture reads: true as

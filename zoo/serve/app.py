@@ -6,8 +6,10 @@
 Built on Starlette (the ASGI toolkit FastAPI is made of) and run by uvicorn: the bodies
 are validated by zoo's own pydantic models (:mod:`zoo.serve.schemas`), so every bad
 request is one OpenAI error object with a 4xx status, its message zoo's. A request's
-work runs in the engine's thread; the route waits for it without holding the event
-loop, and a client that goes away cancels it. Every route but ``/health`` asks for the
+work, its tokenizing and template too, runs in the engine's thread (one thread reads a
+model's tokenizer: a fast tokenizer's padding is state, which two threads' calls would
+fight over); the route waits for it without holding the event loop, and a client that
+goes away cancels it. Every route but ``/health`` asks for the
 API key when one is set, compared in constant time; bodies past the limit are refused
 before they are read.
 """
@@ -153,10 +155,12 @@ class Server:
         self.engine.submit(ticket)
         return ticket, queue
 
-    async def until_done(self, request: Request, ticket: Ticket, queue: asyncio.Queue
+    async def until_done(self, request: Request, ticket: Ticket, queue: asyncio.Queue,
+                         last: tuple[str, ...] = ("done", "result")
                          ) -> list[tuple[str, Any]]:
-        """Every event of ``ticket`` up to its last; a client that goes away first
-        cancels it (and nothing is answered)."""
+        """The events of ``ticket`` up to the first of kind ``last`` (an error is raised
+        as its refusal); a client that goes away first cancels it (and nothing is
+        answered)."""
         gone = asyncio.ensure_future(_disconnected(request))
         events = []
         try:
@@ -168,45 +172,45 @@ class Server:
                     ticket.cancelled = True
                     raise Refused(499, "the client went away")
                 events.append(item.result())
-                if events[-1][0] in ("done", "result", "error"):
-                    if events[-1][0] == "error":
-                        raise refusal(events[-1][1])
+                if events[-1][0] == "error":
+                    raise refusal(events[-1][1])
+                if events[-1][0] in last:
                     return events
         finally:
             gone.cancel()
 
-    async def prepared(self, work, *args) -> Any:
-        """``work(*args)`` (a template to render, texts to read) in a worker thread."""
-        import anyio
-
-        return await anyio.to_thread.run_sync(work, *args)
+    async def result(self, request: Request, name: str, work) -> Any:
+        """What ``work(model)`` returns, run in the engine's thread between steps."""
+        ticket, queue = self.ticket(name, "call", work=work)
+        return (await self.until_done(request, ticket, queue))[-1][1]
 
     # -- the routes ------------------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
         body = await self.body(request, ChatCompletion)
-        model = self.model(body.model)
-        prepared = await self.prepared(prepare_chat_request, model, body, self.limits)
-        return await self.generation(request, body, prepared, chat=True)
+        self.model(body.model)
+        return await self.generation(request, body, lambda model: prepare_chat_request(
+            model, body, self.limits), chat=True)
 
     async def completions(self, request: Request) -> Response:
         body = await self.body(request, Completion)
-        model = self.model(body.model)
-        prepared = await self.prepared(prepare_completion, model, body, self.limits)
-        return await self.generation(request, body, prepared, chat=False)
+        self.model(body.model)
+        return await self.generation(request, body, lambda model: prepare_completion(
+            model, body, self.limits), chat=False)
 
-    async def generation(self, request: Request, body, prepared: Prepared, *, chat: bool
-                         ) -> Response:
-        self.metrics.add("zoo_prompt_tokens_total", prepared.prompt_tokens, model=body.model)
+    async def generation(self, request: Request, body, prepare, *, chat: bool) -> Response:
+        """A chat or completion: the engine prepares the replies (the template, the
+        tokens, the checks) in its thread, then decodes them, whole or streamed."""
         ident = new_id("chatcmpl" if chat else "cmpl")
+        ticket, queue = self.ticket(body.model, "generate", prepare=prepare)
+        prepared: Prepared = (await self.until_done(request, ticket, queue,
+                                                    ("prepared",)))[-1][1]
+        self.metrics.add("zoo_prompt_tokens_total", prepared.prompt_tokens, model=body.model)
         if prepared.beams:
-            ticket, queue = self.ticket(body.model, "call", work=prepared.beam_search)
-            events = await self.until_done(request, ticket, queue)
-            choices = events[-1][1]
+            choices = (await self.until_done(request, ticket, queue))[-1][1]
+        elif body.stream:
+            return StreamingResponse(self.stream(ticket, queue, body, prepared, ident, chat),
+                                     media_type="text/event-stream")
         else:
-            ticket, queue = self.ticket(body.model, "generate", replies=prepared.replies)
-            if body.stream:
-                return StreamingResponse(self.stream(ticket, queue, body, prepared, ident,
-                                                     chat), media_type="text/event-stream")
             choices = [[] for _ in prepared.replies]
             for kind, given in await self.until_done(request, ticket, queue):
                 for choice, piece in given if kind == "pieces" else ():
@@ -262,12 +266,11 @@ class Server:
 
     async def embeddings(self, request: Request) -> Response:
         body = await self.body(request, Embeddings)
-        model = self.model(body.model)
+        self.model(body.model)
         texts = [body.input] if isinstance(body.input, str) else list(body.input)
         self._count(texts)
-        tokens = await self.prepared(_token_count, model, texts)
         ticket, queue = self.ticket(body.model, "embed", texts=texts)
-        vectors = (await self.until_done(request, ticket, queue))[-1][1]
+        vectors, tokens = (await self.until_done(request, ticket, queue))[-1][1]
         if body.dimensions is not None and body.dimensions != vectors.shape[1]:
             raise Refused(400, f"dimensions={body.dimensions}: this model's vectors have "
                                f"{vectors.shape[1]} (leave dimensions out)")
@@ -286,9 +289,8 @@ class Server:
         body = await self.body(request, Rerank)
         self.model(body.model)
         self._count(body.documents)
-        ticket, queue = self.ticket(body.model, "call", work=lambda model: rerank(
+        scores = await self.result(request, body.model, lambda model: rerank(
             model, body.query, body.documents))
-        scores = (await self.until_done(request, ticket, queue))[-1][1]
         if scores.dim() != 1:
             raise Refused(400, f"model {body.model!r} scores {scores.shape[1]} labels; a "
                                "reranker scores one")
@@ -309,9 +311,8 @@ class Server:
         if body.stream or body.n != 1:
             raise Refused(400, "a translation neither streams nor gives n > 1 choices")
         changes = generation_changes(body, max_tokens=body.max_tokens)
-        ticket, queue = self.ticket(body.model, "call", work=lambda model: translate(
+        out = await self.result(request, body.model, lambda model: translate(
             model, texts, **changes))
-        out = (await self.until_done(request, ticket, queue))[-1][1]
         return JSONResponse({"object": "list", "model": body.model,
                              "data": [{"index": i, "translation": text}
                                       for i, text in enumerate(out)]})
@@ -323,11 +324,12 @@ class Server:
         model = self.model(body.model)
         images = [body.image] if isinstance(body.image, str) else list(body.image)
         self._count(images)
-        images = await self.prepared(_images, images)
+        import anyio
+
+        images = await anyio.to_thread.run_sync(_images, images)  # the bytes, decoded
         template = body.template or TEMPLATE
-        ticket, queue = self.ticket(body.model, "call", work=lambda m: classify_image(
+        probs = await self.result(request, body.model, lambda m: classify_image(
             m, images, body.labels, template=template))
-        probs = (await self.until_done(request, ticket, queue))[-1][1]
         labels = body.labels or class_names(model)
         data = []
         for i, row in enumerate(probs.tolist()):
@@ -345,6 +347,8 @@ class Server:
             for name, model in self.models.items()]})
 
     async def health(self, request: Request) -> Response:
+        if not self.engine.alive:
+            return JSONResponse({"status": "the engine's thread has stopped"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def metrics_text(self, request: Request) -> Response:
@@ -440,13 +444,6 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
-
-
-def _token_count(model, texts: list[str]) -> int:
-    from ..decoding.text import own_tokenizer
-
-    tokenizer = own_tokenizer(model)
-    return sum(len(ids) for ids in tokenizer(texts)["input_ids"])
 
 
 def _images(items: list[str]) -> list[Any]:

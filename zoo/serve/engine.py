@@ -29,10 +29,12 @@ from typing import Any
 import torch
 
 from ..decoding.batch import Piece, Reply, RunningBatch
+from ..decoding.text import own_tokenizer
 from ..derived import fixed_weights
 from ..embedding import embed
+from ..errors import RecipeError, ZooError
 from ..hardware import threads_for_a_call
-from ..kinds import Kind, kind_of
+from ..kinds import Kind, kind_of, said
 from .metrics import Metrics
 from .schemas import Limits
 
@@ -62,15 +64,20 @@ class Ticket:
     """One request's work for the engine.
 
     ``kind`` is ``"generate"`` (``replies`` joins the model's running batch),
-    ``"embed"`` (``texts``: batched with the embedding requests waiting beside it) or
-    ``"call"`` (``work(model)`` runs between steps). ``emit`` hears
-    ``("pieces", [(choice, Piece), ...])``, ``("done", None)``, ``("result", value)`` or
-    ``("error", exception)``, from the engine's thread."""
+    ``"embed"`` (``texts``: batched with the embedding requests waiting beside it; the
+    result is the vectors and the texts' token count) or ``"call"`` (``work(model)``
+    runs between steps). ``emit`` hears ``("prepared", Prepared)``,
+    ``("pieces", [(choice, Piece), ...])``, ``("done", None)``, ``("result", value)``
+    or ``("error", exception)``, from the engine's thread."""
 
     model: str
     kind: str
     emit: Callable[[tuple[str, Any]], None]
     replies: list[Reply] = field(default_factory=list)
+    prepare: Callable[[Any], Any] | None = None
+    """For ``"generate"``: ``prepare(model)`` gives the request's
+    :class:`~zoo.serve.replies.Prepared` (run in the engine's thread, which then tells
+    the ticket ``("prepared", it)``)."""
     texts: list[str] = field(default_factory=list)
     work: Callable[[Any], Any] | None = None
     seconds: float = 300.0
@@ -158,7 +165,27 @@ class Engine:
                             lane.busy() for lane in self.lanes.values()):
                         for lane in self.lanes.values():
                             if lane.busy():
-                                self._turn(lane)
+                                self._guarded_turn(lane)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread runs (``/health`` says so)."""
+        return self._thread.is_alive()
+
+    def _guarded_turn(self, lane: Lane) -> None:
+        """A turn; whatever it raises ends the lane's tickets with it, never the thread."""
+        try:
+            self._turn(lane)
+        except Exception as exc:  # noqa: BLE001 - the tickets hear it; the engine goes on
+            log.exception("a turn of %s failed", lane.name)
+            with self._cond:
+                waiting, lane.waiting = list(lane.waiting), deque()
+            tickets = {id(t): t for t, _ in lane.running.values()}
+            tickets.update((id(t), t) for t in waiting)
+            for ticket in tickets.values():
+                ticket.end(("error", exc))
+            if lane.batch is not None:
+                lane.batch, lane.running = RunningBatch(lane.model), {}
 
     def _turn(self, lane: Lane) -> None:
         """One turn of a lane: drop what is cancelled or late, let waiting replies join,
@@ -173,35 +200,60 @@ class Engine:
             self._other(lane, other)
 
     def _take(self, lane: Lane, now: float) -> tuple[list[Ticket], list[Ticket]]:
-        """The generation tickets that join the batch now, and the other work of this
-        turn (every embedding request waiting, or one other ticket)."""
-        joining, other = [], []
+        """The generation tickets that join the batch now (each prepared first, in this
+        thread), and the other work of this turn (every embedding request waiting, or
+        one other ticket); the rest wait, in their order."""
         with self._cond:
-            rows = len(lane.batch) if lane.batch is not None else 0
-            keep: deque[Ticket] = deque()
-            while lane.waiting:
-                ticket = lane.waiting.popleft()
-                if ticket.cancelled:
+            taken, lane.waiting = list(lane.waiting), deque()
+        joining, other, back = [], [], []
+        rows = len(lane.batch) if lane.batch is not None else 0
+        for ticket in taken:
+            if ticket.cancelled:
+                continue
+            if now > ticket.deadline:
+                ticket.end(("error", TimedOut("the request waited past its time")))
+                continue
+            if ticket.prepare is not None and not self._prepare(lane, ticket):
+                continue
+            if ticket.kind == "generate":
+                fits = rows + len(ticket.replies) <= self.limits.rows or not rows
+                if fits and lane.batch.admits():
+                    joining.append(ticket)
+                    rows += len(ticket.replies)
                     continue
-                if now > ticket.deadline:
-                    ticket.end(("error", TimedOut("the request waited past its time")))
-                    continue
-                if ticket.kind == "generate":
-                    fits = rows + len(ticket.replies) <= self.limits.rows or not rows
-                    if fits and lane.batch.admits():
-                        joining.append(ticket)
-                        rows += len(ticket.replies)
-                        continue
-                elif ticket.kind == "embed" and all(t.kind == "embed" for t in other):
-                    other.append(ticket)
-                    continue
-                elif not other:
-                    other.append(ticket)
-                    continue
-                keep.append(ticket)
-            lane.waiting = keep
-            self.metrics.set("zoo_queue_length", len(keep), model=lane.name)
+            elif ticket.kind == "embed" and all(t.kind == "embed" for t in other):
+                other.append(ticket)
+                continue
+            elif not other:
+                other.append(ticket)
+                continue
+            back.append(ticket)
+        with self._cond:
+            lane.waiting.extendleft(reversed(back))
+            self.metrics.set("zoo_queue_length", len(lane.waiting), model=lane.name)
         return joining, other
+
+    def _prepare(self, lane: Lane, ticket: Ticket) -> bool:
+        """Run a generation ticket's ``prepare`` (its template and tokens, read here, where
+        every call of the model's tokenizer is made) and tell the ticket; False when it
+        failed (the ticket heard why)."""
+        prepare, ticket.prepare = ticket.prepare, None
+        try:
+            prepared = prepare(lane.model)  # a model that does not generate says so
+            if lane.batch is None:
+                raise RecipeError(f"model {lane.name!r} is {said(kind_of(lane.model))}; "
+                                  "it does not generate text")
+        except Exception as exc:  # noqa: BLE001 - the request hears it
+            if not isinstance(exc, ZooError):
+                log.exception("preparing a request to %s failed", lane.name)
+            ticket.end(("error", exc))
+            return False
+        ticket.emit(("prepared", prepared))
+        if prepared.beams:  # beam search runs as one call
+            ticket.kind, ticket.work = "call", prepared.beam_search
+        else:
+            ticket.replies = prepared.replies
+        return True
 
     def _drop_gone(self, lane: Lane, now: float) -> None:
         for reply in lane.batch.replies:
@@ -260,15 +312,17 @@ class Engine:
             if tickets[0].kind == "embed":
                 texts = [text for t in tickets for text in t.texts]
                 vectors = embed(lane.model, texts)
+                counts = [len(ids) for ids in own_tokenizer(lane.model)(texts)["input_ids"]]
                 start = 0
                 for ticket in tickets:
-                    ticket.end(("result", vectors[start:start + len(ticket.texts)]))
-                    start += len(ticket.texts)
+                    end = start + len(ticket.texts)
+                    ticket.end(("result", (vectors[start:end], sum(counts[start:end]))))
+                    start = end
                 self.metrics.observe("zoo_batch_rows", len(texts), model=lane.name)
             else:
                 tickets[0].end(("result", tickets[0].work(lane.model)))
         except Exception as exc:  # noqa: BLE001 - the request hears it
-            if not isinstance(exc, ValueError):
+            if not isinstance(exc, ZooError):
                 log.exception("a request to %s failed", lane.name)
             for ticket in tickets:
                 ticket.end(("error", exc))

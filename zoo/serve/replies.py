@@ -18,6 +18,7 @@ from ..decoding.batch import Piece, Reply
 from ..decoding.chat import chat_tokenizer, prepare_chat
 from ..decoding.text import complete_rows, model_tokenizer, prepare_prompts, text_rows
 from ..errors import RecipeError
+from ..kinds import Kind, kind_of, said
 from ..record import record_of
 from .schemas import ChatCompletion, Completion, Generation, Limits, generation_changes
 
@@ -114,6 +115,11 @@ def prepare_chat_request(model, request: ChatCompletion, limits: Limits) -> Prep
 
 def prepare_completion(model, request: Completion, limits: Limits) -> Prepared:
     """The replies to a completion request, ``n`` for each prompt."""
+    if kind_of(model) is not Kind.LANGUAGE_MODEL:
+        raise RecipeError(f"model {request.model!r} does not complete prompts: it is "
+                          f"{said(kind_of(model))}, and /v1/completions serves language "
+                          "models (a sequence-to-sequence model translates: "
+                          "/v1/translations)")
     prompts = [request.prompt] if isinstance(request.prompt, str) else list(request.prompt)
     if len(prompts) > limits.inputs:
         raise RecipeError(f"the request holds {len(prompts)} prompts, more than this server "
