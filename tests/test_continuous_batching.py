@@ -77,11 +77,15 @@ def test_replies_joining_and_leaving_are_each_generates_alone(variant, sample, l
         assert got == alone[:len(got)] and reply.finish is not None
 
 
-@pytest.mark.parametrize("attention", ["performer", "lsh"])
-def test_a_model_whose_cache_cannot_join_decodes_a_group_at_a_time(attention):
-    """A recurrent state (Performer), or no cache at all (LSH re-reads the prefix)."""
+@pytest.mark.parametrize("recipe, attention", [("gpt2-tiny", "performer"), ("gpt2-tiny", "lsh"),
+                                               ("llama-tiny", "performer"),
+                                               ("llama-tiny", "linear")])
+def test_a_model_whose_cache_cannot_join_decodes_a_group_at_a_time(recipe, attention):
+    """A recurrent state (Performer, linear attention; llama-tiny's grouped key/value
+    heads each serving its group of query heads, which failed with a RuntimeError), or
+    no cache at all (LSH re-reads the prefix)."""
     torch.manual_seed(0)
-    model = zoo.build("gpt2-tiny", attention=attention).eval()
+    model = zoo.build(recipe, attention=attention).eval()
     settings = settings_for(model, None, max_new_tokens=6, do_sample=False)
     batch = RunningBatch(model)
     first, later = (Reply(torch.tensor([[5, 6, 7]]), settings, Tokens(settings)),

@@ -89,7 +89,7 @@ class FeatureMapAttention(MultiHeadAttention):
             out = self._cross(q, context, key_padding_mask, cache)
         else:
             offset = len(cache) if cache is not None else 0
-            k, v = self._keys_values(x)
+            k, v = self._shared_heads(*self._keys_values(x))  # grouped heads: each its group's
             q, k = self._rotate(q, offset), self._rotate(k, offset)
             keep = None if key_padding_mask is None else ~key_padding_mask[:, None, :, None]
             phi_q = self._features(q.float(), True)
@@ -119,7 +119,7 @@ class FeatureMapAttention(MultiHeadAttention):
         else:
             if context is None:
                 raise ValueError("cross-attention needs a context (the encoder's output)")
-            k, v = self._keys_values(context)
+            k, v = self._shared_heads(*self._keys_values(context))
             keep = None if key_padding_mask is None else ~key_padding_mask[:, None, :, None]
             phi_k, v = self._features(k.float(), False, keep), v.float()
             if keep is not None:

@@ -109,7 +109,10 @@ def app_for(spec: dict, api_key: str | None):
     from ..hardware import usable_cores
     from ..loading import load
     from .app import make_app
+    from .engine import steady_allocator
     from .schemas import Limits
+
+    steady_allocator()
 
     if spec["workers"] > 1:
         torch.set_num_threads(max(1, usable_cores() // spec["workers"]))
