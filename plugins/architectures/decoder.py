@@ -205,17 +205,21 @@ class CausalLM(nn.Module):
                                          padding_mask=padding_mask))
 
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None,
-                cache: LanguageModelCache | None = None) -> torch.Tensor:
+                cache: LanguageModelCache | None = None, *,
+                last_only: bool = False) -> torch.Tensor:
         """tokens (B, L) -> logits (B, L, vocab). ``padding_mask`` (B, L), True at
         padding (left padding for prompts; None: none, or ``pad_id``'s). With ``cache``,
-        tokens are the new ones and earlier keys and values come from the cache."""
-        return self.logits(self._hidden(tokens, padding_mask, cache))
+        tokens are the new ones and earlier keys and values come from the cache.
+        ``last_only``: the logits of the last position only (B, 1, vocab), the output
+        layer run on one position a row."""
+        x = self._hidden(tokens, padding_mask, cache)
+        return self.logits(x[:, -1:] if last_only else x)
 
     def read_prompt(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None,
                     cache: LanguageModelCache | None = None) -> torch.Tensor:
-        """:meth:`forward`'s logits of the last position only (B, vocab): the output
-        layer runs on one position a row (:class:`zoo.plugin_api.PromptReading`)."""
-        return self.logits(self._hidden(tokens, padding_mask, cache)[:, -1:])[:, -1]
+        """:meth:`forward`'s logits of the last position only (B, vocab), through the
+        module's call (its hooks run): :class:`zoo.plugin_api.PromptReading`."""
+        return self(tokens, padding_mask, cache, last_only=True)[:, -1]
 
     def _hidden(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None,
                 cache: LanguageModelCache | None) -> torch.Tensor:
