@@ -25,6 +25,7 @@ from ..attention import MultiHeadAttention
 from ..cache import LanguageModelCache
 from ..kinds import StaticDecoding
 from .rules import Rules
+from .search import next_tokens
 from .settings import GenerationSettings
 from .steps import PromptSteps
 from .text import TextPieces
@@ -80,12 +81,7 @@ class Reply:
     def take(self, logits: torch.Tensor) -> Piece:
         """Choose the next token from the model's ``logits`` (1, V), as the engine's
         search does for one row (:func:`zoo.decoding.search.one_per_row`)."""
-        scores = self.rules.process(self.tokens, logits)
-        if self.settings.do_sample:
-            probs = self.rules.warp(scores, self.tokens).softmax(-1)
-            token = int(torch.multinomial(probs, 1, generator=self.generator)[0, 0])
-        else:
-            token = int(scores.argmax(-1)[0])
+        token = int(next_tokens(self.rules, self.tokens, logits, self.generator)[0])
         self.tokens = torch.cat([self.tokens, self.tokens.new_tensor([[token]])], dim=1)
         logprob, top = self._logprobs(logits, token)
         text = self.text.add(token)

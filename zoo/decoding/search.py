@@ -29,6 +29,18 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
+def next_tokens(rules: Rules, tokens: torch.Tensor, logits: torch.Tensor,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """The next token (N,) of each row of ``tokens`` (N, T) from its ``logits`` (N, V):
+    the most likely after the rules, or with ``do_sample`` one drawn after the filters
+    (by ``generator``, else torch's global one)."""
+    scores = rules.process(tokens, logits)
+    if rules.settings.do_sample:
+        probs = rules.warp(scores, tokens).softmax(-1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return scores.argmax(-1)
+
+
 def one_per_row(step: Callable, tokens: torch.Tensor, rules: Rules,
                 generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
     """Each step's new token (N,) for every row of ``tokens`` (N, T0): the most likely
@@ -38,12 +50,7 @@ def one_per_row(step: Callable, tokens: torch.Tensor, rules: Rules,
     eos = torch.tensor(s.eos_ids, device=tokens.device)
     done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     while tokens.shape[1] < rules.max_length:
-        scores = rules.process(tokens, step(tokens))
-        if s.do_sample:
-            probs = rules.warp(scores, tokens).softmax(-1)
-            nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
-        else:
-            nxt = scores.argmax(-1)
+        nxt = next_tokens(rules, tokens, step(tokens), generator)
         nxt = nxt.masked_fill(done, s.pad_id)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         yield nxt

@@ -145,6 +145,20 @@ class Lane:
         """Whether anything waits or runs."""
         return bool(self.waiting) or bool(self.batch and len(self.batch))
 
+    def forget_left(self) -> None:
+        """Forget the replies that left the batch."""
+        live = {id(r) for r in self.batch.replies}
+        self.running = {k: v for k, v in self.running.items() if k in live}
+
+    def fail(self, exc: BaseException, others: list[Ticket] = ()) -> None:
+        """End every running ticket (and ``others``) with ``exc``; a fresh batch."""
+        tickets = {id(t): t for t, _ in self.running.values()}
+        tickets.update((id(t), t) for t in others)
+        for ticket in tickets.values():
+            ticket.end(("error", exc))
+        if self.batch is not None:
+            self.batch, self.running = RunningBatch(self.model), {}
+
 
 class Engine:
     """The thread that runs every lane's work; :meth:`submit` from any thread."""
@@ -225,12 +239,7 @@ class Engine:
             log.exception("a turn of %s failed", lane.name)
             with self._cond:
                 waiting, lane.waiting = list(lane.waiting), deque()
-            tickets = {id(t): t for t, _ in lane.running.values()}
-            tickets.update((id(t), t) for t in waiting)
-            for ticket in tickets.values():
-                ticket.end(("error", exc))
-            if lane.batch is not None:
-                lane.batch, lane.running = RunningBatch(lane.model), {}
+            lane.fail(exc, waiting)
 
     def _turn(self, lane: Lane) -> None:
         """One turn of a lane: drop what is cancelled or late, let waiting replies join,
@@ -308,8 +317,7 @@ class Engine:
                 if not ticket.cancelled:
                     ticket.end(("error", TimedOut("the reply took longer than its time")))
         lane.batch.cancel_done()
-        live = {id(r) for r in lane.batch.replies}
-        lane.running = {k: v for k, v in lane.running.items() if k in live}
+        lane.forget_left()
         self.metrics.set("zoo_running_rows", len(lane.batch), model=lane.name)
 
     def _decode(self, lane: Lane, joining: list[Ticket]) -> None:
@@ -324,9 +332,7 @@ class Engine:
                 pieces += lane.batch.step()
         except Exception as exc:  # noqa: BLE001 - every ticket of the batch hears it
             log.exception("decoding %s failed", lane.name)
-            for ticket in {id(t): t for t, _ in lane.running.values()}.values():
-                ticket.end(("error", exc))
-            lane.batch, lane.running = RunningBatch(lane.model), {}
+            lane.fail(exc)
             return
         self.metrics.set("zoo_running_rows", len(lane.batch), model=lane.name)
         self._hand_out(lane, pieces)
@@ -348,8 +354,7 @@ class Engine:
             ticket.emit(("pieces", given))
             if all(r.done for r in ticket.replies):
                 ticket.end(("done", None))
-        live = {id(r) for r in lane.batch.replies}
-        lane.running = {k: v for k, v in lane.running.items() if k in live}
+        lane.forget_left()
 
     def _other(self, lane: Lane, tickets: list[Ticket]) -> None:
         """Run embedding requests as one call, or one other ticket's work."""
