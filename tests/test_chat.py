@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 import torch
@@ -115,6 +116,48 @@ def test_a_broken_chat_template_file_is_one_error_naming_it(chatml, tmp_path, br
     broken(folder / "chat_template.jinja")
     with pytest.raises(FormatError, match=words):
         zoo.chat(zoo.build(f"local-dir:{folder}"), FIRST)
+
+
+HOSTILE = {
+    "nested ranges": "{% for i in range(99999) %}{% for j in range(99999) %}"
+                     "{% for k in range(99999) %}{% endfor %}{% endfor %}{% endfor %}",
+    "namespace counter": "{% set n = namespace(c=0) %}{% for i in range(99999) %}"
+                         "{% for j in range(99999) %}{% set n.c = n.c + 1 %}{% endfor %}"
+                         "{% endfor %}{{ n.c }}",
+    "power": "{{ 9 ** ((messages|length) * 1000000000) }}",
+    "lipsum": "{{ lipsum(n=1000000) }}",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_template_that_would_run_for_ever_is_stopped_within_seconds(chatml, monkeypatch,
+                                                                      name):
+    """The issue's four templates (each loop under the sandbox's range limit) hung zoo.chat
+    for ever; each is one RecipeError within the deadline (made short here), and the same
+    tokenizer then renders a real template as apply_chat_template does."""
+    from zoo.decoding import template_bounds
+
+    monkeypatch.setattr(template_bounds, "SECONDS", 0.5)
+    ours = chatml[3]
+    tokenizer = _with_template(ours.tokenizer, HOSTILE[name])
+    start = time.monotonic()
+    with pytest.raises(RecipeError, match="ran past 0.5 s|raises to a power"):
+        zoo.chat(ours, FIRST, tokenizer=tokenizer)
+    assert time.monotonic() - start < 10
+    tokenizer.chat_template = CHATML
+    assert chat_ids(ours, FIRST, tokenizer=tokenizer)[0].tolist() == (
+        chatml[2].apply_chat_template(FIRST, add_generation_prompt=True, tokenize=True,
+                                      return_dict=False))
+
+
+def test_zoo_chat_of_a_folder_whose_template_loops_ends(chatml, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(chatml[0], folder)
+    (folder / "chat_template.jinja").write_text(HOSTILE["namespace counter"])
+    start = time.monotonic()
+    done = run_zoo("chat", f"local-dir:{folder}", input="hi\n")
+    assert done.returncode == 2 and "ran past 5 s" in done.stderr, done.stderr
+    assert time.monotonic() - start < 60
 
 
 def _with_template(tokenizer, template):

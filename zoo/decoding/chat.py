@@ -22,6 +22,7 @@ from .._text import short_repr
 from ..errors import RecipeError
 from ..kinds import Kind, kind_of
 from . import settings_for
+from .template_bounds import TemplateTimeout, bounded, check_template
 from .text import (check_characters, complete_rows, model_tokenizer, stream_rows,
                    text_rows)
 
@@ -69,9 +70,17 @@ def chat_tokenizer(model, tokenizer: Any = None) -> Any:
 
 def _render(tokenizer, messages: list[dict[str, str]], **kwargs: Any) -> Any:
     """``apply_chat_template``; a template that refuses the conversation (roles out of
-    order, a role it does not know) is one RecipeError in its own words."""
+    order, a role it does not know) is one RecipeError in its own words, and one that
+    renders for longer than :data:`~zoo.decoding.template_bounds.SECONDS` is stopped."""
+    check_template(tokenizer)
     try:
-        return tokenizer.apply_chat_template(messages, **kwargs)
+        with bounded():
+            return tokenizer.apply_chat_template(messages, **kwargs)
+    except TemplateTimeout:
+        raise
+    except MemoryError:
+        raise RecipeError("the model's chat template ran out of memory rendering these "
+                          "messages: fix the template") from None
     except Exception as exc:  # noqa: BLE001 - jinja2's TemplateError, or what a template raises
         raise RecipeError(f"the model's chat template refuses these messages: "
                           f"{short_repr(exc, 300)}") from None
@@ -97,7 +106,9 @@ def end_of_turn(tokenizer) -> tuple[int, ...]:
     marks the end of a turn with plain text (the model's end tokens end the reply)."""
     conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": MARK}]
     try:
-        text = tokenizer.apply_chat_template(conversation, tokenize=False)
+        text = _render(tokenizer, conversation, tokenize=False)
+    except TemplateTimeout:
+        raise
     except Exception:  # noqa: BLE001 - a template that wants another conversation
         return ()
     if MARK not in text:
