@@ -150,6 +150,21 @@ def test_a_template_that_would_run_for_ever_is_stopped_within_seconds(chatml, mo
                                       return_dict=False))
 
 
+def test_a_conversation_past_the_context_is_refused_within_seconds(chatml):
+    """A Qwen2 decoded 250,000 words or 10,000 messages for minutes: its context is its
+    config's max_position_embeddings, checked before the prompt is read."""
+    ours, context = chatml[3], chatml[1].config.max_position_embeddings
+    for messages in ([{"role": "user", "content": "cat " * 250_000}],
+                     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi"}]
+                     * 5_000):
+        start = time.monotonic()
+        with pytest.raises(RecipeError, match=f"past the {context} positions this model reads"):
+            zoo.chat(ours, messages)
+        assert time.monotonic() - start < 20
+    with pytest.raises(RecipeError, match=f"past the {context} this model reads"):
+        zoo.chat(ours, FIRST, max_new_tokens=10_000)
+
+
 def test_zoo_chat_of_a_folder_whose_template_loops_ends(chatml, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(chatml[0], folder)

@@ -75,6 +75,47 @@ def test_generate_gives_transformers_tokens(variant, beams, lm_folders):
     assert out.tolist() == ref.tolist()
 
 
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "gpt2"])
+def test_a_rotary_model_refuses_what_passes_its_context_by_name(variant, lm_folders):
+    """Rotary models hold no table a long prompt runs out of, and were decoded past their
+    context without a word: the context is the config's max_position_embeddings (times a
+    linear RoPE scaling's factor, as transformers' linear scaling stretches positions),
+    and a prompt or max_new_tokens past it is one RecipeError; at it, none."""
+    from zoo.errors import RecipeError
+
+    _, folder = lm_folders[variant]
+    config = json.loads((folder / "config.json").read_text())
+    scaling = config.get("rope_scaling") or {}
+    context = config["max_position_embeddings"] * (
+        scaling["factor"] if scaling.get("rope_type") == "linear" else 1)
+    model = zoo.build(f"local-dir:{folder}").eval()
+    long = torch.ones(1, int(context) + 1, dtype=torch.long)
+    with pytest.raises(RecipeError, match=f"prompt holds {context + 1:.0f} tokens, past the "
+                                          f"{context:.0f} positions this model reads"):
+        model.generate(long, max_new_tokens=1)
+    prompt = torch.ones(1, 4, dtype=torch.long)
+    with pytest.raises(RecipeError, match=f"ask for max_new_tokens={context - 3:.0f} at most"):
+        model.generate(prompt, max_new_tokens=int(context) - 2)
+    from zoo.decoding import check_prompts, settings_for
+
+    check_prompts(model, prompt, settings_for(model, None, max_new_tokens=int(context) - 3))
+
+
+def test_a_folder_whose_weights_hold_nan_is_refused_by_name(lm_folders, tmp_path):
+    """A Gemma 2 whose embedding holds NaN loaded with a warning and gave NaN logits."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "gemma2"
+    shutil.copytree(lm_folders["gemma2"][1], folder)
+    state = load_file(folder / "model.safetensors")
+    state["model.embed_tokens.weight"][3, 1] = float("nan")
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(zoo.ArtifactError, match="NaN or infinite values: .*embed"):
+        zoo.build(f"local-dir:{folder}")
+
+
 def test_a_pretrained_model_is_built_in_eval_mode_and_decodes_as_transformers(lm_folders):
     """GPT-2's dropout is 0.1: a folder's model built in training mode drew other tokens at
     each call of zoo.generate (as transformers' model would after model.train()). Built
@@ -304,6 +345,7 @@ def test_the_recipes_count_the_reference_models_parameters(name, reference):
     ("tinyllama", "rope_scaling", {"rope_type": "yarn", "factor": 4.0}, "rope_scaling"),
     ("qwen2.5", "layer_types", ["full_attention", "chunked_attention"], "layer_types"),
     ("mistral", "layer_types", ["full_attention", "sliding_attention"], "layer_types"),
+    ("qwen3", "layer_types", ["full_attention"], r"layer_types.*kinds \(one a layer\)"),
     ("tinyllama", "logits_soft_cap", 30.0, "logits_soft_cap"),
     ("mistral", "sliding_window", 0, "sliding_window=0 is not one zoo can express"),
     ("gpt2", "n_inner", 0, "n_inner=0 is not one zoo can express"),

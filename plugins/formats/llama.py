@@ -145,10 +145,13 @@ def _attention(options: Options, kind: str) -> tuple[dict[str, Any], float, dict
         window = options.count("sliding_window", "a window of at least 1 key, or null for "
                                "every key")
     if not kinds:
-        layer_types = options.get("layer_types", [])
+        layer_types = options.get("layer_types") or []
+        layers = options.get("num_hidden_layers", 32)
         expected = "sliding_attention" if window else "full_attention"
-        if any(t != expected for t in layer_types):
-            raise options.refuse("layer_types", layer_types, f"every layer '{expected}'")
+        if layer_types and (not isinstance(layer_types, list) or len(layer_types) != layers
+                            or any(t != expected for t in layer_types)):
+            raise options.refuse("layer_types", layer_types,
+                                 f"{layers} kinds (one a layer), every one '{expected}'")
     attention: dict[str, Any] = {"bias": bias}
     if out_bias != bias:
         attention["out_bias"] = out_bias

@@ -30,34 +30,57 @@ MARGIN = 1.25
 estimate with it."""
 
 
+def context_of(model) -> tuple[int, str] | None:
+    """The positions ``model`` reads, prompt and new tokens together, and what says so:
+    a learned table's rows (``model.max_positions``), else, for a language model, its
+    settings' ``max_len`` (an imported folder's ``max_position_embeddings``), times the
+    factor of a linear RoPE scaling, which stretches the positions it was trained on
+    (transformers' other scalings give the stretched length as max_position_embeddings
+    itself). None where the model says neither."""
+    record = record_of(model)
+    if isinstance(record.max_positions, int):
+        return record.max_positions, "its learned positions, max_len"
+    length = getattr(record.settings, "max_len", None)
+    if kind_of(model) is not Kind.LANGUAGE_MODEL or not isinstance(length, int):
+        return None
+    positional = getattr(getattr(record.recipe, "components", {}).get("positional"),
+                         "settings", None) or {}
+    if positional.get("scaling") == "linear" and isinstance(positional.get("factor"),
+                                                               (int, float)):
+        return (int(length * positional["factor"]),
+                f"its context: max_len {length} (max_position_embeddings) times its RoPE "
+                f"scaling's factor {positional['factor']:g}")
+    return length, "its context: max_len, a folder's max_position_embeddings"
+
+
 def check_positions(model, start: int, length: int, *, source: int | None = None) -> None:
     """Refuse, before decoding starts, sequences of ``length`` tokens (``start`` of them
     given: the prompt, or the start token) and sources of ``source`` tokens past the
-    positions ``model`` reads (``model.max_positions``, a learned table's rows): past
-    them the position table has no row, which the first step past it would find."""
-    limit = record_of(model).max_positions
-    if not isinstance(limit, int):
+    positions ``model`` reads (:func:`context_of`): past a learned table the table has no
+    row, which the first step past it would find; past a rotary model's context its
+    positions are ones it never saw."""
+    context = context_of(model)
+    if context is None:
         return
+    limit, why = context
     if source is not None and source > limit:
         raise RecipeError(f"the sources hold {source} tokens, past the {limit} positions this "
-                          "model reads (its learned positions, max_len): shorten them (a "
-                          f"tokenizer's truncation=True, max_length={limit})")
+                          f"model reads ({why}): shorten them (a tokenizer's "
+                          f"truncation=True, max_length={limit})")
     if start > limit:
         raise RecipeError(f"the prompt holds {start} tokens, past the {limit} positions this "
-                          "model reads (its context: learned positions, max_len): keep its "
-                          f"last {limit} tokens at most")
+                          f"model reads ({why}): keep its last {limit} tokens at most")
     fed = length - 1  # the last new token is chosen, never read
     if fed > limit and source is None:
         raise RecipeError(f"the prompt's {start} tokens and max_new_tokens={length - start} "
                           f"need {fed} positions (the last new token is never read), past "
-                          f"the {limit} this model reads (its context: learned positions, "
-                          f"max_len): ask for max_new_tokens={limit + 1 - start} at most (zoo "
-                          "generate --max-new-tokens), or give a shorter prompt")
+                          f"the {limit} this model reads ({why}): ask for "
+                          f"max_new_tokens={limit + 1 - start} at most (zoo generate "
+                          "--max-new-tokens), or give a shorter prompt")
     if fed > limit:
         raise RecipeError(f"max_new_tokens={length - 1} (max_length={length}, the start token "
                           f"counted) needs {fed} positions, past the {limit} this model's "
-                          "decoder reads (learned positions, max_len): ask for "
-                          f"max_new_tokens={limit} at most")
+                          f"decoder reads ({why}): ask for max_new_tokens={limit} at most")
 
 
 def decoding_bytes(model, sources: int, source_len: int, beams: int, length: int) -> int | None:

@@ -15,11 +15,11 @@ import torch
 
 from ..decoding import check_prompts, settings_for
 from ..decoding.batch import Piece, Reply
+from ..decoding.budget import context_of
 from ..decoding.chat import chat_tokenizer, prepare_chat
 from ..decoding.text import complete_rows, model_tokenizer, prepare_prompts, text_rows
 from ..errors import RecipeError
 from ..kinds import Kind, kind_of, said
-from ..record import record_of
 from .schemas import ChatCompletion, Completion, Generation, Limits, generation_changes
 
 
@@ -49,17 +49,6 @@ class Prepared:
         return out
 
 
-def context_of(model) -> int | None:
-    """The positions ``model`` reads, prompt and new tokens together: its learned
-    table's rows, else its settings' ``max_len`` (an imported model's
-    ``max_position_embeddings``); None where it does not say."""
-    record = record_of(model)
-    if isinstance(record.max_positions, int):
-        return record.max_positions
-    length = getattr(record.settings, "max_len", None)
-    return length if isinstance(length, int) else None
-
-
 def _checked(model, ids: torch.Tensor, settings, limits: Limits) -> None:
     """Refuse a prompt and settings past the server's limits or the model's context."""
     limit = settings.length_limit(ids.shape[1])
@@ -68,6 +57,7 @@ def _checked(model, ids: torch.Tensor, settings, limits: Limits) -> None:
         raise RecipeError(f"max_tokens={new} is more than this server gives one request "
                           f"({limits.max_tokens}, zoo serve --max-tokens): ask for fewer")
     context = context_of(model)
+    context = None if context is None else context[0]
     if context is not None and ids.shape[1] >= context:
         raise RecipeError(f"the prompt holds {ids.shape[1]} tokens, and this model reads "
                           f"{context} positions (its context) in all: give a shorter prompt")
