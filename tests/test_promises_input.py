@@ -324,12 +324,20 @@ def test_a_hostile_distribution_name_is_not_offered_to_pip(saved):
 
 
 # -- 12. weights that should not load silently --------------------------------------------------
-def test_nonfinite_weights_warn(tmp_path):
+def test_nonfinite_weights_are_refused_unless_asked(tmp_path, monkeypatch):
     model = tiny(1)
     with torch.no_grad():
         model.encoder.layers[0].ffn.fc1.weight[0, 0] = float("nan")
     folder = zoo.save_pretrained(model, tmp_path / "m")
+    with pytest.raises(zoo.ArtifactError, match="NaN or infinite.*encoder.layers.0.ffn.fc1."
+                                                "weight.*ZOO_NONFINITE_WEIGHTS=1"):
+        zoo.build(f"local-dir:{folder}")
+    monkeypatch.setenv("ZOO_NONFINITE_WEIGHTS", "1")
     with pytest.warns(RuntimeWarning, match="NaN or infinite.*encoder.layers.0.ffn.fc1.weight"):
+        loaded = zoo.build(f"local-dir:{folder}")
+    assert torch.isnan(loaded.encoder.layers[0].ffn.fc1.weight[0, 0])
+    monkeypatch.setenv("ZOO_NONFINITE_WEIGHTS", "yes")
+    with pytest.raises(zoo.SettingError, match="ZOO_NONFINITE_WEIGHTS='yes'.*from 0 to 1"):
         zoo.build(f"local-dir:{folder}")
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ._text import DISTRIBUTION_RE, quoted, short_repr
+from .env_settings import setting
 from .errors import ArtifactError, CorruptFileError, MissingPluginError
 from .families import FAMILIES
 from .files import describe_os_error, folder_beside, is_write_failure, read_json
@@ -303,9 +304,14 @@ def load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], source: st
         )
     bad = [k for k in expected if k in state and state[k].is_floating_point()
            and not bool(torch.isfinite(state[k]).all())]
+    if bad and not setting("ZOO_NONFINITE_WEIGHTS"):
+        raise ArtifactError(f"{source}: tensors holding NaN or infinite values: {_few(bad)}. "
+                            "The model would compute NaN: these weights are broken (a bad "
+                            "conversion, or a training that diverged). Nothing was loaded; "
+                            "ZOO_NONFINITE_WEIGHTS=1 loads them anyway, with a warning.")
     if bad:
         warnings.warn(f"{source}: tensors holding NaN or infinite values: {_few(bad)}. The "
-                      "model will compute NaN; these weights are probably broken.",
+                      "model will compute NaN (loaded as ZOO_NONFINITE_WEIGHTS=1 asks).",
                       RuntimeWarning, stacklevel=2)
     model.load_state_dict(state, strict=True)
     return model

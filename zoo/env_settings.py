@@ -49,6 +49,9 @@ SETTINGS = {s.name: s for s in (
             "seconds before the first retry of the Hub, doubling after each"),
     Setting("ZOO_DIST_TIMEOUT", 300.0, 1.0, WEEK, False,
             "seconds a training process waits for the others before it gives up"),
+    Setting("ZOO_NONFINITE_WEIGHTS", 0, 0, 1, True,
+            "1 loads weights that hold NaN or infinite values (with a warning), 0 refuses "
+            "them"),
 )}
 """zoo's numeric environment variables, by name."""
 
