@@ -182,6 +182,48 @@ def test_what_classify_image_refuses(clip_folder, tmp_path):
         zoo.classify_image(zoo.build("llama-tiny"), torch.zeros(1, 3, 32, 32), LABELS)
 
 
+def test_pixels_of_another_shape_than_the_models_images_are_refused(clip_folder):
+    _, folder = clip_folder
+    ours = zoo.build(f"local-dir:{folder}")
+    for images in [torch.zeros(1, 3, 17, 23), torch.zeros(1, 1, 32, 32), torch.zeros(32, 32),
+                   [torch.zeros(3, 32, 32), torch.zeros(3, 16, 16)],
+                   torch.zeros(1, 3, 32, 32, dtype=torch.uint8)]:
+        with pytest.raises(RecipeError, match=r"pixels of shape .*this model reads floats "
+                                              r"\(N, 3, 32, 32\)"):
+            zoo.classify_image(ours, images, LABELS)
+    assert zoo.classify_image(ours, [torch.zeros(3, 32, 32)] * 2, LABELS).shape == (2, 4)
+
+
+@pytest.mark.parametrize("change, key, right", [
+    ({"image_std": [0, 0, 0]}, "image_std", "3 numbers above 0"),
+    ({"image_std": 0.0}, "image_std", "3 numbers above 0"),
+    ({"image_mean": [0.5, 0.5]}, "image_mean", "3 numbers, one per channel"),
+    ({"crop_size": {"height": 72, "width": 72}}, "crop_size", "32×32 pixels"),
+    ({"crop_size": 224, "size": 224}, "crop_size", "32×32 pixels"),
+    ({"size": {"shortest_edge": 0}}, "size", "a positive number of pixels"),
+], ids=["zero-std", "zero-std-number", "two-means", "larger-crop", "crop-number", "zero-size"])
+def test_a_processor_that_cannot_prepare_the_models_images_is_refused_by_name(
+        clip_folder, tmp_path, change, key, right):
+    """Each value makes transformers' own processor fail (or give pixels that are not
+    finite, or not the model's size); zoo names the file, the key and what is right."""
+    _, folder = clip_folder
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    _tokenizer(tmp_path)
+    processor = json.loads((folder / "preprocessor_config.json").read_text())
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({**processor, **change}))
+    image = Image.new("RGB", (40, 30), (10, 200, 30))
+    try:
+        theirs = tf.CLIPImageProcessor.from_pretrained(tmp_path)(image, return_tensors="pt")
+        pixels = theirs["pixel_values"]
+        assert not pixels.isfinite().all() or pixels.shape[-2:] != (32, 32)
+    except (ValueError, RuntimeError):
+        pass
+    ours = zoo.build(f"local-dir:{tmp_path}")
+    with pytest.raises(RecipeError, match=rf"preprocessor_config.json has {key}=.*{right}"):
+        zoo.classify_image(ours, image, LABELS)
+
+
 def test_what_zoo_cannot_express_is_refused_by_name(clip_folder, tmp_path):
     _, folder = clip_folder
     config = json.loads((folder / "config.json").read_text())

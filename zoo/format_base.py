@@ -68,6 +68,13 @@ GENERATION_KEYS = {
 }
 """Generation keys that older configs keep in config.json (read as generation settings)."""
 
+AT_DEFAULT = {"tie_word_embeddings": True}
+"""Keys of transformers' config base, as older releases wrote it into every config (each
+tower's of a CLIP too), that change nothing at their default value where a family does
+not read them: a format whose model has an output to tie reads ``tie_word_embeddings``
+itself (each of zoo's does); one that does not read it (CLIP, ViT) has nothing to tie.
+Another value, unread, is refused by name."""
+
 
 class Options:
     """A config read key by key; ``done()`` refuses the keys nobody read."""
@@ -110,6 +117,11 @@ class Options:
         (a cross-encoder's score activation is :func:`zoo.reranking.read_activation`'s)."""
         left = sorted(set(self.config) - self.read - BOOKKEEPING - GENERATION_KEYS - SCORE_KEYS
                       - set(known))
+        for key in [k for k in left if k in AT_DEFAULT]:
+            if self.config[key] not in (None, AT_DEFAULT[key]):
+                raise self.refuse(key, self.config[key], f"{AT_DEFAULT[key]!r}, transformers' "
+                                  "default (this family does not read the key)")
+            left.remove(key)
         if left:
             raise FormatError(
                 f"{self.family} config options zoo does not know: {left}. zoo maps only "

@@ -19,8 +19,12 @@ published CLIP).
 | vision_model.pre_layrnorm, encoder.layers.i.*, post_layernorm | vision.pre_norm, blocks.i.* (as the text's), norm |
 | text_projection, visual_projection, logit_scale | the same |
 
-A config with ``text_config_dict`` and ``vision_config_dict`` (the first published ones)
-is read from those, as transformers reads it.
+A config with ``text_config_dict`` and ``vision_config_dict`` (the first published ones:
+clip-vit-large-patch14, LAION's) is read from those, as transformers reads it: a tower's
+dict, even an empty one, replaces its ``text_config`` or ``vision_config`` (then not read)
+with CLIP's defaults for what it leaves out. The keys every config of that time repeats
+from transformers' config base (generation settings, ``tie_word_embeddings``, ...) are
+passed as every format passes them.
 """
 
 from __future__ import annotations
@@ -107,8 +111,10 @@ class CLIPFormat(Format):
     def _tower(self, top: Options, name: str) -> tuple[dict[str, Any], tuple[str, float]]:
         """The ``name`` tower's settings from ``{name}_config`` (or the first configs'
         ``{name}_config_dict``), and its activation and norm eps."""
-        key = f"{name}_config_dict" if top.config.get(f"{name}_config_dict") else \
-            f"{name}_config"
+        key = f"{name}_config"
+        if top.config.get(f"{name}_config_dict") is not None:
+            top.get(key)  # transformers replaces it with the dict, filled with defaults
+            key = f"{name}_config_dict"
         given = top.get(key, {})
         if not isinstance(given, dict):
             raise top.refuse(key, given, "an object of the tower's keys")
