@@ -213,7 +213,8 @@ def chat_model(folder: Path, template: str, stop_after: int | None = None):
     tokenizer.chat_template = template
     end = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = dict(PUBLISHED["qwen2.5"][2], vocab_size=len(tokenizer), bos_token_id=end,
-                  eos_token_id=end, tie_word_embeddings=False)
+                  eos_token_id=end, tie_word_embeddings=False,
+                  max_position_embeddings=4096)  # a context for conversations
     torch.manual_seed(0)
     model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**config)).eval()
     with torch.no_grad():

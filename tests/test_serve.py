@@ -46,9 +46,6 @@ def served(tmp_path_factory, with_tokenizer, clip_folder):  # noqa: F811
 
     root = tmp_path_factory.mktemp("served")
     chat_model(root / "chat", CHATML, stop_after=4)
-    config = json.loads((root / "chat" / "config.json").read_text())
-    config["max_position_embeddings"] = 4096  # rotary: room for long replies
-    (root / "chat" / "config.json").write_text(json.dumps(config))
     marian_with_tokenizer(root / "marian", [f"{t}\t{t}" for t in TEXT * 3], vocab_size=50)
     reranker = tf.BertForSequenceClassification.from_pretrained(
         str(minilm.get_model_path()), num_labels=1)
