@@ -1,5 +1,5 @@
 """Text helpers for names and error messages: the name rules, closest names, quoted
-lists and one wording for pydantic's validation errors."""
+lists, a name with its article, and one wording for pydantic's validation errors."""
 
 from __future__ import annotations
 
@@ -47,6 +47,26 @@ def short_repr(value: Any, limit: int = 200) -> str:
     characters, however large (or self-repeating) it is."""
     text = _SHORT.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_LETTERS_SAID_WITH_AN = "AEFHILMNORSX"
+"""Capitals whose name starts with a vowel sound: an ``LSTM``, an ``MLP``, an ``SVD``."""
+_VOWEL_SOUND_EXCEPTIONS = ("uni", "use", "usa", "uti", "eu", "one")
+"""Words that start with a vowel letter said as a consonant: a ``UniGram``, a ``user``."""
+
+
+def with_article(word: str) -> str:
+    """``word`` after "a" or "an", as it is said: ``'an Encoder'``, ``'a BertModel'``,
+    ``'an int'``, ``'a list'``; a word that opens with two capitals is read letter by
+    letter (``'an MLP'``, ``'a GPT2Model'``). Every "a {name}" zoo builds from a class or
+    type name goes through it."""
+    lower = word.lower()
+    if len(word) > 1 and word[:2].isupper() and word[:2].isalpha():
+        an = word[0] in _LETTERS_SAID_WITH_AN
+    else:
+        an = lower[:1] in ("a", "e", "i", "o", "u") and not lower.startswith(
+            _VOWEL_SOUND_EXCEPTIONS)
+    return f"{'an' if an else 'a'} {word}"
 
 
 def natural_key(text: str) -> list[Any]:

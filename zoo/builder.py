@@ -31,7 +31,7 @@ from .foreign import (
     foreign_recipe,
     read_foreign,
 )
-from ._text import format_bytes, quoted
+from ._text import format_bytes, quoted, with_article
 from .artifact import check_digests, load_weights, read_config, read_weights, weight_files
 from .decoding import fits_vocabulary, parse_settings
 from .embedding import pooling_of, read_pooling
@@ -94,8 +94,8 @@ def saved_model(name: str | os.PathLike[str] | Recipe) -> SavedModel | None:
     if not isinstance(name, (str, os.PathLike)):
         raise RecipeError(f"A model is named by a recipe's name, a recipe file, a saved "
                           f"model ('hf-hub:owner/repo', 'local-dir:path') or a zoo.Recipe; got "
-                          f"a {type(name).__name__}. A recipe held as data is built through "
-                          "zoo.Recipe.model_validate(data).")
+                          f"{with_article(type(name).__name__)}. A recipe held as data is built "
+                          "through zoo.Recipe.model_validate(data).")
     text = os.fspath(name)
     if not isinstance(text, str):
         raise RecipeError(f"A model is named by a str or a path, got bytes {text!r}.")

@@ -5,6 +5,11 @@ Each command is a pair: ``add_NAME(sub)`` declares its arguments, and
 ``cmd_NAME(args)`` right below it runs it. ``zoo bench`` lives in
 :mod:`zoo.bench.cli`. A new command is one more pair here and one line in
 :data:`COMMANDS`.
+
+A command refuses its arguments with ``raise SystemExit("zoo NAME: why")`` or one of
+zoo's errors; :func:`main` prints either as one line, ``zoo: error: why``, and exits 2,
+and prints each warning as one line, once
+(:func:`zoo.cli_warnings.one_line_warnings`).
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from .bench.cli import add_bench
 from .cli_chat import add_chat
+from .cli_warnings import one_line_warnings
 from .serve.cli import add_serve
 from .cli_decode import (add_classify, add_embed, add_generate, add_rerank, add_translate,
                          parse_sets)
@@ -56,10 +63,16 @@ def _table(rows: list[list[str]], header: list[str], *, whole: int = 2) -> str:
 
 
 # -- zoo list ------------------------------------------------------------------------------------
+LISTED = "recipes"
+"""The word ``zoo list`` takes before its pattern, as ``zoo components`` takes a family:
+``zoo list recipes`` lists them all, as ``zoo list`` does."""
+
+
 def add_list(sub) -> None:
-    """``zoo list [PATTERN] [--train] [--pretrained]``."""
+    """``zoo list [recipes] [PATTERN] [--train] [--pretrained]``."""
     p = sub.add_parser("list", help="list the recipes (named models)")
-    p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'vit-*'")
+    p.add_argument("pattern", nargs="*", metavar="[recipes] PATTERN",
+                   help="fnmatch pattern, e.g. 'vit-*' (default: every recipe)")
     p.add_argument("--train", action="store_true", help="list the training recipes instead "
                    "(for zoo train)")
     p.add_argument("--pretrained", action="store_true", help="only recipes with published "
@@ -67,10 +80,22 @@ def add_list(sub) -> None:
     p.set_defaults(func=cmd_list)
 
 
+def list_pattern(words: list[str]) -> str:
+    """The pattern of ``zoo list``'s words: ``[]`` and ``["recipes"]`` are every recipe
+    (``*``), ``["recipes", P]`` and ``[P]`` are ``P``."""
+    if words[:1] == [LISTED]:
+        words = words[1:]
+    if len(words) > 1:
+        raise SystemExit(f"zoo list: one pattern, not {len(words)} ({' '.join(words)}); "
+                         "quote it ('vit-*') so that the shell does not expand it")
+    return words[0] if words else "*"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the recipes (or training recipes) matching the pattern."""
     from .recipe import catalogue_recipe, list_recipes, recipe_plugin
 
+    args.pattern = list_pattern(args.pattern)
     if args.train:
         from .training.config import get_train_recipe, list_train_recipes
 
@@ -533,7 +558,8 @@ def add_experiment(sub) -> None:
                    "NAME.png (default: experiments/)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a training override for every run, as zoo train --set")
-    p.add_argument("--quiet", action="store_true", help="print only the result")
+    p.add_argument("--quiet", action="store_true", help="print only the result (no "
+                   "progress bar)")
     p.set_defaults(func=cmd_experiment)
 
 
@@ -542,20 +568,22 @@ def _say(line: str) -> None:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    """Run an experiment (or all) and print its report: the article's claim beside ours."""
+    """Run an experiment (or all) and print its report: the article's claim beside ours.
+    Each training run shows ``zoo train``'s progress bar, unless ``--quiet``."""
     from .experiments import EXPERIMENTS, get_experiment, run_experiment
 
     if args.list or not args.name:
         rows = [[e.name, str(e.seeds), str(e.steps), f"{e.minutes:g}", e.summary]
                 for e in EXPERIMENTS.values()]
-        print(_table(rows, ["experiment", "seeds", "steps", "minutes (2 cores)",
-                            "what it runs"]))
+        print(_table(rows, ["experiment", "seeds", "steps",
+                            "minutes (rough, 2-core EPYC AVX-512)", "what it runs"]))
         return 0
     names = list(EXPERIMENTS) if args.name == "all" else [get_experiment(args.name).name]
     for name in names:
         report = run_experiment(name, seeds=args.seeds, steps=args.steps, device=args.device,
                                 out=args.out, overrides=parse_sets(args.set),
-                                say=(lambda line: None) if args.quiet else _say)
+                                say=(lambda line: None) if args.quiet else _say,
+                                progress=not args.quiet)
         print("\n" + report.markdown())
         print(f"wrote {args.out}/{name}.md, {name}.json and {name}.png")
     return 0
@@ -616,10 +644,13 @@ def _calm_openmp(argv: list[str], environ: dict, busy=None) -> None:
     environ["GOMP_SPINCOUNT"] = "1000"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run ``zoo``; zoo's own errors print one line and exit 2."""
-    if "torch" not in sys.modules:
-        _calm_openmp(sys.argv[1:] if argv is None else argv, os.environ)
+_COMMAND_PREFIX = re.compile(r"^zoo(?: [a-z][a-z-]*)*: ")
+"""How a command's refusal opens (``zoo generate: ``), replaced by ``zoo: error: ``."""
+
+
+def _run(argv: list[str] | None) -> int:
+    """Parse ``argv`` and run its command; an error, zoo's or a command's refusal of its
+    arguments (``SystemExit("zoo NAME: why")``), is one line and exit status 2."""
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -632,10 +663,25 @@ def main(argv: list[str] | None = None) -> int:
     except ZooError as exc:
         print(f"zoo: error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(f"zoo: error: {_COMMAND_PREFIX.sub('', exc.code)}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `zoo list | head -1`: the reader has all it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush cannot fail again
         return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``zoo``: errors print one line, ``zoo: error: ...``, and exit 2; warnings
+    print one line each, once
+    (:func:`~zoo.cli_warnings.one_line_warnings`)."""
+    if "torch" not in sys.modules:
+        _calm_openmp(sys.argv[1:] if argv is None else argv, os.environ)
+    with one_line_warnings():
+        return _run(argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any, Literal, Sequence
 
 import torch
 
+from ._text import with_article
 from .decoding.text import as_texts, count_of, own_tokenizer
 from .derived import fixed_weights
 from .errors import FormatError, RecipeError
@@ -145,9 +146,9 @@ def embed(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size: int
     (:func:`pooling_of`) unless given; in batches of ``batch_size`` texts of similar
     length."""
     if kind_of(model) is not Kind.ENCODER:
-        raise RecipeError(f"a {type(model).__name__} does not embed texts: zoo.embed pools "
-                          "the hidden states of an encoder (architecture encoder; a BERT "
-                          "or sentence-transformers folder)")
+        raise RecipeError(f"{with_article(type(model).__name__)} does not embed texts: "
+                          "zoo.embed pools the hidden states of an encoder (architecture "
+                          "encoder; a BERT or sentence-transformers folder)")
     texts = as_texts(texts)
     count_of(batch_size, "batch_size")
     tokenizer = own_tokenizer(model, tokenizer)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ._text import short_repr
+from ._text import short_repr, with_article
 from .errors import ArtifactError, CorruptFileError
 
 LOCK_TIMEOUT = 600.0
@@ -325,7 +325,7 @@ def read_json(path: Path, source: str, holds: type = dict) -> Any:
         raise CorruptFileError(f"{source}: {path.name} is not valid JSON "
                                f"({short_repr(exc, 120)}).", [path]) from None
     if not isinstance(data, holds):
-        wanted = "an object" if holds is dict else f"a {holds.__name__}"
+        wanted = "an object" if holds is dict else with_article(holds.__name__)
         raise ArtifactError(f"{source}: {path.name} holds {type(data).__name__}, not "
                             f"{wanted}.")
     return data

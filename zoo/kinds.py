@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
+from ._text import with_article
+
 
 class Kind(str, Enum):
     """A kind of model, typed: what zoo dispatches on (``kind_of(model) is
@@ -53,7 +55,7 @@ def said(kind: Kind | None) -> str:
     if kind is None:
         return ("a model of no kind zoo decodes (model.kind: zoo.build sets it from the "
                 "architecture)")
-    return f"a{'n' if kind.value[0] in 'aeiou' else ''} {kind.value} model"
+    return with_article(f"{kind.value} model")
 
 
 @runtime_checkable

@@ -36,6 +36,7 @@ from ._text import (
     natural_key,
     quoted,
     short_repr,
+    with_article,
 )
 from .deprecations import removal
 from .errors import DuplicateComponentError, PluginError, RecipeError, UnknownNameError
@@ -294,7 +295,8 @@ class Registry:
                 ) from None
         elif not isinstance(capabilities, fam.capabilities):
             raise TypeError(
-                f"{family} {name!r}: capabilities must be a {fam.capabilities.__name__} "
+                f"{family} {name!r}: capabilities must be "
+                f"{with_article(fam.capabilities.__name__)} "
                 f"(or a dict of its fields), got {type(capabilities).__name__}."
             )
         origin = _caller_origin()

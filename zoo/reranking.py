@@ -19,6 +19,7 @@ from typing import Any, Literal, Sequence
 
 import torch
 
+from ._text import with_article
 from .decoding.text import as_texts, check_characters, count_of, own_tokenizer
 from .embedding import by_length, on_device
 from .errors import FormatError, RecipeError
@@ -82,8 +83,8 @@ def rerank(model, query: str, documents: Sequence[str], *, tokenizer: Any = None
     ``XLMRobertaForSequenceClassification``, ...)."""
     record = record_of(model)
     if record.kind is not Kind.ENCODER or getattr(record.settings, "head", None) != "classification":
-        raise RecipeError(f"a {type(model).__name__} does not rerank: zoo.rerank reads a "
-                          "cross-encoder, an encoder with a classification head (a "
+        raise RecipeError(f"{with_article(type(model).__name__)} does not rerank: zoo.rerank "
+                          "reads a cross-encoder, an encoder with a classification head (a "
                           "...ForSequenceClassification folder such as ms-marco-MiniLM-L6-v2)")
     if not isinstance(query, str):
         raise RecipeError(f"query is one text (str), not {type(query).__name__}")

@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from . import artifact, hub
+from ._text import with_article
 from .card import model_card
 from .errors import ArtifactError
 from .quantization import is_quantized
@@ -79,7 +80,7 @@ def save_pretrained(
     if not isinstance(recipe, Recipe):
         raise ArtifactError(
             f"save_pretrained saves models built by zoo.build (they carry their recipe as "
-            f"`.recipe`); got a {type(model).__name__} without one."
+            f"`.recipe`); got {with_article(type(model).__name__)} without one."
         )
     if is_quantized(model):
         raise ArtifactError(

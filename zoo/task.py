@@ -10,7 +10,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ._text import quoted
+from ._text import quoted, with_article
 from .errors import PluginError, ZooError
 
 
@@ -66,7 +66,7 @@ def check_task(task: Any, name: str, plugin: str) -> None:
         return
     missing = [m for m in TASK_MEMBERS if not hasattr(task, m)]
     raise PluginError(
-        f"task {name!r} from plugin {plugin!r} is a {type(task).__name__} without "
+        f"task {name!r} from plugin {plugin!r} is {with_article(type(task).__name__)} without "
         f"{quoted(missing)}; a task offers {quoted(TASK_MEMBERS)} (see zoo.task.Task)."
     )
 

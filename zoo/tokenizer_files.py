@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ._text import short_repr
+from ._text import short_repr, with_article
 from .errors import FormatError
 from .files import file_kind
 
@@ -64,16 +64,16 @@ def _json(path: Path, source: str) -> dict:
         raise FormatError(f"{source}: {path.name} is not JSON ({short_repr(exc, 120)})") \
             from None
     if not isinstance(data, dict):
-        raise FormatError(f"{source}: {path.name} holds a {type(data).__name__}; it is a JSON "
-                          "object")
+        raise FormatError(f"{source}: {path.name} holds {with_article(type(data).__name__)}; "
+                          "it is a JSON object")
     return data
 
 
 def _vocabulary(vocab: Any, where: str, source: str) -> None:
     """A token -> id map: string keys, ids that are whole numbers from 0."""
     if not isinstance(vocab, dict):
-        raise FormatError(f"{source}: {where} is a {type(vocab).__name__}; it maps each "
-                          "token to its id (a JSON object)")
+        raise FormatError(f"{source}: {where} is {with_article(type(vocab).__name__)}; it "
+                          "maps each token to its id (a JSON object)")
     bad = next(((k, v) for k, v in vocab.items() if not _id(v)), None)
     if bad is not None:
         raise FormatError(f"{source}: {where} gives token {short_repr(bad[0], 40)} the id "
@@ -89,8 +89,8 @@ def _tokenizer_json(data: dict, source: str) -> None:
     if isinstance(vocab, dict):
         _vocabulary(vocab, "tokenizer.json's model.vocab", source)
     elif vocab is not None and not isinstance(vocab, list):
-        raise FormatError(f"{source}: tokenizer.json's model.vocab is a "
-                          f"{type(vocab).__name__}; an object or a list")
+        raise FormatError(f"{source}: tokenizer.json's model.vocab is "
+                          f"{with_article(type(vocab).__name__)}; an object or a list")
     added = data.get("added_tokens", [])
     if not isinstance(added, list) or not all(
             isinstance(t, dict) and _id(t.get("id")) and isinstance(t.get("content"), str)

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .._text import with_article
 from ..deprecations import warn_deprecated
 from ..derived import fixed_weights
 from ..errors import RecipeError
@@ -81,7 +82,7 @@ def settings_for(model, settings: GenerationSettings | dict | None = None,
     if base is None:
         name = type(model).__name__
         if record.kind is None or not record.kind.generates:
-            raise RecipeError(f"a {name} does not generate text: zoo decodes "
+            raise RecipeError(f"{with_article(name)} does not generate text: zoo decodes "
                               f"{GENERATES} models, and this one is {said(record.kind)}.")
         missing = [k for k in ("start_id", "eos_ids") if k not in changes]
         if missing:
@@ -186,8 +187,8 @@ def _steps(model, src: torch.Tensor, settings: GenerationSettings, use_cache: bo
         raise RecipeError("padding_mask is for a decoder-only model's prompts; an "
                           "encoder-decoder model reads its sources' padding from pad_id")
     if kind is not Kind.SEQ2SEQ:
-        raise RecipeError(f"a {type(model).__name__} cannot be decoded: zoo's decoding "
-                          f"serves {GENERATES} models, and this one is {said(kind)}.")
+        raise RecipeError(f"{with_article(type(model).__name__)} cannot be decoded: zoo's "
+                          f"decoding serves {GENERATES} models, and this one is {said(kind)}.")
     rules = Rules(settings, start=1, source=src.shape[1])
     check_positions(model, 1, rules.max_length, source=src.shape[1])
     check_decoding_memory(model, src.shape[0], src.shape[1], settings, rules.max_length,

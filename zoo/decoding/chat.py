@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from .._text import short_repr
+from .._text import short_repr, with_article
 from ..errors import RecipeError
-from ..kinds import Kind, kind_of
+from ..kinds import Kind, kind_of, said
 from . import settings_for
 from .template_bounds import TemplateTimeout, bounded, check_template
 from .text import (check_characters, complete_rows, model_tokenizer, stream_rows,
@@ -40,7 +40,8 @@ def messages_of(messages: Any) -> list[dict[str, str]]:
     try:
         items = list(messages)
     except TypeError:
-        raise RecipeError(f"messages are a list, not a {type(messages).__name__}") from None
+        raise RecipeError("messages are a list, not "
+                          f"{with_article(type(messages).__name__)}") from None
     if not items:
         raise RecipeError("messages are a list of one or more messages")
     for i, message in enumerate(items):
@@ -57,9 +58,8 @@ def chat_tokenizer(model, tokenizer: Any = None) -> Any:
     that is no language model or a tokenizer with no chat template."""
     kind = kind_of(model)
     if kind is not Kind.LANGUAGE_MODEL:
-        raise RecipeError(f"a {type(model).__name__} does not chat: zoo.chat decodes a "
-                          f"language model, and this one is a {kind or 'model of no kind'} "
-                          "model")
+        raise RecipeError(f"{with_article(type(model).__name__)} does not chat: zoo.chat "
+                          f"decodes a language model, and this one is {said(kind)}")
     tokenizer = model_tokenizer(model, tokenizer)
     if not getattr(tokenizer, "chat_template", None):
         raise RecipeError("this model's tokenizer has no chat template (chat_template.jinja, "

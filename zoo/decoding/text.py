@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from .._text import short_repr
+from .._text import short_repr, with_article
 from ..errors import FormatError, RecipeError
-from ..kinds import Kind, kind_of
+from ..kinds import Kind, kind_of, said
 from ..record import record_of
 from . import generate, id_outside, input_vocabulary, settings_for, stream
 
@@ -74,11 +74,13 @@ def as_texts(texts: Any, what: str = "texts") -> list[str]:
         raise RecipeError(f"{what} are a list of texts, not one {type(texts).__name__}: "
                           f"give [text] for one")
     if isinstance(texts, Mapping):  # its keys would be taken for the texts
-        raise RecipeError(f"{what} are a list of texts, not a {type(texts).__name__}")
+        raise RecipeError(f"{what} are a list of texts, not "
+                          f"{with_article(type(texts).__name__)}")
     try:
         items = list(texts)
     except TypeError:
-        raise RecipeError(f"{what} are a list of texts, not a {type(texts).__name__}") from None
+        raise RecipeError(f"{what} are a list of texts, not "
+                          f"{with_article(type(texts).__name__)}") from None
     for item in items:
         if not isinstance(item, str):
             raise RecipeError(f"{what} are texts (str); one is {short_repr(item, 60)} (of type "
@@ -124,10 +126,10 @@ def translate(model, texts: Sequence[str], *, tokenizer: Any = None, batch_size:
     ``batch_size`` sources at a time; the new tokens as text, special tokens left out."""
     texts = as_texts(texts)
     if kind_of(model) is not Kind.SEQ2SEQ:
-        raise RecipeError(f"a {type(model).__name__} does not translate: zoo.translate "
-                          f"decodes sequence-to-sequence models, and this one is a "
-                          f"{kind_of(model) or 'model of no kind'} model (zoo.complete "
-                          "continues a language model's prompts)")
+        raise RecipeError(f"{with_article(type(model).__name__)} does not translate: "
+                          "zoo.translate decodes sequence-to-sequence models, and this one is "
+                          f"{said(kind_of(model))} (zoo.complete continues a language "
+                          "model's prompts)")
     count_of(batch_size, "batch_size")
     tokenizer = own_tokenizer(model, tokenizer)
     settings = settings_for(model, None, **changes)  # a wrong setting: one error, first

@@ -1,8 +1,9 @@
 """The two articles' experiments, one command each: ``zoo experiment NAME``.
 
 Each experiment runs end to end on this machine at settings that finish in
-minutes on 2 CPU cores (``--seeds`` and ``--steps`` raise them; the defaults are
-said in the output), and writes ``NAME.md`` (a table and the findings, beside
+minutes to tens of minutes on 2 CPU cores (``--seeds`` and ``--steps`` raise them;
+the defaults are said in the output), each training run with ``zoo train``'s
+progress bar, and writes ``NAME.md`` (a table and the findings, beside
 the article's own figures), ``NAME.json`` (the same, as data) and ``NAME.png``.
 Nothing resumes: an experiment is cheap to run again. The findings are computed
 from the measurements, so where ours disagree with the article the output says
@@ -30,7 +31,8 @@ from .context import Context
 from .report import Panel, Report
 from . import heads, norms, positions, pre_post, scaling, schedules, sqrt_dk
 
-__all__ = ["Experiment", "EXPERIMENTS", "Panel", "Report", "get_experiment", "run_experiment"]
+__all__ = ["Experiment", "EXPERIMENTS", "MEASURED_ON", "Panel", "Report", "get_experiment",
+           "run_experiment"]
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,15 @@ class Experiment:
     seeds: int
     steps: int
     minutes: float
-    """About how long it takes at its defaults on 2 CPU cores."""
+    """Roughly how long it takes at its defaults on :data:`MEASURED_ON` (the reports of
+    ``docs/experiments.md``); a CPU without AVX-512, or one shared with other work,
+    takes several times longer (sqrt-dk about 8 minutes a run, four runs, on a 2-core
+    AMD EPYC with AVX2 only)."""
     run: Callable[[Context], Report]
 
+
+MEASURED_ON = "a 2-core AMD EPYC with AVX-512"
+"""The machine :attr:`Experiment.minutes` were measured on."""
 
 EXPERIMENTS = {e.name: e for e in (
     Experiment("sqrt-dk", "softmax entropy with and without 1/√d_k; sort with and without it",
@@ -75,10 +83,11 @@ def get_experiment(name: str) -> Experiment:
 def run_experiment(name: str, *, seeds: int | None = None, steps: int | None = None,
                    device: str | None = None, out: str | Path | None = None,
                    overrides: dict[str, Any] | None = None,
-                   say: Callable[[str], None] = print) -> Report:
+                   say: Callable[[str], None] = print, progress: bool = False) -> Report:
     """Run experiment ``name`` and, when ``out`` is given, write its files there.
     ``overrides`` (training overrides, as ``zoo train --set``) apply to every run, after
-    the experiment's own."""
+    the experiment's own. ``progress`` shows each training run's progress bar (``zoo
+    train``'s, on standard error)."""
     experiment = get_experiment(name)
     seeds = experiment.seeds if seeds is None else seeds
     steps = experiment.steps if steps is None else steps
@@ -88,10 +97,11 @@ def run_experiment(name: str, *, seeds: int | None = None, steps: int | None = N
     cpu = detect().cpu
     say(f"zoo experiment {name}: {experiment.summary}; {seeds} seed{'s' * (seeds > 1)}, "
         f"{steps} steps, {device} (defaults: {experiment.seeds} seeds, {experiment.steps} "
-        f"steps, about {experiment.minutes:g} minutes on 2 CPU cores)")
+        f"steps, roughly {experiment.minutes:g} minutes on {MEASURED_ON})")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"zoo-experiment-{name}-") as scratch:
-        report = experiment.run(Context(seeds, steps, device, Path(scratch), say, overrides))
+        report = experiment.run(Context(seeds, steps, device, Path(scratch), say, overrides,
+                                        progress=progress))
     report.settings = {"seeds": seeds, "steps": steps, "device": device,
                        "minutes": (time.perf_counter() - start) / 60,
                        "machine": f"{cpu.name}, {cpu.cores} cores" if device == "cpu"

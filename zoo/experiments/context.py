@@ -38,14 +38,17 @@ class Trained:
 
 class Context:
     """What an experiment is run with: seeds, steps, device, a scratch folder for its runs,
-    and a line printer."""
+    a line printer, and whether each run shows its progress bar."""
 
     def __init__(self, seeds: int, steps: int, device: str, scratch: Path,
-                 say: Callable[[str], None], overrides: dict[str, Any] | None = None) -> None:
+                 say: Callable[[str], None], overrides: dict[str, Any] | None = None,
+                 *, progress: bool = False) -> None:
         self.seeds, self.steps, self.device, self.scratch, self.say = (
             seeds, steps, device, scratch, say)
         self.overrides = dict(overrides or {})
         """Training overrides applied last to every run (``--set``)."""
+        self.progress = progress
+        """Whether each run shows ``zoo train``'s progress bar (on standard error)."""
 
     @property
     def sort(self) -> dict[str, Any]:
@@ -70,7 +73,7 @@ class Context:
         diverged = None
         try:
             result = train(recipe, overrides={**base, **overrides, **self.overrides},
-                           run_dir=run_dir, device=self.device, progress=False)
+                           run_dir=run_dir, device=self.device, progress=self.progress)
             metrics, model, task = result.metrics, result.model, result.task
         except TrainingError as exc:
             diverged, metrics, model, task = str(exc).split(".")[0], {}, None, None

@@ -16,7 +16,7 @@ import torch
 
 from ..builder import build
 from ..format_base import as_format
-from ..kinds import Kind, kind_of
+from ..kinds import Kind, kind_of, said
 from ..recipe import Recipe
 from .contract import Failed, Seed, Skip, check, close
 
@@ -101,7 +101,7 @@ def _format_round_trip(component, settings):
             raise Failed("write() left no config.json")
         back = build(f"local-dir:{folder}").eval()
         if kind_of(back) != kind:
-            raise Failed(f"read back as a {kind_of(back)} model, written as a {kind} one")
+            raise Failed(f"read back as {said(kind_of(back))}, written as {said(kind)}")
         close(_run(back, tokens), expected, "the outputs of the folder read back by zoo")
         theirs = _transformers(folder, kind, tokens)
         if theirs is not None:

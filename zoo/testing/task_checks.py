@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .._text import with_article
 from ..task import TaskDataError, check_task
 from .contract import Failed, Skip, check
 
@@ -50,7 +51,8 @@ def _task_batches(component, settings):
             raise Skip(f"its data is not here ({exc})") from None
         overrides = task.model_overrides()
         if not isinstance(overrides, dict):
-            raise Failed(f"model_overrides() gave a {type(overrides).__name__}, not a dict")
+            raise Failed(f"model_overrides() gave {with_article(type(overrides).__name__)}, "
+                         "not a dict")
         train = task.dataset("train")
         if len(train) == 0:
             raise Failed("the training split is empty")
