@@ -1,7 +1,7 @@
 """A Hub-API test server: the part of the Hugging Face Hub's HTTP API that
-``huggingface_hub`` calls to create a repo, commit files (regular and LFS), make
-branches and tags, list a tree and download files by revision, with the Hub's
-not-found errors. It keeps repositories in memory, serves on 127.0.0.1, and
+``huggingface_hub`` calls to check a token (whoami), create a repo, commit files
+(regular and LFS), make branches and tags, list a tree and download files by revision,
+with the Hub's not-found errors. It keeps repositories in memory, serves on 127.0.0.1, and
 checks what it is sent (the LFS sha256, the token for writes) as the Hub would.
 
 ``python tests/hubserver.py`` runs one in the foreground for trying things by hand.
@@ -182,6 +182,12 @@ class Handler(BaseHTTPRequestHandler):
         self._error(401, None, "Invalid credentials in Authorization header")
         return False
 
+    def _whoami(self) -> None:
+        """The token's owner, as the Hub answers ``/api/whoami-v2``; 401 for another token."""
+        if self._authorised():
+            self._json(200, {"type": "user", "name": "alice", "auth": {"type": "access_token",
+                             "accessToken": {"role": "write"}}})
+
     @property
     def base(self) -> str:
         return f"http://{self.server.server_address[0]}:{self.server.server_address[1]}"
@@ -213,6 +219,8 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path, query = unquote(url.path), parse_qs(url.query)
         with self.server.state.lock:
+            if path == "/api/whoami-v2":
+                return self._whoami()
             if m := re.fullmatch(r"/api/models/([^/]+/[^/]+?)(?:/revision/(.+))?", path):
                 return self._repo_info(m.group(1), m.group(2) or "main")
             if m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path):

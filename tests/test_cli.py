@@ -132,13 +132,14 @@ def test_translate_and_attention_map_take_a_saved_run(tmp_path):
     for key, value in result.model.state_dict().items():
         assert torch.equal(saved.model.state_dict()[key], value), key
         assert torch.equal(as_path.model.state_dict()[key], value), key
-    from_run = run_zoo("translate", str(result.run_dir), "3 1 2", "--beam", "1")
-    from_saved = run_zoo("translate", f"local-dir:{tmp_path / 'saved'}", "3 1 2", "--beam", "1")
+    from_run = run_zoo("translate", str(result.run_dir), "3 1 2 5 4", "--beam", "1")
+    from_saved = run_zoo("translate", f"local-dir:{tmp_path / 'saved'}", "3 1 2 5 4", "--beam",
+                         "1")
     assert from_saved.returncode == 0, from_saved.stderr
     assert from_saved.stdout == from_run.stdout
     # one loader, one text entrance: the run, the saved run and the trained model itself
     # carry the task's tokenizer and settings, and decode as the task does
-    texts = ["3 1 2", "5 4"]
+    texts = ["3 1 2 5 4", "5 4 4 2 1"]  # TINY trains on 5 numbers
     expected = result.task.translate(result.model, texts, beam_size=1)
     for name in (result.run_dir, str(result.run_dir), f"local-dir:{tmp_path / 'saved'}"):
         loaded = zoo.load(name)
@@ -147,7 +148,7 @@ def test_translate_and_attention_map_take_a_saved_run(tmp_path):
     assert from_run.stdout.splitlines() == expected[:1]
     assert type(zoo.load(f"local-dir:{tmp_path / 'saved'}")).__name__ == "Seq2Seq"
     assert zoo.load("transformer-tiny").tokenizer is None  # a recipe has no text of its own
-    drawn = run_zoo("attention-map", f"local-dir:{tmp_path / 'saved'}", "3 1 2", "--out",
+    drawn = run_zoo("attention-map", f"local-dir:{tmp_path / 'saved'}", "3 1 2 5 4", "--out",
                     str(tmp_path / "map.png"))
     assert drawn.returncode == 0, drawn.stderr
     assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"

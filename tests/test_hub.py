@@ -227,13 +227,114 @@ def test_not_found_errors_name_the_repo_or_revision(hub, monkeypatch):
         zoo.build("hf-hub:not a repo")
 
 
-def test_a_push_without_a_token_is_refused_by_the_hub(hub, monkeypatch):
-    from huggingface_hub.errors import HfHubHTTPError
-
+def test_a_push_with_a_wrong_token_is_refused_before_anything_is_uploaded(hub, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_wrong")
-    with pytest.raises(HfHubHTTPError, match="401"):
+    with pytest.raises(zoo.ArtifactError, match="cannot push to alice/x: the Hub at "
+                       f"{hub.url} refuses the token in HF_TOKEN \\(401.*huggingface-cli login"):
         zoo.push_to_hub(zoo.build("transformer-tiny"), "alice/x")
     assert "alice/x" not in hub.state.repos
+    assert not [line for line in hub.state.log if not line.endswith("/api/whoami-v2")]
+    zoo.push_to_hub(zoo.build("transformer-tiny"), "alice/x", token=hub.state.token)  # given
+    assert "alice/x" in hub.state.repos
+
+
+# -- no token, no network: one zoo error before anything is uploaded ---------------------------
+@pytest.fixture
+def no_hub(tmp_path, monkeypatch) -> str:
+    """HF_ENDPOINT on a closed port of 127.0.0.1 (nothing answers; no real server is
+    reached), no token anywhere (HF_TOKEN unset, none stored) and an empty cache, for
+    this process and the zoo processes it starts; returns the endpoint."""
+    from huggingface_hub import constants
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed once the socket is
+    env = {"HF_ENDPOINT": url, "HF_TOKEN_PATH": str(tmp_path / "no-token"),
+           "HF_HUB_CACHE": str(tmp_path / "hf-cache"), "HF_HUB_OFFLINE": "0"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", env["HF_TOKEN_PATH"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", env["HF_HUB_CACHE"])
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    return url
+
+
+def _one_zoo_line(done) -> str:
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("zoo: error: "), done.stderr
+    return lines[0]
+
+
+def test_a_push_without_a_token_says_how_to_log_in(no_hub):
+    says = ("cannot push to alice/x: no Hugging Face token was found.*huggingface-cli login"
+            ".*HF_TOKEN")
+    with pytest.raises(zoo.ArtifactError, match=says):
+        zoo.push_to_hub(zoo.build("transformer-tiny"), "alice/x")
+    line = _one_zoo_line(run_zoo("push", "transformer-tiny", "alice/x"))
+    assert "huggingface-cli login" in line and "HF_TOKEN" in line, line
+    line = _one_zoo_line(run_zoo("push", "transformer-tiny", "alice/x",
+                                 env={"HF_TOKEN": "hf_fake", "HF_HUB_OFFLINE": "1"}))
+    assert "HF_HUB_OFFLINE is set" in line, line
+
+
+def test_a_push_to_a_hub_that_cannot_be_reached_says_so(no_hub, monkeypatch):
+    says = f"cannot push to alice/x: the Hub at {no_hub} cannot be reached \\(.*refused"
+    with pytest.raises(zoo.ArtifactError, match=says):  # a token given, HF_TOKEN unset
+        zoo.push_to_hub(zoo.build("transformer-tiny"), "alice/x", token="hf_fake")
+    monkeypatch.setenv("HF_TOKEN", "hf_fake")
+    with pytest.raises(zoo.ArtifactError, match=says):
+        zoo.push_to_hub(zoo.build("transformer-tiny"), "alice/x")
+    done = run_zoo("push", "transformer-tiny", "alice/x", env={"HF_TOKEN": "hf_fake"})
+    line = _one_zoo_line(done)
+    assert f"the Hub at {no_hub} cannot be reached" in line and "HF_ENDPOINT" in line, line
+
+
+_NO_WAITING = "import time\ntime.sleep = lambda seconds: None\n"
+"""A sitecustomize for a zoo subprocess: huggingface_hub's retries of an unreachable Hub
+do not wait (23 s), and say all they would have said."""
+
+
+@pytest.mark.parametrize("args", [["info", "hf-hub:x/y"], ["generate", "hf-hub:x/y", "hi"]])
+def test_an_unreachable_hub_is_one_line_of_zoo_not_the_clients_retries(no_hub, tmp_path,
+                                                                        args):
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "fast" / "sitecustomize.py").write_text(_NO_WAITING)
+    line = _one_zoo_line(run_zoo(*args, pythonpath=tmp_path / "fast"))
+    assert line.startswith(f"zoo: error: hf-hub:x/y is not in the local Hub cache, and the Hub "
+                           f"at {no_hub} cannot be reached ("), line
+    assert "HF_ENDPOINT" in line and "Pull it once while online" not in line, line
+
+
+def test_the_client_is_quiet_while_zoo_tries_and_as_it_was_after(no_hub, monkeypatch, capfd):
+    import logging
+
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(_http.time, "sleep", lambda seconds: None)
+    loggers = ("huggingface_hub", "httpx", "urllib3")
+    httpx_level = logging.getLogger("httpx").level
+    logging.getLogger("httpx").setLevel(logging.INFO)  # a level of the user's, kept
+    try:
+        before = {name: logging.getLogger(name).level for name in loggers}
+        with pytest.raises(zoo.ArtifactError, match="cannot be reached"):
+            zoo.build("hf-hub:x/y")
+        assert "Retry" not in capfd.readouterr().err
+        assert {name: logging.getLogger(name).level for name in loggers} == before
+    finally:
+        logging.getLogger("httpx").setLevel(httpx_level)
+
+
+def test_zoo_pull_offline_says_what_to_check_not_to_pull(no_hub):
+    line = _one_zoo_line(run_zoo("pull", "alice/sorter"))
+    assert f"the Hub at {no_hub} cannot be reached" in line and "HF_ENDPOINT" in line, line
+    assert "Pull it once while online" not in line, line
+    line = _one_zoo_line(run_zoo("pull", "alice/sorter", "--force"))  # was a traceback
+    assert "could not download it again: the Hub at" in line, line
+    line = _one_zoo_line(run_zoo("pull", "alice/sorter", env={"HF_HUB_OFFLINE": "1"}))
+    assert "HF_HUB_OFFLINE is set, so the Hub was not asked" in line, line
 
 
 def test_offline_with_a_filled_cache_loads_in_a_fresh_process(hub, tmp_path):

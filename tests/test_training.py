@@ -563,7 +563,7 @@ def test_plot_and_attention_map_write_pictures(tmp_path):
                   str(tmp_path / "att.png"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "att.png").read_bytes()[:4] == b"\x89PNG"
-    out = run_zoo("attention-map", str(result.run_dir), "3 1 2", "--layer", "all", "--out",
+    out = run_zoo("attention-map", str(result.run_dir), "3 1 2 4 4", "--layer", "all", "--out",
                   str(tmp_path / "all.png"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "all-layer0.png").exists()  # TINY has one layer per stack

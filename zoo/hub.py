@@ -12,10 +12,14 @@ each call, so a mirror set after import is honoured too.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
+import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +30,50 @@ from .errors import ArtifactError
 from .files import describe_os_error
 
 
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
 def endpoint() -> str | None:
     """``HF_ENDPOINT`` as it is now (None: huggingface_hub's default, https://huggingface.co)."""
     return os.environ.get("HF_ENDPOINT") or None
+
+
+def _where() -> str:
+    return (endpoint() or DEFAULT_ENDPOINT).rstrip("/")
+
+
+CLIENT_LOGGERS = ("huggingface_hub", "httpx", "httpx2", "httpcore", "urllib3", "filelock")
+"""The loggers of the Hub client and its HTTP libraries that :func:`quiet_client` holds
+back (huggingface_hub's own logs each retry of an unreachable Hub: ten lines)."""
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_quiet_levels: dict[str, int] = {}
+
+
+@contextmanager
+def quiet_client() -> Iterator[None]:
+    """Hold back the log lines of the Hub client and its HTTP libraries (``Retrying in 1s
+    [Retry 1/5]``, ten of them for a Hub that cannot be reached) while zoo talks to the
+    Hub: zoo says what happened in its own words (a :class:`HubWarning`, an
+    :class:`~zoo.errors.ArtifactError`). Their errors still show, and each logger's level
+    is put back after, once the last of nested or concurrent users leaves."""
+    global _quiet_depth
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            for name in CLIENT_LOGGERS:
+                logger = logging.getLogger(name)
+                _quiet_levels[name] = logger.level
+                logger.setLevel(max(logger.level, logging.ERROR))
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                for name, level in _quiet_levels.items():
+                    logging.getLogger(name).setLevel(level)
+                _quiet_levels.clear()
 
 
 def parse_repo(text: str, what: str | None = None) -> tuple[str, str | None]:
@@ -88,7 +133,8 @@ def _with_retries(what: str, call):
     retries, wait = setting("ZOO_HUB_RETRIES"), setting("ZOO_HUB_RETRY_WAIT")
     for attempt in range(retries + 1):
         try:
-            return call()
+            with quiet_client():
+                return call()
         except Exception as exc:
             transient = _transient(exc)
             by_client = _retried_by_the_client(exc)
@@ -177,7 +223,7 @@ def _describe_hub_error(exc: Exception, what: str, attempts: int = 1) -> Artifac
         RevisionNotFoundError,
     )
 
-    where = endpoint() or "https://huggingface.co"
+    where = _where()
     if isinstance(exc, GatedRepoError):
         return ArtifactError(f"{what} is gated on {where}: accept its terms there and set HF_TOKEN.")
     if isinstance(exc, RepositoryNotFoundError):
@@ -186,10 +232,9 @@ def _describe_hub_error(exc: Exception, what: str, attempts: int = 1) -> Artifac
     if isinstance(exc, RevisionNotFoundError):
         return ArtifactError(f"{what}: the repository has no such revision (a branch, tag or "
                              "commit).")
-    if isinstance(exc, LocalEntryNotFoundError):
-        return ArtifactError(
-            f"{what} is not in the local Hub cache and the Hub cannot be reached"
-            f"{' (HF_HUB_OFFLINE is set)' if _offline() else ''}. Pull it once while online.")
+    if isinstance(exc, LocalEntryNotFoundError) or (
+            isinstance(exc, ValueError) and _unreachable(exc) is not None):
+        return ArtifactError(_not_reached(what, exc))
     if isinstance(exc, EntryNotFoundError):
         return ArtifactError(f"{what}: the repository has no such file.")
     transient = _transient(exc)
@@ -221,6 +266,44 @@ def _offline() -> bool:
     from huggingface_hub import constants
 
     return bool(constants.HF_HUB_OFFLINE)
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """Why the Hub could not be reached (``[Errno 111] Connection refused``): ``exc`` when
+    it is a connection error or timeout (or HF_HUB_OFFLINE's refusal), else the one it
+    was raised from (``raise ... from``); None when there is none."""
+    for _ in range(8):
+        if exc is None:
+            return None
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        if names & (_TIMEOUTS | _CONNECTION) or "OfflineModeIsEnabled" in names:
+            return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        exc = exc.__cause__
+    return None
+
+
+def _not_reached(what: str, exc: BaseException) -> str:
+    """Why ``what`` could be had neither from the Hub nor from the cache, and what to
+    check: words that also read right for ``zoo pull``, whose very work is to reach the
+    Hub. A ``force`` download (a ValueError from huggingface_hub) is not said to be
+    missing from the cache: it was not looked for there."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    missing = (f"{what} is not in the local Hub cache, and " if isinstance(
+        exc, LocalEntryNotFoundError) else f"{what}: could not download it again: ")
+    if _offline():
+        return (f"{missing}HF_HUB_OFFLINE is set, so the Hub was not asked: unset "
+                "HF_HUB_OFFLINE to download it.")
+    reason = _unreachable(exc)
+    return (f"{missing}the Hub at {_where()} cannot be reached"
+            f"{f' ({reason})' if reason else ''}. Check the network connection and "
+            f"HF_ENDPOINT (the Hub's address; {_endpoint_said()}). A model downloaded once "
+            "(zoo pull) then loads from the cache, and with HF_HUB_OFFLINE=1 without asking "
+            "the Hub.")
+
+
+def _endpoint_said() -> str:
+    return f"now {endpoint()}" if endpoint() else f"unset: {DEFAULT_ENDPOINT}"
 
 
 def download(repo_id: str, revision: str | None = None, *, token: str | None = None,
@@ -290,6 +373,72 @@ def evict(paths: list[Path]) -> list[str]:
     return removed
 
 
+def check_push_access(repo_id: str, token: str | None = None) -> str:
+    """The token a push to ``repo_id`` would write with, once the Hub has been found to
+    take it: before anything is uploaded, one :class:`~zoo.errors.ArtifactError` naming
+    what is missing where there is no token (``token``, ``HF_TOKEN``, or the one
+    ``huggingface-cli login`` stored), where HF_HUB_OFFLINE is set, where the Hub cannot
+    be reached within ``HF_HUB_ETAG_TIMEOUT`` seconds, or where it refuses the token
+    (huggingface_hub's ``whoami``: one light request)."""
+    from huggingface_hub import get_token
+
+    if _offline():
+        raise ArtifactError(f"cannot push to {repo_id}: HF_HUB_OFFLINE is set, so zoo does "
+                            "not reach the Hub; unset it to push.")
+    token = token or get_token()
+    if not token:
+        raise ArtifactError(
+            f"cannot push to {repo_id}: no Hugging Face token was found. Log in with "
+            "`huggingface-cli login` (or `hf auth login`), or set HF_TOKEN to a token with "
+            f"write access ({_where()}/settings/tokens); zoo.push_to_hub also takes token=.")
+    response = _whoami(repo_id, token)
+    if response.status_code == 401:
+        raise ArtifactError(
+            f"cannot push to {repo_id}: the Hub at {_where()} refuses {_token_source(token)} "
+            "(401 Unauthorized). Log in again with `huggingface-cli login`, or set HF_TOKEN "
+            f"to a token with write access ({_where()}/settings/tokens).")
+    return token
+
+
+def _whoami(repo_id: str, token: str) -> Any:
+    """The Hub's answer to ``/api/whoami-v2`` (any answer: a mirror without that route
+    still answers), or the ArtifactError of a Hub that cannot be reached."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    try:
+        with quiet_client():
+            return get_session().get(f"{_where()}/api/whoami-v2",
+                                     headers=build_hf_headers(token=token),
+                                     timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except Exception as exc:
+        reason = _unreachable(exc)
+        if reason is None:
+            raise
+        waited = (f"; HF_HUB_ETAG_TIMEOUT sets how long to wait (now "
+                  f"{constants.HF_HUB_ETAG_TIMEOUT:g} s)") if {
+            cls.__name__ for cls in type(exc).__mro__} & _TIMEOUTS else ""
+        raise ArtifactError(
+            f"cannot push to {repo_id}: the Hub at {_where()} cannot be reached ({reason}). "
+            f"Check the network connection and HF_ENDPOINT (the Hub's address; "
+            f"{_endpoint_said()}){waited}.") from None
+
+
+def _token_source(token: str) -> str:
+    """Where ``token`` came from, in words."""
+    if token == (os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")):
+        return "the token in HF_TOKEN"
+    from huggingface_hub import constants
+
+    try:
+        stored = Path(constants.HF_TOKEN_PATH).read_text().strip()
+    except OSError:
+        stored = None
+    if token == stored:
+        return f"the token `huggingface-cli login` stored ({constants.HF_TOKEN_PATH})"
+    return "the token given"
+
+
 def upload(
     folder: str | os.PathLike[str],
     repo_id: str,
@@ -301,12 +450,14 @@ def upload(
 ) -> Any:
     """Upload a saved model's folder to ``repo_id`` (created if needed) in one commit that
     also deletes weights of an earlier upload this one no longer has (other shards).
-    ``revision`` names a branch, created from main when it does not exist. Returns
-    huggingface_hub's ``CommitInfo``."""
+    ``revision`` names a branch, created from main when it does not exist. The token and
+    the Hub are checked first (:func:`check_push_access`). Returns huggingface_hub's
+    ``CommitInfo``."""
     from huggingface_hub import HfApi
 
     repo_id = parse_repo_id(repo_id)
     check_revision(revision, f"{repo_id}@{revision}")
+    token = check_push_access(repo_id, token)
     api = HfApi(endpoint=endpoint(), token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
     if revision is not None and revision != "main":

@@ -124,6 +124,7 @@ def push_to_hub(
     commit. ``revision`` names a branch, created from main when it does not exist.
     """
     repo_id = hub.parse_repo_id(repo_id)  # refused before anything is built or written
+    token = hub.check_push_access(repo_id, token)  # a token, and a Hub that takes it
     with tempfile.TemporaryDirectory(prefix="zoo-push-") as tmp:
         folder = _artifact_folder(model, Path(tmp) / "artifact", repo_id, max_shard_size)
         return hub.upload(folder, repo_id, token=token, private=private, revision=revision,
