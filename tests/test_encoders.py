@@ -402,7 +402,7 @@ def test_embed_takes_any_iterable_of_texts_and_refuses_the_rest_by_name(minilm):
     expected = zoo.embed(model, SENTENCES[:2])
     assert torch.equal(zoo.embed(model, (s for s in SENTENCES[:2])), expected)
     for texts, says in (("one text", "not one str: give \\[text\\]"),
-                        ([SENTENCES[0], None], "one is None"), (7, "not a int"),
+                        ([SENTENCES[0], None], "one is None"), (7, "not an int"),
                         ({SENTENCES[0]: 1}, "not a dict")):
         with pytest.raises(RecipeError, match=says):
             zoo.embed(model, texts)
