@@ -428,3 +428,16 @@ def test_zoo_serve_answers_then_finishes_in_flight_on_sigterm(served):
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_the_server_keeps_few_of_onednns_kernels_unless_told(monkeypatch):
+    """Each new prompt length left kernels in oneDNN's cache of 1,024: a ten-minute soak
+    grew 12.3%, 6.8% with 64 kept; a value the user set is theirs."""
+    from zoo.serve.engine import KERNELS_KEPT, steady_allocator
+
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    steady_allocator()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(KERNELS_KEPT) == "64"
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")
+    steady_allocator()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "8"
