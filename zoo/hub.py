@@ -450,14 +450,13 @@ def upload(
 ) -> Any:
     """Upload a saved model's folder to ``repo_id`` (created if needed) in one commit that
     also deletes weights of an earlier upload this one no longer has (other shards).
-    ``revision`` names a branch, created from main when it does not exist. The token and
-    the Hub are checked first (:func:`check_push_access`). Returns huggingface_hub's
-    ``CommitInfo``."""
+    ``revision`` names a branch, created from main when it does not exist. ``token`` is
+    the one :func:`check_push_access` gave: ``zoo.push_to_hub`` checks the token and the
+    Hub before it builds the folder, once. Returns huggingface_hub's ``CommitInfo``."""
     from huggingface_hub import HfApi
 
     repo_id = parse_repo_id(repo_id)
     check_revision(revision, f"{repo_id}@{revision}")
-    token = check_push_access(repo_id, token)
     api = HfApi(endpoint=endpoint(), token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
     if revision is not None and revision != "main":
