@@ -314,6 +314,7 @@ def test_a_decoding_takes_only_the_cores_free_at_its_call(monkeypatch):
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # a 2-core machine, whatever this worker was given
     monkeypatch.setattr(hardware, "usable_cores", lambda: 2)
+    monkeypatch.setattr(hardware, "RECHECK_S", 0)  # each call counts again
     try:
         _takes_the_free_cores(monkeypatch)
     finally:

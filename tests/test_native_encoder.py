@@ -227,3 +227,38 @@ def test_grouped_query_attention_in_an_encoders_native_pass_is_pythons():
         block.attn = type(block.attn)(None, d_model=32, n_heads=4, n_kv_heads=2,
                                       kernel=block.attn.kernel)
     _natively_as_in_python(model, padded_from=(0, 4))
+
+
+def test_a_batch_of_more_tokens_than_the_products_limit_runs_natively_as_transformers(
+        bert, monkeypatch):
+    """Past ``LEVEL_ROWS`` real tokens each product still multiplies them all natively (its
+    rate is level from there), attention each text's own: 12 texts of 1 to 60 tokens,
+    more real tokens than the level, give transformers' hidden states."""
+    reference, ours = bert
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([1, 60, 3, 17, 44, 9, 2, 31, 60, 5, 23, 12])
+    tokens = torch.randint(1, 99, (12, 60), generator=g)
+    mask = (torch.arange(60)[None] < lengths[:, None]).long()
+    tokens[mask == 0] = 0
+    types = torch.zeros_like(tokens)
+    assert int(mask.sum()) > native_encoder.LEVEL_ROWS
+    ran = []
+    real = native_encoder.encode
+    monkeypatch.setattr("zoo.plugins.architectures.encoder.encode",
+                        lambda *a: ran.append(real(*a)) or ran[-1])
+    with torch.no_grad():
+        expected = reference(input_ids=tokens, attention_mask=mask,
+                             token_type_ids=types).last_hidden_state
+        with fixed_weights(ours):
+            got = ours(tokens, padding_mask=mask == 0, token_types=types)
+    assert ran and ran[0] is not None  # natively
+    _same_at_real_tokens(got, expected, mask.bool())
+
+
+def test_heads_of_a_width_that_is_no_multiple_of_eight_attend_natively_as_in_python():
+    """Packed attention reads each head's odd width and texts of one token as Python does."""
+    torch.manual_seed(0)
+    model = zoo.build("minilm-l6-h384", vocab_size=50, d_model=36, n_heads=4, d_ff=40,
+                      layers=2, max_len=16).eval()
+    _natively_as_in_python(model, padded_from=(0, 1))
+    _natively_as_in_python(model, padded_from=(1, 6))

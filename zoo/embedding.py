@@ -14,7 +14,6 @@ order of the texts.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,24 +184,22 @@ def by_length(model, sizes: Sequence[int], batch_size: int, run) -> torch.Tensor
     model whose items add up to a sentence or two (``sizes`` in characters:
     :data:`zoo.hardware.SHORT_CALL`).
 
-    An int8 model's weights are checked once for all the batches (its packed copies,
-    :func:`zoo.derived.fixed_weights`); an fp32 model multiplies by its weights as they
-    are, in Python, since checking its 42 MB of layers at each call (1.2 ms for
-    all-MiniLM-L6-v2) costs what the native pass of a few texts saves. A caller that
-    embeds many times fixes the weights once around all its calls (``with
-    zoo.plugin_api.fixed_weights(model):``, as a server would): inside, a few texts pass
-    through the encoder's layers in zoo's native code, in fp32 as in int8 (measured on a
-    2-core Xeon with the real all-MiniLM-L6-v2, one sentence a call: int8 2.0 ms against
-    3.1 ms a call that checks its own weights, fp32 3.4 ms against 4.8 ms in Python)."""
+    The model's weights are checked once for all the batches
+    (:func:`zoo.derived.fixed_weights`), and the texts pass through the encoder's layers
+    in zoo's native code, padding left out. Measured on a 2-core AVX2 EPYC with the real
+    all-MiniLM-L6-v2 (``python benchmarks/encoder_pass.py``), one sentence in fp32: 11.1
+    ms a call that checks its own weights, 15.0 ms in Python (an fp32 call stayed in
+    Python until December 2026, when the native pass of a few texts saved about what
+    the check cost); 7.5 ms inside a caller's block that fixes the weights once around
+    all its calls (``with zoo.plugin_api.fixed_weights(model):``, as a server would)."""
     order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
     out: list[torch.Tensor | None] = [None] * len(sizes)
     was_training = model.training
     if was_training:
         model.eval()
-    weights = fixed_weights(model) if is_quantized(model) else contextlib.nullcontext()
     try:
         short = is_quantized(model) and sum(sizes) <= SHORT_CALL
-        with torch.no_grad(), weights, threads_for_a_call(short=short):
+        with torch.no_grad(), fixed_weights(model), threads_for_a_call(short=short):
             for start in range(0, len(order), batch_size):
                 chosen = order[start:start + batch_size]
                 for i, row in zip(chosen, run(chosen)):

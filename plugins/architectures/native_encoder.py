@@ -2,8 +2,8 @@
 :mod:`.native_step`, ``csrc/encoder_layers.cpp``): the layers of the decoding step
 (:mod:`.native_plan` builds and checks them) run as an encoder's, each token attending to
 every real token of its text. Padding is left out: the products, norms and networks take
-the real tokens only, and only attention (PyTorch's fused kernel) sees the texts padded;
-the output is zero at padding.
+the real tokens only, attention each text's own (``csrc/packed_attention.cpp``); the
+output is zero at padding.
 
 It runs where the model's weights are fixed (:func:`zoo.plugin_api.fixed_weights`: each
 ``zoo.embed`` or ``zoo.rerank`` call of an int8 model, each decoding call of a seq2seq
@@ -12,8 +12,8 @@ autograd, not inside ``torch.compile``), and where every layer is the paper's en
 (``plain_encoder_layer``) with softmax attention over every token of its text and no
 positions inside it (BERT's, DistilBERT's, MiniLM's, XLM-R's: positions are added to the
 embeddings), plain norms and a plain network, and each product gives its rows (every
-real token of the batch) to zoo's native product. Anything else, and a batch of more real
-tokens than the products take or than :data:`MAX_ROWS`, runs in Python.
+real token of the batch, or :data:`LEVEL_ROWS` of a larger batch) to zoo's native product.
+Anything else, and a batch of more real tokens than :data:`MAX_ROWS`, runs in Python.
 
 The sealed plan is kept beside the model (:func:`zoo.plugin_api.derived_copy`) while its
 layers' modules and tensors are the ones it was made from, their bytes read again once in
@@ -43,12 +43,23 @@ subclass that rewrites one, ViT's with its layer scale, is not run natively)."""
 
 MAX_ROWS = 8192
 """The most real tokens (padding is left out) a native pass takes: the most rows zoo's int8
-products take on AMX's tiles (:func:`zoo.native.default_rows`), which bind first elsewhere.
-Measured with the real all-MiniLM-L6-v2 in int8 on a 2-core Xeon (Sapphire Rapids class),
-one call of ``zoo.embed``'s texts: 32 texts (639 real tokens of 1,056 padded) 23.5 ms
-natively against 30 ms in Python, 64 texts 46 against 117 ms, 128 texts 120 against 245 ms.
-(When attention ran as the decoding step's loops, torch's fused attention won from about
-128 tokens, and this was 128.)"""
+products take on AMX's tiles (:func:`zoo.native.default_rows`). Measured with the real
+all-MiniLM-L6-v2 in int8 on a 2-core Xeon (Sapphire Rapids class), one call of
+``zoo.embed``'s texts: 32 texts (639 real tokens of 1,056 padded) 23.5 ms natively against
+30 ms in Python, 64 texts 46 against 117 ms, 128 texts 120 against 245 ms."""
+
+LEVEL_ROWS = 128
+"""A pass of more real tokens than this runs natively where every product gives this many
+rows to zoo's native product (:func:`zoo.native.default_rows`: 128 on AVX2 and on Intel's
+AVX-512, 8,192 on AMX's tiles; AMD's AVX-512 int8 gives 4, and its pass of more stays in
+Python, on FBGEMM's product). From about 128 rows zoo's products run at the rate they keep
+for thousands, at or above the library's product of the same rows (measured on a 2-core
+AVX2 EPYC with all-MiniLM-L6-v2's four products: fp32 1.05 to 1.06x oneDNN's from 320 to
+1,056 rows, int8 0.92 to 1.13x FBGEMM's), and a pass that leaves out padding multiplies
+fewer rows: 639 for 32 sentences, where the Python layers multiply 1,056. On that EPYC, in
+one run of ``python benchmarks/encoder_pass.py`` (a slow hour), 32 sentences took 258 ms
+in Python in fp32 and 150 natively, 193 and 124 in int8."""
+
 
 def encoder_plan(model: nn.Module) -> dict | Refusal:
     """The sealed plan of ``model``'s encoder layers, or the :class:`Refusal` saying why
@@ -93,7 +104,7 @@ def encode(model: nn.Module, x: torch.Tensor,
     if not plan:
         refused(plan.reason)
         return None
-    if not takes_rows(plan, rows):
+    if not takes_rows(plan, min(rows, LEVEL_ROWS)):
         return None
     keep = (torch.ones(x.shape[:2], dtype=torch.bool) if padding_mask is None
             else ~padding_mask)

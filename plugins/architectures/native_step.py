@@ -13,7 +13,7 @@ CSRC = Path(__file__).with_name("csrc")
 
 STEP = NativeLibrary(
     "zoo_decoder_step", [CSRC / "decoder_layers.cpp", CSRC / "encoder_layers.cpp",
-                         CSRC / "step_ops.cpp"],
+                         CSRC / "step_ops.cpp", CSRC / "packed_attention.cpp"],
     [CSRC / "step_ops.h", CSRC / "layer_parts.h"], needs=[PRODUCTS])
 """``torch.classes.zoo_decoder.Plan`` and ``Layer``: the step (and an encoder's pass,
 ``Plan.encode``), in the plugin's own namespace."""

@@ -10,11 +10,10 @@
 // anything else runs in Python.
 //
 // Padding is left out (as FasterTransformer's "remove padding" and PyTorch's nested tensors
-// do): the products, norms and networks run over the real tokens only, packed one after
-// another, and only attention sees the texts padded to their longest, through PyTorch's
-// fused scaled-dot-product attention (the kernel zoo's Python layers call), each query
-// reading the real keys of its own text. For 32 sentences of 5 to 30 words, 639 of the
-// 1,056 padded tokens are real. Padding's rows of the output are zeros.
+// do): the products, norms, networks and attention run over the real tokens only, packed one
+// after another, each query reading the keys of its own text (packed_attention.cpp). For 32
+// sentences of 5 to 30 words, 639 of the 1,056 padded tokens are real. Padding's rows of the
+// output are zeros.
 #include <ATen/Functions.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
@@ -25,17 +24,21 @@ namespace zoo::layer {
 
 namespace {
 
-// The real tokens of a batch: their rows of (texts x length), or none where every token is real.
+// The real tokens of a batch: their rows of (texts x length), or none where every token is
+// real, and where each text's tokens begin among the real ones (texts + 1 entries).
 struct Tokens {
-  at::Tensor index;  // (real,) int64, or undefined: every row is real
+  at::Tensor index;   // (real,) int64, or undefined: every row is real
+  at::Tensor starts;  // (texts + 1,) int64
   int64_t texts, length;
   bool all() const { return !index.defined(); }
 };
 
 Tokens real_tokens(const at::Tensor& keep, int64_t texts, int64_t length) {
   const at::Tensor flat = keep.reshape({texts * length});
-  if (flat.all().item<bool>()) return {at::Tensor(), texts, length};
-  return {flat.nonzero().reshape({-1}), texts, length};
+  const at::Tensor starts = at::zeros({texts + 1}, at::kLong);
+  starts.narrow(0, 1, texts).copy_(keep.reshape({texts, length}).sum(1).cumsum(0));
+  if (flat.all().item<bool>()) return {at::Tensor(), starts, texts, length};
+  return {flat.nonzero().reshape({-1}), starts, texts, length};
 }
 
 // rows (real, c) of packed tokens laid out again as (texts x length, c), zeros at padding.
@@ -47,33 +50,20 @@ at::Tensor padded(const at::Tensor& rows, const Tokens& t) {
 }
 
 // Self-attention of the packed tokens' queries, keys and values (real, 1, inner + 2 kv): each
-// query attends to the real keys of its text (``mask``, (texts, 1, 1, length)), through
-// at::scaled_dot_product_attention over the texts padded; (real, 1, inner) out.
-at::Tensor attend(const at::Tensor& qkv, const Tokens& t, const at::Tensor& mask, const Heads& h,
-                  double scale) {
-  const int64_t heads = h.heads, kv_heads = h.kv_heads, width = h.width;
-  const int64_t inner = heads * width, kv = kv_heads * width;
-  const at::Tensor all = padded(qkv, t).view({t.texts, t.length, inner + 2 * kv});
-  auto part = [&](int64_t from, int64_t n) {  // (texts, n, length, width)
-    return all.narrow(-1, from, n * width).view({t.texts, t.length, n, width}).transpose(1, 2);
-  };
-  at::Tensor q = part(0, heads), k = part(inner, kv_heads), v = part(inner + kv, kv_heads);
-  if (kv_heads != heads) {  // grouped-query attention: each key head serves its group
-    k = k.repeat_interleave(heads / kv_heads, 1);
-    v = v.repeat_interleave(heads / kv_heads, 1);
-  }
-  const at::Tensor out = at::scaled_dot_product_attention(
-      q, k, v, t.all() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(mask), 0.0,
-      false, scale).transpose(1, 2).reshape({t.texts * t.length, inner});
-  return (t.all() ? out : out.index_select(0, t.index)).view({-1, 1, inner});
+// query attends to the keys of its own text (packed_attention.cpp); (real, 1, inner) out.
+at::Tensor attend(const at::Tensor& qkv, const Tokens& t, const Heads& h, double scale) {
+  const at::Tensor rows = qkv.contiguous();
+  return zoo::step::attend_packed({rows.data_ptr<float>(), rows.size(-1),
+                                   t.starts.data_ptr<int64_t>(), t.texts, rows.size(0), h.heads,
+                                   h.kv_heads, h.width, float(scale)});
 }
 
 // One layer of the encoder's pass over ``x`` (real, 1, d): attention over every real token of
 // each text, then the network, each with its residual sum.
 at::Tensor encoder_layer(const LayerParts& p, at::Tensor x, const Tokens& tokens,
-                         const at::Tensor& mask, const Heads& h) {
+                         const Heads& h) {
   const at::Tensor qkv = linear(sublayer_input(x, p.norm1, p), p.qkv);
-  const at::Tensor out = attend(qkv, tokens, mask, h, p.self_scale);
+  const at::Tensor out = attend(qkv, tokens, h, p.self_scale);
   x = residual(linear(out, p.self_out), x, p, p.norm1, &p.after_attention);
   return residual(network(p, sublayer_input(x, p.norm3, p)), x, p, p.norm3, &p.after_network);
 }
@@ -112,8 +102,7 @@ at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& keep_in,
     TORCH_CHECK_VALUE(!layers[l]->parallel, "encoder_layers: layer ", l, " is parallel, which "
                       "an encoder's pass does not run");
   }
-  const at::Tensor mask = keep.view({texts, 1, 1, length});
-  for (const LayerParts* layer : layers) x = encoder_layer(*layer, x, tokens, mask, h);
+  for (const LayerParts* layer : layers) x = encoder_layer(*layer, x, tokens, h);
   return padded(x, tokens).view({texts, length, d});
 }
 

@@ -51,4 +51,18 @@ struct Attention {
 // softmax(scale q k^T + bias, -inf where not kept) v: (rows, 1, heads * width), float32.
 at::Tensor attend(const Attention& a);
 
+// Self-attention of texts packed one after another (packed_attention.cpp): text t is rows
+// [starts[t], starts[t + 1]) of qkv, each row its queries (heads x width), keys and values
+// (kv_heads x width each), ``stride`` floats apart; each query attends to its own text's keys.
+struct PackedAttention {
+  const float* qkv;
+  int64_t stride;
+  const int64_t* starts;  // texts + 1 entries
+  int64_t texts, rows, heads, kv_heads, width;
+  float scale;
+};
+
+// softmax(scale q k^T) v of each text: (rows, 1, heads * width), float32.
+at::Tensor attend_packed(const PackedAttention& a);
+
 }  // namespace zoo::step
