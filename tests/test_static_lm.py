@@ -11,7 +11,7 @@ import zoo
 from zoo.decoding.steps import PromptSteps
 from zoo.ops import Linear
 from zoo.plugins.architectures.static_lm import StaticLM, refusal
-from zoo.quantization import QuantizedLinear, quantize
+from zoo.quantization import Int4Linear, QuantizedLinear, quantize
 
 from .test_native import needs_kernel
 
@@ -68,14 +68,15 @@ def _both_paths(model, beams=2, steps=6):
 @needs_kernel
 @pytest.mark.parametrize("recipe,overrides", VARIANTS,
                          ids=lambda v: v if isinstance(v, str) else ",".join(v) or "as is")
-@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
-def test_the_native_step_gives_the_general_paths_logits(recipe, overrides, int8, monkeypatch):
+@pytest.mark.parametrize("dtype", ["fp32", "int8", "int4"])
+def test_the_native_step_gives_the_general_paths_logits(recipe, overrides, dtype, monkeypatch):
     monkeypatch.setattr(Linear, "native_rows", 16)
     monkeypatch.setattr(QuantizedLinear, "native_rows", 16)
     torch.manual_seed(0)
     model = zoo.build(recipe, dropout=0.0, **overrides).eval()
-    if int8:
-        model = quantize(model)
+    if dtype != "fp32":
+        model = quantize(model, dtype)
+        assert any(isinstance(m, Int4Linear) for m in model.modules()) == (dtype == "int4")
     assert refusal(model) is None
     (static, general), ran = _both_paths(model)
     assert ran == [True, False]

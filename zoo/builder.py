@@ -224,7 +224,7 @@ def _check_quantize(mode: str, device: Any) -> None:
                           f"{quoted(list(QUANTIZE_MODES))}, or leave it out for the "
                           "model's own dtype.")
     if device is not None and torch.device(device).type != "cpu":
-        raise RecipeError(f"quantize={mode!r} runs on the CPU (PyTorch's int8 kernels); "
+        raise RecipeError(f"quantize={mode!r} runs on the CPU (PyTorch's and zoo's CPU kernels); "
                           f"build on device 'cpu', not {str(device)!r}.")
 
 

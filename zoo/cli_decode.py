@@ -111,6 +111,11 @@ def add_generate(sub) -> None:
     p.add_argument("--only-new", action="store_true", help="print only the new text, not "
                    "the prompt before it")
     p.add_argument("--device")
+    p.add_argument("--dtype", choices=("fp32", "int8", "int4"), default="fp32",
+                   help="the weights decoded with, on the CPU: int8 (int8 weights and "
+                   "activations: zoo.quantize), int4 (weights alone in 4-bit groups of 32, "
+                   "as llama.cpp's q4_0: zoo.quantize(model, 'int4')); default fp32, the "
+                   "model's own")
     p.set_defaults(func=cmd_generate)
 
 
@@ -210,7 +215,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .derived import fixed_weights
 
     prompts = _prompts(args.prompt)
+    if args.dtype != "fp32" and args.device not in (None, "cpu"):
+        raise SystemExit(f"zoo generate: --dtype {args.dtype} runs on the CPU; leave out "
+                         "--device")
     model = language_model(args.model, args.device)
+    if args.dtype != "fp32":
+        from .quantization import quantize
+
+        model = quantize(model, args.dtype)
     changes = generation_changes(args)
     settings_for(model, None, **changes)  # a setting out of range: one zoo error, first
     with fixed_weights(model):  # the weights checked once for all the prompts

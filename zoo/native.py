@@ -445,9 +445,11 @@ def _products_loaded() -> bool:
 
 PRODUCTS = NativeLibrary(
     "zoo_products",
-    [CSRC / "packed_linear.cpp", CSRC / "int8_linear.cpp", CSRC / "skinny_linear.cpp",
+    [CSRC / "packed_linear.cpp", CSRC / "int8_linear.cpp", CSRC / "int4_linear.cpp",
+     CSRC / "skinny_linear.cpp",
      CSRC / "fingerprint.cpp", CSRC / "top_k.cpp", CSRC / "weight_memory.cpp"],
-    [CSRC / "packed_linear.h", CSRC / "int8_linear.h", CSRC / "int8_kernel.h",
+    [CSRC / "packed_linear.h", CSRC / "int8_linear.h", CSRC / "int4_linear.h",
+     CSRC / "int8_kernel.h",
      CSRC / "int8_kernel512.h", CSRC / "int8_amx.h",
      CSRC / "product_common.h",
      CSRC / "skinny_linear.h", CSRC / "weight_memory.h"],

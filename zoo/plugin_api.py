@@ -87,7 +87,7 @@ from .native import NativeLibrary
 from .native import available as native_available
 from .ops import (Dropout, DropPath, Linear, drop_path, dropout, layer_dropped, plain_linears,
                   rms_norm)
-from .quantization import QuantizedLinear, is_quantized
+from .quantization import Int4Linear, QuantizedLinear, is_quantized
 from .record import ModelRecord, record_of, update_record
 from .resolver import filled
 from .task import Task, TaskDataError, missing_debian_package
@@ -100,7 +100,7 @@ __all__ = [
     "relative_positions", "KVCache", "DecoderCache", "LanguageModelCache",
     # layers
     "Linear", "Dropout", "dropout", "DropPath", "drop_path", "layer_dropped", "native_available",
-    "QuantizedLinear", "is_quantized", "plain_linears", "rms_norm", "HeadNorm",
+    "QuantizedLinear", "Int4Linear", "is_quantized", "plain_linears", "rms_norm", "HeadNorm",
     # copies derived from weights (packed, joined), checked against them
     "derived_copy", "private_copy", "fixed_weights", "weights_fixed", "held_copy",
     # native code of a plugin's own, and the machine it runs on

@@ -38,8 +38,11 @@ from torch import nn
 from . import derived, native
 from .errors import RecipeError
 
-MODES = ("int8",)
+MODES = ("int8", "int4")
 """The quantization modes ``zoo.build(..., quantize=)`` accepts."""
+
+GROUP = 32
+"""Input columns that share one scale in an int4 weight (llama.cpp's q4_0 blocks)."""
 
 
 def _kernels_available() -> bool:
@@ -166,25 +169,117 @@ class QuantizedLinear(nn.Module):
                 f"bias={self.bias is not None}, weight=int8 per-row")
 
 
+class Int4Linear(nn.Module):
+    """A linear layer with its weight in 4 bits: each group of :data:`GROUP` input columns
+    of each output row is 32 integers q from -8 to 7 and one float16 scale d, W = q d
+    (llama.cpp's q4_0: the value of largest magnitude in a group is -8 d), and an fp32
+    bias. Weight-only: the input stays fp32 and zoo's native product turns each group back
+    into floats as it multiplies (``torch.ops.zoo.pack_int4_weight``), so that one prompt's
+    decoding, bound by reading the weights, reads 4.5 bits a weight. Without zoo's native
+    product (another device, a build that failed), the weight is dequantized and multiplied
+    with ``F.linear``.
+
+    ``weight_q4`` (out, in / 2, uint8) holds two q a byte, the even column in the low half,
+    as 4-bit two's complement; ``weight_scale`` (out, in / 32) is float16."""
+
+    def __init__(self, in_features: int, out_features: int, *, bias: bool = True) -> None:
+        super().__init__()
+        if in_features % GROUP:
+            raise RecipeError(f"an int4 layer takes a multiple of {GROUP} inputs, not "
+                              f"{in_features} (zoo.quantize keeps such layers in fp32)")
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight_q4", torch.zeros(out_features, in_features // 2,
+                                                      dtype=torch.uint8))
+        self.register_buffer("weight_scale", torch.ones(out_features, in_features // GROUP,
+                                                        dtype=torch.float16))
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "Int4Linear":
+        """The 4-bit copy of ``linear``: each group's scale is its value of largest
+        magnitude over -8 (so that value is exactly -8 d, as llama.cpp's q4_0 makes it),
+        each weight rounded to the nearest step and kept within -8 to 7."""
+        w = linear.weight.detach().float().cpu()
+        q = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        groups = w.reshape(w.shape[0], -1, GROUP)
+        largest = groups.gather(-1, groups.abs().argmax(-1, keepdim=True))
+        scale = (largest / -8.0).to(torch.float16).float()
+        safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+        ints = torch.round(groups / safe).clamp_(-8, 7).to(torch.int8).reshape(w.shape)
+        nibbles = (ints & 0xF).to(torch.uint8)
+        q.weight_q4 = nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
+        q.weight_scale = scale.squeeze(-1).to(torch.float16)
+        if linear.bias is not None:
+            q.bias = linear.bias.detach().float().clone()
+        return q.to(linear.weight.device)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The fp32 weight the 4-bit one stands for (q times its group's scale)."""
+        low = (self.weight_q4 & 0xF).to(torch.int8)
+        high = (self.weight_q4 >> 4).to(torch.int8)
+        q = torch.stack([low, high], -1).reshape(self.out_features, self.in_features)
+        q = torch.where(q > 7, q - 16, q).float()
+        scale = self.weight_scale.float().repeat_interleave(GROUP, dim=1)
+        return q * scale
+
+    def takes_native(self, rows: int) -> bool:
+        """True when zoo's native product may multiply ``rows`` rows by this layer: any
+        number, CPU weights, a contiguous fp32 bias (or none), and zoo's native libraries
+        available here (it has no other CPU kernel)."""
+        bias = self.bias
+        return (rows > 0 and self.weight_q4.device.type == "cpu" and native.available()
+                and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous())))
+
+    def native_weight(self) -> torch.Tensor:
+        """The 4-bit weight and its scales packed for zoo's native product
+        (``torch.ops.zoo.pack_int4_weight``), kept while they match (checked as
+        :func:`zoo.derived.derived` says)."""
+        return derived.derived(self, "_native_cache", (self.weight_q4, self.weight_scale),
+                               lambda: torch.ops.zoo.pack_int4_weight(self.weight_q4,
+                                                                      self.weight_scale))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in) -> (..., out): zoo's native product on the CPU, else the dequantized
+        weight's ``F.linear``."""
+        if (x.device.type == "cpu" and x.numel() and not torch.compiler.is_compiling()
+                and self.takes_native(x.numel() // x.shape[-1])):
+            out = torch.ops.zoo.packed_linear(x.float().contiguous(), self.native_weight(),
+                                              self.bias, self.out_features)
+            return out if x.dtype == torch.float32 else out.to(x.dtype)
+        return F.linear(x, self.dequantized_weight().to(x.dtype),
+                        None if self.bias is None else self.bias.to(x.dtype))
+
+    def extra_repr(self) -> str:
+        """Sizes and the weight's form in the module's repr."""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, weight=int4 groups of {GROUP}")
+
+
 def quantize(model: nn.Module, mode: str = "int8", *, skip: tuple[str, ...] = ()) -> nn.Module:
     """Quantize ``model``'s linear layers in place for inference and return it (in eval
     mode). ``mode`` is ``"int8"``: int8 weights with per-row scales and activations
-    quantized per call (dynamic quantization). Layers whose qualified name is in
+    quantized per call (dynamic quantization, :class:`QuantizedLinear`); or ``"int4"``:
+    weights alone in 4-bit groups of 32 with fp32 activations (:class:`Int4Linear`, llama.cpp's
+    q4_0), for decoding one prompt at a time, where reading the weights bounds the time; a
+    layer whose inputs are no multiple of 32 stays fp32. Layers whose qualified name is in
     ``skip`` stay fp32. A layer whose weight another module shares (a tied output
-    projection) gets an int8 copy; the sharer (the embedding) keeps the fp32 one."""
+    projection) gets a quantized copy; the sharer (the embedding) keeps the fp32 one."""
     if mode not in MODES:
         raise RecipeError(f"unknown quantization {mode!r}; zoo quantizes to one of "
                           f"{list(MODES)}")
     targets = [(name, module) for name, module in model.named_modules()
-               if isinstance(module, nn.Linear) and name not in skip]
+               if isinstance(module, nn.Linear) and name not in skip
+               and (mode == "int8" or module.in_features % GROUP == 0)]
+    kind = QuantizedLinear if mode == "int8" else Int4Linear
     for name, module in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, QuantizedLinear.from_linear(module))
+        setattr(parent, child, kind.from_linear(module))
     model.quantization = mode
     return model.eval()
 
 
 def is_quantized(model: nn.Module) -> bool:
-    """True when any layer of ``model`` is a :class:`QuantizedLinear`."""
-    return any(isinstance(m, QuantizedLinear) for m in model.modules())
+    """True when any layer of ``model`` is a :class:`QuantizedLinear` or an
+    :class:`Int4Linear`."""
+    return any(isinstance(m, (QuantizedLinear, Int4Linear)) for m in model.modules())

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from zoo.plugin_api import (Linear, QuantizedLinear, Refusal, derived_copy, held_copy,
+from zoo.plugin_api import (Int4Linear, Linear, QuantizedLinear, Refusal, derived_copy, held_copy,
                             private_copy)
 
 from .native_step import STEP
@@ -63,6 +63,11 @@ def joined(holder: nn.Module, name: str, first: nn.Module, second: nn.Module) ->
                                            first.weight_scale, second.weight_scale,
                                            first.bias, second.bias),
                             lambda: _joined_int8(first, second))
+    if type(first) is Int4Linear:
+        return derived_copy(holder, name, (first.weight_q4, second.weight_q4,
+                                           first.weight_scale, second.weight_scale,
+                                           first.bias, second.bias),
+                            lambda: _joined_int4(first, second))
     return None
 
 
@@ -88,18 +93,31 @@ def _joined_int8(q: QuantizedLinear, kv: QuantizedLinear) -> QuantizedLinear:
     return private_copy(fused.eval())
 
 
+def _joined_int4(q: Int4Linear, kv: Int4Linear) -> Int4Linear:
+    fused = Int4Linear(q.in_features, q.out_features + kv.out_features,
+                       bias=q.bias is not None)
+    fused.weight_q4 = torch.cat([q.weight_q4, kv.weight_q4])
+    fused.weight_scale = torch.cat([q.weight_scale, kv.weight_scale])
+    if q.bias is not None:
+        fused.bias = torch.cat([q.bias, kv.bias])
+    return private_copy(fused.eval())
+
+
 def fused_qkv(attn: nn.Module) -> nn.Module | None:
     """One linear layer giving [q | k | v] of a self-attention (see :func:`joined`)."""
     return joined(attn, "_fused_qkv", attn.q_proj, attn.kv_proj)
 
 
 def _plain_linear(layer: nn.Module, rows: int | None) -> bool:
-    return type(layer) in (Linear, QuantizedLinear) and (rows is None
-                                                         or layer.takes_native(rows))
+    return type(layer) in (Linear, QuantizedLinear, Int4Linear) and (
+        rows is None or layer.takes_native(rows))
 
 
 def _product_weight(layer: nn.Module) -> torch.Tensor:
-    """The weight the native step checks a product's sizes by (fp32, or int8)."""
+    """The weight the native step checks a product's sizes by (fp32, int8, or uint8 of two
+    4-bit values a byte)."""
+    if type(layer) is Int4Linear:
+        return layer.weight_q4
     return layer.weight_int8 if type(layer) is QuantizedLinear else layer.weight
 
 
@@ -227,7 +245,7 @@ def _refusal(plan: dict, *, attn: nn.Module, cross: nn.Module | None, fused, net
         (fc1 is None or act is None, f"its network ({type(ffn).__name__}) is not a plain MLP "
                                      "or GLU of ReLU, GELU or SiLU"),
         (not all(_plain_linear(x, rows) for x in products if x is not None),
-         "a product that is not zoo's Linear or QuantizedLinear" if rows is None else
+         "a product that is not zoo's Linear, QuantizedLinear or Int4Linear" if rows is None else
          f"a product that does not give {rows} rows to zoo's native product"),
         (len(kinds) != 1 or None in kinds, "its norms are not all plain LayerNorms or all "
                                            "plain RMSNorms of the model's width"),

@@ -73,6 +73,9 @@ def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
     """The cases of ``zoo bench embed``."""
     import zoo
 
+    from .models import without_int4
+
+    dtypes = without_int4(dtypes, "embed", say)
     name = model or default_model()
     fp32 = zoo.build(name).eval()
     if not hasattr(fp32, "hidden_states"):

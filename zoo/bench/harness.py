@@ -117,12 +117,12 @@ def read_rate(device: str = "cpu", mib: int = 512, repeats: int = 5) -> float:
 
 def step_bytes(model) -> int:
     """Bytes of weights one greedy decoding step of one sentence or prompt reads at the
-    least: every linear layer's weight (fp32, bf16, or int8 with its scales) each once, the
+    least: every linear layer's weight (fp32, bf16, int8 or int4 with its scales) each once, the
     output layer's included (a tied one once), but a seq2seq model's encoder and its
     cross-attention's keys and values (projected once from the encoder's output).
     Embedding rows, norms, biases and the attention caches are left out (under 1% at
     transformer-base's and llama-110m-shape's sizes and 20 to 48 tokens)."""
-    from ..quantization import QuantizedLinear
+    from ..quantization import Int4Linear, QuantizedLinear
 
     total, seen = 0, set()
     for name, module in model.named_modules():
@@ -130,6 +130,8 @@ def step_bytes(model) -> int:
             continue
         if isinstance(module, QuantizedLinear):
             weight, extra = module.weight_int8, module.weight_scale.numel() * 4
+        elif isinstance(module, Int4Linear):
+            weight, extra = module.weight_q4, module.weight_scale.numel() * 2
         elif isinstance(module, torch.nn.Linear):
             weight, extra = module.weight, 0
         else:

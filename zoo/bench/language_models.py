@@ -117,14 +117,16 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
     groups = [("decode", _prompts(vocab, batch, prompt_len, device), new_tokens)]
     if latency is not None:
         groups.append(("latency", _prompts(vocab, 1, latency[0], device), latency[1]))
-    if "int8" in dtypes and torch.device(device).type != "cpu":
-        dtypes = tuple(d for d in dtypes if d != "int8")
-        say("decode int8 skipped: zoo's int8 kernels run on the CPU")
+    for low in ("int8", "int4"):
+        if low in dtypes and torch.device(device).type != "cpu":
+            dtypes = tuple(d for d in dtypes if d != low)
+            say(f"decode {low} skipped: zoo's {low} kernels run on the CPU")
     zoos = {"fp32": model}
     if "bf16" in dtypes:  # its weights converted once, as a bf16 model is run
         zoos["bf16"] = copy.deepcopy(model).to(torch.bfloat16)
-    if "int8" in dtypes:
-        zoos["int8"] = zoo.quantize(copy.deepcopy(model))
+    for low in ("int8", "int4"):
+        if low in dtypes:
+            zoos[low] = zoo.quantize(copy.deepcopy(model), low)
     theirs = {"fp32": peers.transformers}
     if peers.transformers is not None and "bf16" in dtypes:
         theirs["bf16"] = copy.deepcopy(peers.transformers).to(torch.bfloat16)

@@ -54,6 +54,15 @@ def _compiled(models: dict[str, nn.Module], compile: bool) -> dict[str, nn.Modul
     return {k: torch.compile(m) for k, m in models.items()} if compile else models
 
 
+def without_int4(dtypes, bench: str, say) -> tuple:
+    """``dtypes`` but int4, saying why where it was asked for: weight-only int4 is timed for
+    a language model's decoding alone (one prompt, bound by reading the weights)."""
+    if "int4" in dtypes and say:
+        say(f"{bench} int4 skipped: int4 weights (zoo.quantize(model, 'int4')) are timed "
+            "for a language model's decoding (zoo bench decode --model llama-110m-shape)")
+    return tuple(d for d in dtypes if d != "int4")
+
+
 def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: int = 16,
                 src_len: int = 64, tgt_len: int = 64, dtypes=("fp32", "bf16"),
                 impls=("zoo", "torch", "marian"), device: str = "cpu", kernel: str | None = None,
@@ -71,6 +80,7 @@ def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: i
     tgt = torch.randint(3, vocab, (batch, tgt_len + 1), device=device)
     cases = []
     flops = None
+    dtypes = without_int4(dtypes, "train", say)
     if "int8" in dtypes and say:
         say("train int8 skipped: int8 (zoo.quantize) is for inference")
     for dtype in [d for d in dtypes if d != "int8"]:
@@ -129,6 +139,7 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
                               modes=modes or MODES, dtypes=dtypes, impls=lm_impls,
                               device=device, latency=latency, say=say)
     modes = modes or ("greedy", "beam4")
+    dtypes = without_int4(dtypes, "decode", say)
     imported = model.imported
     # the transformers peer: the folder the model was read from, else a Marian of its sizes
     hf = "transformers" if imported is not None else "marian"
@@ -290,6 +301,7 @@ def vit_cases(*, recipe: str = "vit-small-patch16-224", batch: int = 8,
     x = torch.randn(batch, s.get("in_chans", 3), s["image_size"], s["image_size"],
                     device=device)
     y = torch.randint(0, s["num_classes"], (batch,), device=device)
+    dtypes = without_int4(dtypes, "vit", say)
     if "int8" in dtypes and torch.device(device).type != "cpu":
         dtypes = tuple(d for d in dtypes if d != "int8")
         if say:

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 BENCHES = ("train", "decode", "vit", "startup")
-DTYPES = ("fp32", "bf16", "int8")
+DTYPES = ("fp32", "bf16", "int8", "int4")
 """What ``--dtypes`` takes; int8 (a quantized copy, zoo.quantize) is timed for
-inference only: decoding and ViT inference."""
+inference only: decoding and ViT inference; int4 (weights alone in 4-bit groups,
+``zoo.quantize(model, "int4")``) for a language model's decoding."""
 
 
 def _say(message: str) -> None:

@@ -15,7 +15,8 @@
 // weights one vector: on a 2-core Xeon (Sapphire Rapids class) its products of 4 to 128 rows
 // ran at up to twice the AVX2 kernel's rate, with the same results to the bit.
 //
-// Weights packed as int8 with per-row scales (int8_linear.cpp) go through the same operator.
+// Weights packed as int8 with per-row scales (int8_linear.cpp), and as 4-bit groups
+// (int4_linear.cpp), go through the same operator.
 //
 // Every output is one chain of FMAs over k in order, then the bias: so a row's result
 // does not depend on how many rows come with it or on the number of threads.
@@ -27,6 +28,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include "int4_linear.h"
 #include "int8_linear.h"
 #include "packed_linear.h"
 #include "product_common.h"
@@ -152,6 +154,7 @@ namespace zoo {
 
 PackedShape packed_shape(const at::Tensor& packed, const char* op) {
   if (packed.scalar_type() == at::kChar) return int8_packed_shape(packed, op);
+  if (packed.scalar_type() == at::kByte) return int4_packed_shape(packed, op);
   TORCH_CHECK_VALUE(packed.device().is_cpu() && packed.scalar_type() == at::kFloat &&
                         packed.dim() == 1 && packed.is_contiguous() && packed.numel() >= NR,
                     op, ": packed is not a weight from pack_linear_weight (a contiguous 1-d "
@@ -201,6 +204,10 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed,
   if (K == 0) return common::bias_only(y, bias);
   if (packed.scalar_type() == at::kChar) {
     int8_product(xc, packed, b, y, K, n_out);
+    return y;
+  }
+  if (packed.scalar_type() == at::kByte) {
+    int4_product(xc, packed, b, y, K, n_out);
     return y;
   }
   const int64_t rows = xc.numel() / K;

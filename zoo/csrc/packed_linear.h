@@ -23,8 +23,8 @@ PackedShape packed_shape(const at::Tensor& packed, const char* op);
 // What a packed weight's header starts with.
 constexpr int64_t kPackMagic = 0x7a6f6f5061636b31;  // "zooPack1"
 
-// y = x W^T + b (float32, CPU) with W packed by pack_linear_weight, or by pack_int8_weight
-// (int8_linear.h: then W = Q * scale); n_out = W's rows.
+// y = x W^T + b (float32, CPU) with W packed by pack_linear_weight, by pack_int8_weight
+// (int8_linear.h: then W = Q * scale) or by pack_int4_weight (int4_linear.h); n_out = W's rows.
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed,
                          const std::optional<at::Tensor>& bias, int64_t n_out);
 

@@ -18,12 +18,17 @@
 
 namespace zoo::layer {
 
-// A product of a layer: its weight (fp32, or int8 with per-row scales), bias and the packed
-// weight zoo::packed_linear reads (Linear.native_weight in Python).
+// A product of a layer: its weight (fp32, int8 with per-row scales, or uint8 holding two
+// 4-bit values a byte), bias and the packed weight zoo::packed_linear reads
+// (Linear.native_weight in Python).
 struct Product {
   at::Tensor weight, packed;
   std::optional<at::Tensor> bias;
   bool given() const { return weight.defined(); }
+  int64_t outputs() const { return weight.size(0); }
+  int64_t inputs() const {
+    return weight.scalar_type() == at::kByte ? 2 * weight.size(1) : weight.size(1);
+  }
 };
 
 // A LayerNorm (weight, bias) or an RMSNorm (weight only), and its eps.
@@ -74,7 +79,7 @@ struct Sizes {
 };
 
 inline at::Tensor linear(const at::Tensor& x, const Product& p) {
-  return zoo::packed_linear(x, p.packed, p.bias, p.weight.size(0));
+  return zoo::packed_linear(x, p.packed, p.bias, p.outputs());
 }
 
 inline const float* data_or_null(const std::optional<at::Tensor>& t) {
@@ -120,29 +125,32 @@ inline at::Tensor residual(at::Tensor a, const at::Tensor& x, const LayerParts& 
 
 // The feed-forward network of a layer on ``h`` (its input, normed where the layer says).
 inline at::Tensor network(const LayerParts& p, const at::Tensor& h) {
-  return linear(activate(linear(h, p.fc1), p.activation, p.gated, p.fc2.weight.size(1)), p.fc2);
+  return linear(activate(linear(h, p.fc1), p.activation, p.gated, p.fc2.inputs()), p.fc2);
 }
 
 inline void expect(const at::Tensor& t, at::IntArrayRef shape, int64_t layer, const char* what,
-                   bool int8 = false) {
+                   bool quantized = false) {
+  const bool low = t.defined() && (t.scalar_type() == at::kChar || t.scalar_type() == at::kByte);
   TORCH_CHECK_VALUE(t.defined() && t.device().is_cpu() &&
-                        (t.scalar_type() == at::kFloat || (int8 && t.scalar_type() == at::kChar)) &&
+                        (t.scalar_type() == at::kFloat || (quantized && low)) &&
                         t.is_contiguous() && t.sizes() == shape,
                     "decoder_layers: layer ", layer, "'s ", what, " is ",
                     t.defined() ? t.toString() : "undefined", " of shape ",
                     t.defined() ? t.sizes() : at::IntArrayRef{}, (t.defined() &&
                     !t.is_contiguous()) ? " (not contiguous)" : "", "; a contiguous float32 "
-                    "CPU tensor of shape ", shape, int8 ? " (or int8)" : "", " is needed");
+                    "CPU tensor of shape ", shape,
+                    quantized ? " (or int8, or uint8 of half the columns)" : "", " is needed");
 }
 
 // A product's weight, packed weight and bias fit ``outputs`` x ``inputs``.
 inline void check_product(const Product& p, int64_t outputs, int64_t inputs, int64_t l,
                           const char* name) {
   TORCH_CHECK_VALUE(p.given(), "decoder_layers: layer ", l, " lacks its ", name, " weight");
-  expect(p.weight, {outputs, inputs}, l, (std::string(name) + " weight").c_str(), true);
+  const bool int4 = p.weight.defined() && p.weight.scalar_type() == at::kByte;
+  expect(p.weight, {outputs, int4 ? inputs / 2 : inputs}, l,
+         (std::string(name) + " weight").c_str(), true);
   TORCH_CHECK_VALUE(p.packed.defined() &&
-                        (p.weight.scalar_type() == at::kChar) ==
-                            (p.packed.scalar_type() == at::kChar),
+                        p.weight.scalar_type() == p.packed.scalar_type(),
                     "decoder_layers: layer ", l, "'s ", name, " weight is ",
                     p.weight.scalar_type(), " but its packed weight is ",
                     p.packed.defined() ? p.packed.toString() : "undefined");
@@ -176,7 +184,7 @@ inline void check_parts(const LayerParts& p, int64_t l, const Sizes& z) {
                     "; 0 (ReLU), 1 (GELU), 2 (tanh GELU) or 3 (SiLU)");
   TORCH_CHECK_VALUE(p.fc2.given() && p.fc2.weight.dim() == 2, "decoder_layers: layer ", l,
                     " lacks its fc2 weight (a matrix)");
-  const int64_t ff = p.fc2.weight.size(1);  // a gated network's first product: two halves
+  const int64_t ff = p.fc2.inputs();  // a gated network's first product: two halves
   check_product(p.qkv, inner + 2 * kv, d, l, "qkv");
   check_product(p.self_out, d, inner, l, "self out");
   if (z.cross) {
