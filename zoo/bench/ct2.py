@@ -45,7 +45,8 @@ def computable(dtypes, say) -> list[str]:
     CPU (:data:`COMPUTE_TYPES`); ``say`` hears why each other one is skipped."""
     kept = []
     for dtype in dtypes:
-        why = why_not(COMPUTE_TYPES[dtype])
+        why = (why_not(COMPUTE_TYPES[dtype]) if dtype in COMPUTE_TYPES else
+               f"CTranslate2 has no {dtype} weights (its int4 is for AWQ models on CUDA)")
         if why:
             if say:
                 say(f"peer ct2 {dtype} skipped: {why}")

@@ -37,7 +37,7 @@ constexpr int64_t GROUP = 32;                 // input columns per scale
 constexpr int64_t HEADER = 64;                // bytes before the first panel
 constexpr int64_t BLOCK_BYTES = 32 + GROUP * 8;  // a panel's group: scales, then q
 constexpr int64_t PER_TASK = 4;               // panels per task of a thread
-constexpr int64_t PREFETCH = 8;               // groups read ahead at one row (2.3 KB a panel)
+constexpr int64_t PREFETCH = 24;               // groups read ahead at one row (6.9 KB a panel)
 
 struct Product {
   const float* x;
