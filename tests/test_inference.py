@@ -97,8 +97,8 @@ def test_int8_vit_keeps_the_fp32_predictions():
 
 
 def test_quantize_refuses_what_it_cannot_do(tmp_path):
-    with pytest.raises(RecipeError, match=r"quantize='int4'.*'int8'"):
-        zoo.build("transformer-tiny", quantize="int4")
+    with pytest.raises(RecipeError, match=r"quantize='int3'.*'int8', 'int4'"):
+        zoo.build("transformer-tiny", quantize="int3")
     with pytest.raises(RecipeError, match="runs on the CPU"):
         zoo.build("transformer-tiny", quantize="int8", device="cuda")
     model = zoo.build("transformer-tiny", quantize="int8")

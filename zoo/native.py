@@ -13,6 +13,10 @@ disk, registered as ``torch.ops.zoo.*``, and built only when asked.
 - ``pack_int8_weight`` (``zoo/csrc/int8_linear.cpp``): an int8 weight and its per-row
   scales (:mod:`zoo.quantization`) packed in the same panels, which ``packed_linear``
   multiplies reading a quarter of fp32's bytes (the activations stay fp32).
+- ``pack_int4_weight`` (``zoo/csrc/int4_linear.cpp``): a weight in 4-bit groups of 32
+  with float16 scales (:class:`zoo.quantization.Int4Linear`, llama.cpp's q4_0) packed in
+  panels of 16 outputs, which ``packed_linear`` multiplies reading 4.5 bits a weight,
+  turning each group back into floats as it goes (the activations stay fp32).
 - ``skinny_linear`` (``zoo/csrc/skinny_linear.cpp``): the same product on the weight
   as it is (no packed copy), for a few rows; what ``Linear`` calls inside
   ``torch.compile``, where a packed copy cannot be kept.

@@ -35,7 +35,7 @@ import torch
 
 from ..embedding import pooling_of
 from ..hardware import detect as detect_hardware
-from .harness import Case, weights_held
+from .harness import Case, weights_held, without_int4
 
 MODES = ("batch1", "batch32")
 SIZES = tuple(int(mode.removeprefix("batch")) for mode in MODES)
@@ -72,8 +72,6 @@ def default_model() -> str:
 def embed_cases(*, model: str | None, modes, dtypes, impls, say) -> list[Case]:
     """The cases of ``zoo bench embed``."""
     import zoo
-
-    from .models import without_int4
 
     dtypes = without_int4(dtypes, "embed", say)
     name = model or default_model()

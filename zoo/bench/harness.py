@@ -115,6 +115,15 @@ def read_rate(device: str = "cpu", mib: int = 512, repeats: int = 5) -> float:
     return x.numel() * 4 / statistics.median(times)
 
 
+def without_int4(dtypes, bench: str, say) -> tuple:
+    """``dtypes`` but int4, saying why where it was asked for: weight-only int4 is timed for
+    a language model's decoding alone (one prompt, bound by reading the weights)."""
+    if "int4" in dtypes and say:
+        say(f"{bench} int4 skipped: int4 weights (zoo.quantize(model, 'int4')) are timed "
+            "for a language model's decoding (zoo bench decode --model llama-110m-shape)")
+    return tuple(d for d in dtypes if d != "int4")
+
+
 def step_bytes(model) -> int:
     """Bytes of weights one greedy decoding step of one sentence or prompt reads at the
     least: every linear layer's weight (fp32, bf16, int8 or int4 with its scales) each once, the

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..kinds import Kind, kind_of
 from . import peers
-from .harness import Case, count_flops, step_bytes, weights_held
+from .harness import Case, count_flops, step_bytes, weights_held, without_int4
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 """The dtypes run under autocast; ``int8`` (decode) is a quantized copy instead."""
@@ -52,15 +52,6 @@ def _peer_models(zoo_model: nn.Module, names: list[str], makers: dict[str, Calla
 def _compiled(models: dict[str, nn.Module], compile: bool) -> dict[str, nn.Module]:
     """Every implementation through torch.compile, or none (the comparison stays fair)."""
     return {k: torch.compile(m) for k, m in models.items()} if compile else models
-
-
-def without_int4(dtypes, bench: str, say) -> tuple:
-    """``dtypes`` but int4, saying why where it was asked for: weight-only int4 is timed for
-    a language model's decoding alone (one prompt, bound by reading the weights)."""
-    if "int4" in dtypes and say:
-        say(f"{bench} int4 skipped: int4 weights (zoo.quantize(model, 'int4')) are timed "
-            "for a language model's decoding (zoo bench decode --model llama-110m-shape)")
-    return tuple(d for d in dtypes if d != "int4")
 
 
 def train_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: int = 16,
