@@ -77,6 +77,15 @@ def test_quantize_keeps_in_fp32_a_layer_that_does_not_split_into_groups():
         quantize(torch.nn.Linear(64, 8), "int3")
 
 
+def test_an_int4_model_is_not_saved_and_the_refusal_names_int4(tmp_path):
+    from zoo.errors import ArtifactError
+
+    model = zoo.build("llama-tiny", quantize="int4")
+    with pytest.raises(ArtifactError, match="quantize='int4'"):
+        zoo.save_pretrained(model, tmp_path / "q")
+    assert not (tmp_path / "q").exists()
+
+
 @needs_kernel
 def test_an_int4_language_model_decodes_close_to_its_fp32_self():
     """llama-tiny (random weights) in int4 against fp32: logits in the same direction and

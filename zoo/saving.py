@@ -83,10 +83,11 @@ def save_pretrained(
             f"`.recipe`); got {with_article(type(model).__name__)} without one."
         )
     if is_quantized(model):
+        mode = getattr(model, "quantization", "int8")
         raise ArtifactError(
-            "save_pretrained saves fp32 models; this one is quantized (zoo.quantize). Save "
-            "the model before quantizing it, and quantize after loading: "
-            "zoo.build('local-dir:FOLDER', quantize='int8')."
+            f"save_pretrained saves fp32 models; this one is quantized to {mode} "
+            "(zoo.quantize). Save the model before quantizing it, and quantize after loading: "
+            f"zoo.build('local-dir:FOLDER', quantize='{mode}')."
         )
     train = results = None
     extra: dict[str, Path] = {}
