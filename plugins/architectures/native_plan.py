@@ -11,9 +11,9 @@ block says ``static_layout``), softmax attention over every key
 (``plain_layer_norm``) or RMSNorms (``plain_rms_norm``); feed-forward networks that say
 ``plain_mlp`` or ``plain_glu`` (GEGLU, SwiGLU: fc1_g and fc1_x joined into one product)
 with a ReLU, GELU (exact or tanh) or SiLU; and products that each give their rows to zoo's
-native product: zoo's ``Linear`` (fp32 CPU weights) or ``QuantizedLinear`` (int8). A
-subclass that rewrites the method a flag speaks for, without saying the flag again, is not
-trusted.
+native product: zoo's ``Linear`` (fp32 CPU weights), ``QuantizedLinear`` (int8) or
+``Int4Linear`` (4-bit groups). A subclass that rewrites the method a flag speaks for,
+without saying the flag again, is not trusted.
 """
 
 from __future__ import annotations
@@ -46,29 +46,30 @@ def declares(module: nn.Module, flag: str, method: str) -> bool:
     return False
 
 
+QUANTIZED_WEIGHTS = {QuantizedLinear: "weight_int8", Int4Linear: "weight_q4"}
+"""zoo's quantized linear layers and the name of each one's weight; each also holds
+``weight_scale`` and ``bias``, rows of which belong to its output rows alone."""
+
+
 def joined(holder: nn.Module, name: str, first: nn.Module, second: nn.Module) -> nn.Module | None:
     """One linear layer giving [first(x) | second(x)] where both are plain linear layers
-    of one kind: zoo's ``Linear``, or int8 ``QuantizedLinear`` (whose rows, each with its
-    own scale, join exactly); None otherwise. It is kept on ``holder`` as ``name``, made
-    once and made again when either weight changes; it holds copies, so it is never
-    trained or saved."""
+    of one kind: zoo's ``Linear``, or a quantized one (:data:`QUANTIZED_WEIGHTS`: int8
+    ``QuantizedLinear`` or ``Int4Linear``, whose rows, each with its own scales, join
+    exactly); None otherwise. It is kept on ``holder`` as ``name``, made once and made
+    again when either weight changes; it holds copies, so it is never trained or saved."""
     if type(first) is not type(second) or (first.bias is None) != (second.bias is None):
         return None
     if type(first) is Linear:
         return derived_copy(holder, name, (first.weight, second.weight, first.bias,
                                            second.bias),
                             lambda: _joined_linear(first, second))
-    if type(first) is QuantizedLinear:
-        return derived_copy(holder, name, (first.weight_int8, second.weight_int8,
-                                           first.weight_scale, second.weight_scale,
-                                           first.bias, second.bias),
-                            lambda: _joined_int8(first, second))
-    if type(first) is Int4Linear:
-        return derived_copy(holder, name, (first.weight_q4, second.weight_q4,
-                                           first.weight_scale, second.weight_scale,
-                                           first.bias, second.bias),
-                            lambda: _joined_int4(first, second))
-    return None
+    weight = QUANTIZED_WEIGHTS.get(type(first))
+    if weight is None:
+        return None
+    return derived_copy(holder, name, (getattr(first, weight), getattr(second, weight),
+                                       first.weight_scale, second.weight_scale,
+                                       first.bias, second.bias),
+                        lambda: _joined_quantized(first, second, weight))
 
 
 def _joined_linear(q: Linear, kv: Linear) -> Linear:
@@ -82,24 +83,14 @@ def _joined_linear(q: Linear, kv: Linear) -> Linear:
     return private_copy(fused)  # its weight is this copy: nothing else writes it
 
 
-def _joined_int8(q: QuantizedLinear, kv: QuantizedLinear) -> QuantizedLinear:
-    fused = QuantizedLinear(q.in_features, q.out_features + kv.out_features,
-                            bias=q.bias is not None)
-    fused.weight_int8 = torch.cat([q.weight_int8, kv.weight_int8])
+def _joined_quantized(q: nn.Module, kv: nn.Module, weight: str) -> nn.Module:
+    fused = type(q)(q.in_features, q.out_features + kv.out_features, bias=q.bias is not None)
+    setattr(fused, weight, torch.cat([getattr(q, weight), getattr(kv, weight)]))
     fused.weight_scale = torch.cat([q.weight_scale, kv.weight_scale])
     if q.bias is not None:
         fused.bias = torch.cat([q.bias, kv.bias])
-    fused.native_rows = q.native_rows
-    return private_copy(fused.eval())
-
-
-def _joined_int4(q: Int4Linear, kv: Int4Linear) -> Int4Linear:
-    fused = Int4Linear(q.in_features, q.out_features + kv.out_features,
-                       bias=q.bias is not None)
-    fused.weight_q4 = torch.cat([q.weight_q4, kv.weight_q4])
-    fused.weight_scale = torch.cat([q.weight_scale, kv.weight_scale])
-    if q.bias is not None:
-        fused.bias = torch.cat([q.bias, kv.bias])
+    if "native_rows" in vars(q):  # a limit set on the layer (int8's), kept
+        fused.native_rows = q.native_rows
     return private_copy(fused.eval())
 
 
@@ -109,16 +100,15 @@ def fused_qkv(attn: nn.Module) -> nn.Module | None:
 
 
 def _plain_linear(layer: nn.Module, rows: int | None) -> bool:
-    return type(layer) in (Linear, QuantizedLinear, Int4Linear) and (
+    return (type(layer) is Linear or type(layer) in QUANTIZED_WEIGHTS) and (
         rows is None or layer.takes_native(rows))
 
 
 def _product_weight(layer: nn.Module) -> torch.Tensor:
     """The weight the native step checks a product's sizes by (fp32, int8, or uint8 of two
     4-bit values a byte)."""
-    if type(layer) is Int4Linear:
-        return layer.weight_q4
-    return layer.weight_int8 if type(layer) is QuantizedLinear else layer.weight
+    weight = QUANTIZED_WEIGHTS.get(type(layer))
+    return layer.weight if weight is None else getattr(layer, weight)
 
 
 def _plain_vector(t: torch.Tensor | None, width: int) -> bool:
