@@ -1,4 +1,4 @@
-"""Weight-only int4 (``zoo.quantize(model, "int4")``, llama.cpp's q4_0 groups) and int8
+"""int4 (``zoo.quantize(model, "int4")``, llama.cpp's q4_0 groups) and int8
 against fp32 on a trained language model: test perplexity of each (the task's own
 evaluation) and the share of greedy tokens equal to fp32's, continuing the first 4 tokens
 of each of the first 200 test sentences by 16 tokens (the agreement docs/bench.md states).
@@ -6,10 +6,9 @@ of each of the first 200 test sentences by 16 tokens (the agreement docs/bench.m
     zoo train lm-english --out runs/lm-english      # six minutes on 2 cores
     .venv/bin/python benchmarks/int4_quality.py runs/lm-english
 
-The int4 groups are llama.cpp's q4_0 reference quantizer's (tests/test_int4.py holds them
-to it), so llama.cpp's q4_0 of the same weights reads the same numbers but where a value
-falls half-way between two steps; its own products then also round the activations to 8
-bits (q8_0), which zoo's int4 leaves in fp32.
+The int4 groups are llama.cpp's q4_0 reference quantizer's and the rounded activations its
+q8_0's (tests/test_int4.py holds both to them), so llama.cpp's q4_0 of the same weights
+computes the same numbers but where a value falls half-way between two steps.
 """
 
 from __future__ import annotations

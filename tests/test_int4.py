@@ -1,7 +1,9 @@
-"""Weight-only int4 (zoo.quantization.Int4Linear, llama.cpp's q4_0): each group of 32 input
+"""int4 weights (zoo.quantization.Int4Linear, llama.cpp's q4_0): each group of 32 input
 columns of a row rounded to 16 steps of one float16 scale, as llama.cpp's reference
-quantizer writes them; zoo's native product of the packed groups gives the dequantized
-weight's F.linear at one row (a decoding step) and at many (a prompt read); zoo.quantize
+quantizer writes them, and the input rounded to int8 in groups of 32 as its q8_0 rounds
+it; zoo's native product of the packed groups gives the rounded input times the
+dequantized weight by F.linear at one row (a decoding step) and at many (a prompt read);
+zoo.quantize
 keeps in fp32 what does not split into groups; zoo generate --dtype int4 decodes with it."""
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import torch
 
 import zoo
 from zoo.errors import RecipeError
-from zoo.quantization import GROUP, Int4Linear, quantize
+from zoo.quantization import GROUP, Int4Linear, quantize, rounded_by_groups
 
 from .test_native import needs_kernel
 
@@ -52,16 +54,41 @@ def test_the_groups_are_llama_cpps_q4_0():
     assert q.weight_scale.dtype == torch.float16 and q.weight_scale.shape == (5, 3)
 
 
+def _q8_0(x: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's quantize_row_q8_0_ref, block by block (ggml-quants.c: d = max|x| / 127,
+    q = roundf(x / d)), dequantized q d (d kept in fp32 here; llama.cpp stores it as fp16)."""
+    out = torch.empty_like(x)
+    for b in range(0, x.shape[0], 32):
+        v = x[b:b + 32].tolist()
+        d = max(abs(t) for t in v) / 127
+        inv = 1.0 / d if d else 0.0
+        for j, t in enumerate(v):
+            out[b + j] = float(int(abs(t * inv) + 0.5) * (1 if t >= 0 else -1)) * d
+    return out
+
+
+def test_the_input_is_rounded_as_llama_cpps_q8_0():
+    torch.manual_seed(1)
+    x = torch.randn(256) * torch.linspace(0.01, 10, 256)
+    x[:32] = 0.0  # a group of zeros stays zeros
+    got, expected = rounded_by_groups(x[None])[0], _q8_0(x)
+    # one step apart at most (a half-way value rounds to even here, away from zero there)
+    step = x.reshape(-1, 32).abs().amax(-1).repeat_interleave(32) / 127
+    assert ((got - expected).abs() <= step * 1.001 + 1e-7).all()
+    assert torch.isclose(got, expected, rtol=1e-5, atol=1e-7).float().mean() > 0.99
+    assert torch.equal(got[:32], torch.zeros(32))
+
+
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 2, 6, 7, 20])
 @pytest.mark.parametrize("shape", [(37, 64), (48, 96), (130, 32)])
-def test_the_native_product_is_the_dequantized_weights_linear(rows, shape):
+def test_the_native_product_is_the_rounded_inputs_linear(rows, shape):
     torch.manual_seed(rows)
     out_features, in_features = shape
     q = Int4Linear.from_linear(torch.nn.Linear(in_features, out_features))
     x = torch.randn(rows, in_features)
     assert q.takes_native(rows)
-    expected = torch.nn.functional.linear(x, q.dequantized_weight(), q.bias)
+    expected = torch.nn.functional.linear(rounded_by_groups(x), q.dequantized_weight(), q.bias)
     torch.testing.assert_close(q(x), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(q(x.view(1, rows, in_features)), expected[None], rtol=1e-5,
                                atol=1e-5)

@@ -16,7 +16,8 @@ disk, registered as ``torch.ops.zoo.*``, and built only when asked.
 - ``pack_int4_weight`` (``zoo/csrc/int4_linear.cpp``): a weight in 4-bit groups of 32
   with float16 scales (:class:`zoo.quantization.Int4Linear`, llama.cpp's q4_0) packed in
   panels of 16 outputs, which ``packed_linear`` multiplies reading 4.5 bits a weight,
-  turning each group back into floats as it goes (the activations stay fp32).
+  by integer dot products with the activations rounded to int8 in groups of 32 as it goes
+  (llama.cpp's q8_0).
 - ``skinny_linear`` (``zoo/csrc/skinny_linear.cpp``): the same product on the weight
   as it is (no packed copy), for a few rows; what ``Linear`` calls inside
   ``torch.compile``, where a packed copy cannot be kept.

@@ -42,7 +42,19 @@ MODES = ("int8", "int4")
 """The quantization modes ``zoo.build(..., quantize=)`` accepts."""
 
 GROUP = 32
-"""Input columns that share one scale in an int4 weight (llama.cpp's q4_0 blocks)."""
+"""Input columns that share one scale in an int4 weight (llama.cpp's q4_0 blocks), and in
+the rounded input it multiplies (its q8_0 blocks)."""
+
+
+def rounded_by_groups(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as an int4 layer multiplies it: each :data:`GROUP` values of its last
+    dimension rounded to int8 by a scale of their own, e = max|x| / 127, q = round(x 127 /
+    max|x|) (half to even), given back as q e in fp32 (llama.cpp's q8_0, which its CPU
+    product of q4_0 weights takes)."""
+    g = x.float().reshape(*x.shape[:-1], -1, GROUP)
+    largest = g.abs().amax(-1, keepdim=True)
+    inv = torch.where(largest > 0, 127.0 / largest, torch.zeros_like(largest))
+    return (torch.round(g * inv) * (largest / 127.0)).reshape(x.shape)
 
 
 def _kernels_available() -> bool:
@@ -160,7 +172,7 @@ class QuantizedLinear(nn.Module):
                 out = None
             if out is not None:
                 return out if x.dtype == torch.float32 else out.to(x.dtype)
-        return F.linear(x, self.dequantized_weight().to(x.dtype),
+        return F.linear(rounded_by_groups(x).to(x.dtype), self.dequantized_weight().to(x.dtype),
                         None if self.bias is None else self.bias.to(x.dtype))
 
     def extra_repr(self) -> str:
@@ -173,11 +185,13 @@ class Int4Linear(nn.Module):
     """A linear layer with its weight in 4 bits: each group of :data:`GROUP` input columns
     of each output row is 32 integers q from -8 to 7 and one float16 scale d, W = q d
     (llama.cpp's q4_0: the value of largest magnitude in a group is -8 d), and an fp32
-    bias. Weight-only: the input stays fp32 and zoo's native product turns each group back
-    into floats as it multiplies (``torch.ops.zoo.pack_int4_weight``), so that one prompt's
-    decoding, bound by reading the weights, reads 4.5 bits a weight. Without zoo's native
-    product (another device, a build that failed), the weight is dequantized and multiplied
-    with ``F.linear``.
+    bias. The input is rounded to int8 in groups of 32 as it is multiplied
+    (:func:`rounded_by_groups`, llama.cpp's q8_0, as llama.cpp multiplies q4_0 on a CPU),
+    and zoo's native product (``torch.ops.zoo.pack_int4_weight``) takes the 4-bit values as
+    they are, into integer dot products, so that one prompt's decoding, bound by reading
+    the weights, reads 4.5 bits a weight. Without zoo's native product (another device, a
+    build that failed), the rounded input and the dequantized weight go through
+    ``F.linear``.
 
     ``weight_q4`` (out, in / 2, uint8) holds two q a byte, the even column in the low half,
     as 4-bit two's complement; ``weight_scale`` (out, in / 32) is float16."""
@@ -239,14 +253,14 @@ class Int4Linear(nn.Module):
                                                                       self.weight_scale))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., in) -> (..., out): zoo's native product on the CPU, else the dequantized
-        weight's ``F.linear``."""
+        """x (..., in) -> (..., out): zoo's native product on the CPU, else the rounded
+        input times the dequantized weight by ``F.linear``."""
         if (x.device.type == "cpu" and x.numel() and not torch.compiler.is_compiling()
                 and self.takes_native(x.numel() // x.shape[-1])):
             out = torch.ops.zoo.packed_linear(x.float().contiguous(), self.native_weight(),
                                               self.bias, self.out_features)
             return out if x.dtype == torch.float32 else out.to(x.dtype)
-        return F.linear(x, self.dequantized_weight().to(x.dtype),
+        return F.linear(rounded_by_groups(x).to(x.dtype), self.dequantized_weight().to(x.dtype),
                         None if self.bias is None else self.bias.to(x.dtype))
 
     def extra_repr(self) -> str:
@@ -259,8 +273,9 @@ def quantize(model: nn.Module, mode: str = "int8", *, skip: tuple[str, ...] = ()
     """Quantize ``model``'s linear layers in place for inference and return it (in eval
     mode). ``mode`` is ``"int8"``: int8 weights with per-row scales and activations
     quantized per call (dynamic quantization, :class:`QuantizedLinear`); or ``"int4"``:
-    weights alone in 4-bit groups of 32 with fp32 activations (:class:`Int4Linear`, llama.cpp's
-    q4_0), for decoding one prompt at a time, where reading the weights bounds the time; a
+    weights in 4-bit groups of 32, activations rounded to int8 in groups of 32 as they are
+    multiplied (:class:`Int4Linear`, llama.cpp's q4_0 times its q8_0), for decoding one
+    prompt at a time, where reading the weights bounds the time; a
     layer whose inputs are no multiple of 32 stays fp32. Layers whose qualified name is in
     ``skip`` stay fp32. A layer whose weight another module shares (a tied output
     projection) gets a quantized copy; the sharer (the embedding) keeps the fp32 one."""

@@ -2,17 +2,21 @@
 // columns, each group of each output row as 32 signed 4-bit integers q (-8 to 7) and one
 // scale d, W = q d (llama.cpp's q4_0: 4.5 bits a weight with a 16-bit scale; Dettmers and
 // Zettlemoyer, "The case for 4-bit precision", 2023; Frantar et al., "GPTQ", 2023, for groups).
-// Weight-only: x stays float32 and each group is turned back into floats inside the product,
-// so a decoding step, bound by reading its weights, reads a little over half the bytes of
-// int8 and 14% of float32's.
+// As llama.cpp multiplies q4_0 on a CPU, each group of 32 values of a row of x is rounded to
+// int8 by a scale of its own (its q8_0: e = max|x| / 127) and the products are integer dot
+// products, exact in int32, scaled once a group by d e: so a decoding step, bound by reading
+// its weights, reads a little over half the bytes of int8 and 14% of float32's, and turns no
+// weight into a float (AVX2's vpmaddubsw takes 32 of them a time, stored as q + 8).
 //
-// Layout: after a 64-byte header (magic, N, K), panels of 16 outputs; a panel is K / 32
-// blocks of 288 bytes: the 16 outputs' scales as float16 (32 bytes), then for each of the 32
-// columns 8 bytes, byte j holding output j's q + 8 in its low half and output j + 8's in its
-// high half. At one row (a decoding step) a block's values go into registers as 16 floats a
-// column and are summed unscaled over the group, then scaled once (four streams of panels);
-// at more rows (a prompt read) each panel is made floats once and read by every row.
-// Every output's group sums run in the order of k, so a row's result depends on that row
+// Layout: after a 64-byte header (magic, N, K), panels of 16 outputs, in fours (a quad, the
+// last one maybe shorter); a panel's group of 32 columns is a block of 288 bytes: the 16
+// outputs' scales as float16 (32 bytes), then for each four columns 32 bytes, byte 4 j + t
+// holding output j's q + 8 of column t in its low half and output j + 8's in its high half
+// (the operand order of vpmaddubsw and vpmaddwd). A quad holds its panels' blocks group by
+// group, side by side (block_at), so that one row, which reads a quad's four panels
+// together, reads each thread's share of the weight as one stream from memory.
+// Rows go through the panels one to six at a time (schedule in product_common.h); every
+// output's group sums are added in the order of k, so a row's result depends on that row
 // alone (not on the others, nor on the threads).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -26,6 +30,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -37,149 +42,123 @@ constexpr int64_t GROUP = 32;                 // input columns per scale
 constexpr int64_t HEADER = 64;                // bytes before the first panel
 constexpr int64_t BLOCK_BYTES = 32 + GROUP * 8;  // a panel's group: scales, then q
 constexpr int64_t PER_TASK = 4;               // panels per task of a thread
-constexpr int64_t PREFETCH = 24;               // groups read ahead at one row (6.9 KB a panel)
+constexpr int64_t QUAD = 4;                   // panels side by side, group by group
+constexpr int64_t PREFETCH = 24 * QUAD * BLOCK_BYTES;  // bytes read ahead at one row
+
+// Where panel p's block of group g starts (see the layout above).
+inline int64_t block_at(int64_t p, int64_t g, int64_t groups, int64_t panels) {
+  const int64_t q0 = p / QUAD * QUAD, in_quad = std::min<int64_t>(QUAD, panels - q0);
+  return (q0 * groups + g * in_quad + (p - q0)) * BLOCK_BYTES;
+}
 
 struct Product {
-  const float* x;
-  const float* x_sums;  // row r, group g: the sum of x over the group (one row at a time)
+  const int8_t* xq;     // rows x K: x rounded to int8, a scale a group (quantize_row)
+  const float* xd;      // rows x groups: those scales
+  const int32_t* xsum;  // rows x groups: the sum of each group's int8 values
   const uint8_t* w;     // the first panel
   const float* b;
   float* y;
-  int64_t K, N, groups;
+  int64_t K, N, groups, panels;
 };
 
-// The 16 q of column k of a block, as stored (unsigned, q + 8): outputs 0-7 (lo) and 16
-// times outputs 8-15 (hi, left in the high half of each byte: the 16 is taken out with the
-// scale). Two ANDs and two conversions, no shifts (one port on some AMD cores).
-__attribute__((target("avx2,fma"))) inline void column(const uint8_t* q, __m256& lo,
-                                                       __m256& hi) {
-  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
-  lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x0F)));
-  hi = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xF0)));
-}
-
-// A block's 16 scales: d for outputs 0-7 and d / 16 for outputs 8-15 (see column).
-__attribute__((target("avx2,fma,f16c"))) inline void scales(const uint8_t* block, __m256& lo,
-                                                             __m256& hi) {
-  lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
-  hi = _mm256_mul_ps(
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16))),
-      _mm256_set1_ps(1.f / 16.f));
-}
-
-// y[0 .. cols) = acc + bias for one row of a panel.
-__attribute__((target("avx2,fma"))) inline void store(float* out, __m256 lo, __m256 hi,
-                                                      const float* b, int64_t cols) {
-  if (cols == NR) {
-    _mm256_storeu_ps(out, b ? _mm256_add_ps(lo, _mm256_loadu_ps(b)) : lo);
-    _mm256_storeu_ps(out + 8, b ? _mm256_add_ps(hi, _mm256_loadu_ps(b + 8)) : hi);
-    return;
-  }
-  alignas(32) float tmp[NR];
-  _mm256_store_ps(tmp, lo);
-  _mm256_store_ps(tmp + 8, hi);
-  for (int64_t j = 0; j < cols; ++j) out[j] = tmp[j] + (b ? b[j] : 0.f);
-}
-
-// One row against NP panels from panel p: each group's stored values summed against x
-// unscaled, then d (sum - 8 sum(x)) added (q = stored - 8). Four panels are four streams from
-// memory, as many as the int8 kernel reads at one row (two left reading at half the rate); the
-// running totals wait in memory between groups, so that the group sums keep the registers.
-template <int NP>
-__attribute__((target("avx2,fma,f16c"))) void one_row(const Product& a, int64_t m, int64_t p,
-                                                       int64_t cols_last) {
-  const float* x = a.x + m * a.K;
-  const float* sums = a.x_sums + m * a.groups;
-  const int64_t stride = a.groups * BLOCK_BYTES;
-  const uint8_t* w = a.w + p * stride;
-  alignas(32) float acc[NP * NR] = {};
-  for (int64_t g = 0; g < a.groups; ++g) {
-    __m256 sum[2 * NP];
-    for (int j = 0; j < 2 * NP; ++j) sum[j] = _mm256_setzero_ps();
+// A row of x in groups of 32, llama.cpp's quantize_row_q8_0: e = max|x| / 127 and
+// q = round(x / e) (half to even, as its AVX2 code rounds), with each group's sum of q.
+__attribute__((target("avx2,fma"))) void quantize_row(const float* x, int64_t groups, int8_t* q,
+                                                      float* e, int32_t* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  for (int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * GROUP;
-    for (int i = 0; i < NP; ++i)  // PREFETCH groups ahead: a stream's reads stay in flight
-      for (int64_t line = 0; line < BLOCK_BYTES; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(w + i * stride + (g + PREFETCH) * BLOCK_BYTES +
-                                                   line),
-                     _MM_HINT_T0);
-    for (int64_t k = 0; k < GROUP; ++k) {
-      const __m256 xb = _mm256_set1_ps(xg[k]);
-      for (int i = 0; i < NP; ++i) {
-        __m256 lo, hi;
-        column(w + i * stride + g * BLOCK_BYTES + 32 + k * 8, lo, hi);
-        sum[2 * i] = _mm256_fmadd_ps(lo, xb, sum[2 * i]);
-        sum[2 * i + 1] = _mm256_fmadd_ps(hi, xb, sum[2 * i + 1]);
-      }
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xg + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
     }
-    const __m256 off_lo = _mm256_set1_ps(8.f * sums[g]), off_hi = _mm256_set1_ps(128.f * sums[g]);
-    for (int i = 0; i < NP; ++i) {
-      __m256 d_lo, d_hi;
-      scales(w + i * stride + g * BLOCK_BYTES, d_lo, d_hi);
-      float* t = acc + i * NR;
-      _mm256_store_ps(t, _mm256_fmadd_ps(_mm256_sub_ps(sum[2 * i], off_lo), d_lo,
-                                         _mm256_load_ps(t)));
-      _mm256_store_ps(t + 8, _mm256_fmadd_ps(_mm256_sub_ps(sum[2 * i + 1], off_hi), d_hi,
-                                             _mm256_load_ps(t + 8)));
-    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float largest = _mm_cvtss_f32(m);
+    e[g] = largest / 127.f;
+    const __m256 inv = _mm256_set1_ps(largest > 0.f ? 127.f / largest : 0.f);
+    __m256i i32[4];
+    for (int i = 0; i < 4; ++i) i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+    const __m256i total = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]),
+                                           _mm256_add_epi32(i32[2], i32[3]));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    sum[g] = _mm_cvtsi128_si32(t);
+    // int32 to int8 packs within 128-bit lanes; the permutation puts k back in order
+    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b),
+                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * GROUP), i8);
   }
-  for (int i = 0; i < NP; ++i)
-    store(a.y + m * a.N + (p + i) * NR, _mm256_load_ps(acc + i * NR),
-          _mm256_load_ps(acc + i * NR + 8), a.b ? a.b + (p + i) * NR : nullptr,
-          i == NP - 1 ? cols_last : NR);
 }
 
-// Panel p made floats (K x 16, each column's 16 weights side by side) into ``out``.
-__attribute__((target("avx2,fma,f16c"))) void panel_floats(const Product& a, int64_t p,
-                                                            float* out) {
-  const uint8_t* w = a.w + p * a.groups * BLOCK_BYTES;
+// MR rows from row m against NP panels from panel p. In a group each panel's 16 outputs
+// gather int16 sums of vpmaddubsw's pairs (stored q + 8 in 0 to 15 times x's int8: eight
+// pairs of at most 2 * 15 * 127 make at most 30,480, no overflow), made int32 once, less
+// 8 times the group's sum of x (q = stored - 8), then scaled by d e into running totals that
+// wait in memory between groups. At one row, a quad's blocks of a group are read together,
+// PREFETCH bytes ahead of the stream.
+template <int MR, int NP>
+__attribute__((target("avx2,fma,f16c"))) void tile(const Product& a, int64_t m, int64_t p,
+                                                    int64_t cols_last) {
+  alignas(32) float acc[MR][NP][NR] = {};
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int64_t g = 0; g < a.groups; ++g) {
-    const uint8_t* block = w + g * BLOCK_BYTES;
-    __m256 d_lo, d_hi;
-    scales(block, d_lo, d_hi);
-    const __m256 off_lo = _mm256_set1_ps(8.f), off_hi = _mm256_set1_ps(128.f);
-    for (int64_t k = 0; k < GROUP; ++k) {
-      __m256 lo, hi;
-      column(block + 32 + k * 8, lo, hi);
-      float* o = out + (g * GROUP + k) * NR;
-      _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_sub_ps(lo, off_lo), d_lo));
-      _mm256_storeu_ps(o + 8, _mm256_mul_ps(_mm256_sub_ps(hi, off_hi), d_hi));
-    }
-  }
-}
-
-// MR rows (1 to 6) from row m against a panel made floats (panel_floats).
-template <int MR>
-__attribute__((target("avx2,fma"))) void rows(const Product& a, const float* panel, int64_t m,
-                                               int64_t p, int64_t cols) {
-  __m256 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < a.K; ++k) {
-    const __m256 lo = _mm256_loadu_ps(panel + k * NR), hi = _mm256_loadu_ps(panel + k * NR + 8);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 xb = _mm256_set1_ps(a.x[(m + r) * a.K + k]);
-      acc[r][0] = _mm256_fmadd_ps(lo, xb, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(hi, xb, acc[r][1]);
+    const uint8_t* blocks[NP];
+    for (int i = 0; i < NP; ++i) blocks[i] = a.w + block_at(p + i, g, a.groups, a.panels);
+    if (MR == 1)
+      for (int64_t line = 0; line < NP * BLOCK_BYTES; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(blocks[0] + PREFETCH + line), _MM_HINT_T0);
+    __m256i s[MR][NP][2];
+    for (int r = 0; r < MR; ++r)
+      for (int i = 0; i < NP; ++i) s[r][i][0] = s[r][i][1] = _mm256_setzero_si256();
+    for (int64_t c = 0; c < GROUP / 4; ++c)
+      for (int i = 0; i < NP; ++i) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[i] + 32 + c * 32));
+        const __m256i lo = _mm256_and_si256(v, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        for (int r = 0; r < MR; ++r) {
+          int32_t four;
+          std::memcpy(&four, a.xq + (m + r) * a.K + g * GROUP + c * 4, 4);
+          const __m256i xb = _mm256_set1_epi32(four);
+          s[r][i][0] = _mm256_add_epi16(s[r][i][0], _mm256_maddubs_epi16(lo, xb));
+          s[r][i][1] = _mm256_add_epi16(s[r][i][1], _mm256_maddubs_epi16(hi, xb));
+        }
+      }
+    for (int i = 0; i < NP; ++i) {
+      const uint8_t* block = blocks[i];
+      const __m256 d[2] = {
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block))),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16)))};
+      for (int r = 0; r < MR; ++r) {
+        const __m256i off = _mm256_set1_epi32(8 * a.xsum[(m + r) * a.groups + g]);
+        const __m256 e = _mm256_set1_ps(a.xd[(m + r) * a.groups + g]);
+        for (int h = 0; h < 2; ++h) {
+          const __m256 v = _mm256_cvtepi32_ps(
+              _mm256_sub_epi32(_mm256_madd_epi16(s[r][i][h], ones), off));
+          float* t = acc[r][i] + 8 * h;
+          _mm256_store_ps(t, _mm256_fmadd_ps(v, _mm256_mul_ps(d[h], e), _mm256_load_ps(t)));
+        }
+      }
     }
   }
   for (int r = 0; r < MR; ++r)
-    store(a.y + (m + r) * a.N + p * NR, acc[r][0], acc[r][1], a.b ? a.b + p * NR : nullptr,
-          cols);
+    for (int i = 0; i < NP; ++i) {
+      const int64_t cols = i == NP - 1 ? cols_last : NR;
+      const float* bp = a.b ? a.b + (p + i) * NR : nullptr;
+      float* out = a.y + (m + r) * a.N + (p + i) * NR;
+      for (int64_t j = 0; j < cols; ++j) out[j] = acc[r][i][j] + (bp ? bp[j] : 0.f);
+    }
 }
 
-// Every row against panels [p0, p1): each panel made floats once, then read by the rows six
-// at a time.
-void many_rows(const Product& a, int64_t total_rows, int64_t p0, int64_t p1) {
-  std::vector<float> panel(a.K * NR);  // (its task's own)
-  const int64_t panels = (a.N + NR - 1) / NR;
-  for (int64_t p = p0; p < p1; ++p) {
-    panel_floats(a, p, panel.data());
-    const int64_t cols = p == panels - 1 ? a.N - p * NR : NR;
-    for (int64_t m = 0; m < total_rows; m += 6)
-      zoo::common::with_rows(std::min<int64_t>(6, total_rows - m), [&](auto rows_c) {
-        rows<decltype(rows_c)::value>(a, panel.data(), m, p, cols);
-      });
-  }
-}
+// Four panels at a time at one row, two at two or three rows, one from four.
+struct Panels {
+  static constexpr int of(int rows) { return rows == 1 ? 4 : rows <= 3 ? 2 : 1; }
+};
 
 }  // namespace
 
@@ -223,7 +202,7 @@ at::Tensor pack_int4_weight(const at::Tensor& q, const at::Tensor& scale) {
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t g = 0; g < groups; ++g) {
-        uint8_t* block = dst + HEADER + (p * groups + g) * BLOCK_BYTES;
+        uint8_t* block = dst + HEADER + block_at(p, g, groups, panels);
         uint16_t* s = reinterpret_cast<uint16_t*>(block);
         for (int64_t j = 0; j < NR && p * NR + j < N; ++j) {
           const int64_t n = p * NR + j;
@@ -232,7 +211,7 @@ at::Tensor pack_int4_weight(const at::Tensor& q, const at::Tensor& scale) {
             const int64_t col = g * GROUP + k;
             // stored unsigned: q + 8 (0 to 15)
             const uint8_t v = ((src[n * (K / 2) + col / 2] >> (4 * (col % 2))) + 8) & 0xF;
-            block[32 + k * 8 + j % 8] |= uint8_t(v << (4 * (j / 8)));
+            block[32 + (k / 4) * 32 + (j % 8) * 4 + k % 4] |= uint8_t(v << (4 * (j / 8)));
           }
         }
       }
@@ -242,29 +221,24 @@ at::Tensor pack_int4_weight(const at::Tensor& q, const at::Tensor& scale) {
 
 void int4_product(const at::Tensor& x, const at::Tensor& packed, const float* bias, at::Tensor& y,
                   int64_t K, int64_t n_out) {
-  const int64_t rows_total = x.numel() / K;
-  if (rows_total == 0 || n_out == 0) return;
-  const int64_t groups = K / GROUP, panels = (n_out + NR - 1) / NR;
-  Product a{x.data_ptr<float>(), nullptr, packed.data_ptr<uint8_t>() + HEADER, bias,
-            y.data_ptr<float>(), K, n_out, groups};
-  if (rows_total == 1) {
-    std::vector<float> sums(groups);
-    for (int64_t g = 0; g < groups; ++g) {
-      float s = 0.f;
-      for (int64_t k = 0; k < GROUP; ++k) s += a.x[g * GROUP + k];
-      sums[g] = s;
-    }
-    a.x_sums = sums.data();
-    common::over_panels(1, n_out, PER_TASK, [&](int64_t m, int64_t, int64_t p0, int64_t p1) {
-      common::over_groups<2>(p0, p1, n_out, [&](auto np, int64_t p, int64_t cols) {
-        one_row<decltype(np)::value>(a, m, p, cols);
-      });
-    });
-    return;
-  }
-  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
-    many_rows(a, rows_total, p0, p1);
+  const int64_t rows = x.numel() / K;
+  if (rows == 0 || n_out == 0) return;
+  const int64_t groups = K / GROUP;
+  std::vector<int8_t> xq(rows * K);
+  std::vector<float> xd(rows * groups);
+  std::vector<int32_t> xsum(rows * groups);
+  const float* xf = x.data_ptr<float>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / K), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      quantize_row(xf + r * K, groups, xq.data() + r * K, xd.data() + r * groups,
+                   xsum.data() + r * groups);
   });
+  const Product a{xq.data(), xd.data(), xsum.data(), packed.data_ptr<uint8_t>() + HEADER,
+                  bias, y.data_ptr<float>(), K, n_out, groups, (n_out + NR - 1) / NR};
+  common::schedule<Panels>(rows, n_out, PER_TASK, 1,
+                           [&](auto mr, auto np, int64_t m, int64_t p, int64_t cols) {
+                             tile<decltype(mr)::value, decltype(np)::value>(a, m, p, cols);
+                           });
 }
 
 }  // namespace zoo

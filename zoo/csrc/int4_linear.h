@@ -21,8 +21,8 @@ constexpr int64_t kInt4PackMagic = 0x7a6f6f5061636b34;  // "zooPack4"
 // for anything else.
 PackedShape int4_packed_shape(const at::Tensor& packed, const char* op);
 
-// y = x (q d)^T + bias into y, for x (rows, K) contiguous float32 and ``packed`` checked by
-// int4_packed_shape.
+// y = x (q d)^T + bias into y, for x (rows, K) contiguous float32 (each group of 32 values of
+// a row rounded to int8 first, llama.cpp's q8_0) and ``packed`` checked by int4_packed_shape.
 void int4_product(const at::Tensor& x, const at::Tensor& packed, const float* bias,
                   at::Tensor& y, int64_t K, int64_t n_out);
 
