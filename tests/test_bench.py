@@ -357,3 +357,140 @@ def test_zoo_bench_refuses_a_count_of_nothing_before_it_runs(args, named):
     fell back to the default, a repeats of 0 raised StatisticsError): refused by name."""
     result = run_zoo("bench", *args)
     assert result.returncode == 2 and named in result.stderr, result.stderr
+
+
+def test_the_llama_cpp_peer_names_its_install_where_it_is_missing(monkeypatch, tmp_path):
+    """Without llama-cpp-python, or without llama.cpp's converter, the peer is skipped with
+    the one command that installs both; a language model's bench says so and times the
+    others."""
+    import importlib.util
+
+    import zoo
+    from zoo.bench import llama_cpp_peer
+    from zoo.bench.language_models import generate_cases
+
+    monkeypatch.setenv("ZOO_LLAMA_CPP_CONVERTER", str(tmp_path / "none" / "convert_hf_to_gguf.py"))
+    assert llama_cpp_peer.converter_home() == tmp_path / "none"
+    why = llama_cpp_peer.installed()
+    assert llama_cpp_peer.INSTALL in why
+    assert ("llama-cpp-python is not installed" in why if importlib.util.find_spec("llama_cpp")
+            is None else str(tmp_path / "none") in why)
+    said = []
+    cases = generate_cases(zoo.build("llama-tiny").eval(), batch=2, prompt_len=4, new_tokens=2,
+                           modes=("greedy",), dtypes=("fp32",), impls=["zoo", "llama.cpp"],
+                           device="cpu", latency=None, say=said.append)
+    assert [c.impl for c in cases] == ["zoo"]
+    assert any(s.startswith("peer llama.cpp skipped: ") and llama_cpp_peer.INSTALL in s
+               for s in said), said
+
+
+def test_the_gguf_converter_reads_the_token_names_as_sentencepiece_pieces(tmp_path):
+    """The bench's model has no tokenizer; llama.cpp's converter needs one to write a
+    vocabulary. name_tokens writes a SentencePiece model that SentencePiece itself reads
+    back with each id's name and the Llama control ids."""
+    sentencepiece = pytest.importorskip("sentencepiece")
+    from zoo.bench.llama_cpp_peer import name_tokens
+    from zoo.export import default_vocabulary
+
+    names = default_vocabulary(40)
+    name_tokens(tmp_path, names)
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "tokenizer.model"))
+    assert sp.vocab_size() == 40
+    assert [sp.id_to_piece(i) for i in (4, 39)] == ["\u25814", "\u258139"]
+    assert (sp.unk_id(), sp.bos_id(), sp.eos_id()) == (3, 1, 2)
+    assert sp.is_control(1) and sp.is_unknown(3) and not sp.is_control(5)
+
+
+@pytest.mark.slow
+def test_llama_cpp_decodes_zoos_model_as_zoo_does_where_it_is_installed():
+    """Where llama.cpp is installed (python -m zoo.bench.llama_cpp_peer install; never in
+    CI), the GGUF files its converter and quantizer make of zoo's model decode greedily:
+    f32 the tokens zoo's fp32 makes, q8_0 and q4_0 most of them."""
+    from zoo.bench import llama_cpp_peer
+
+    if llama_cpp_peer.installed():
+        pytest.skip(llama_cpp_peer.installed())
+    import re
+
+    import zoo
+    from zoo.bench.language_models import generate_cases
+
+    said = []
+    cases = generate_cases(zoo.build("llama-tiny").eval(), batch=4, prompt_len=8, new_tokens=6,
+                           modes=("greedy", "sample"), dtypes=("fp32", "int8", "int4"),
+                           impls=["zoo", "llama.cpp"], device="cpu", latency=None,
+                           say=said.append)
+    assert sorted((c.impl, c.dtype) for c in cases if c.mode == "sample") == sorted(
+        (i, d) for i in ("zoo", "llama.cpp") for d in ("fp32", "int8", "int4"))
+    equal = {m[1]: int(m[2]) for s in said if (m := re.match(
+        r"peer llama.cpp (\w+): (\d+) of 24 greedy tokens", s))}
+    assert equal["fp32"] == 24 and min(equal.values()) >= 12, said
+
+
+def test_openvinos_language_model_peer_names_its_install_where_it_is_missing(monkeypatch,
+                                                                           tmp_path):
+    """optimum-intel's export lives in an environment of its own; without it (and without
+    optimum-intel here) the peer is skipped with the command that makes it."""
+    import importlib.util
+
+    from zoo.bench import openvino_generator
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("optimum") else real(name, *a))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert openvino_generator.environment() == tmp_path / "zoo" / "optimum-intel-2.2.0"
+    assert openvino_generator.exporter() is None
+    why = openvino_generator.installed()
+    assert why.endswith(f"({openvino_generator.INSTALL})") or "openvino is not" in why
+    (openvino_generator.environment() / "bin").mkdir(parents=True)
+    (openvino_generator.environment() / "bin" / "python").write_text("")
+    assert openvino_generator.exporter()[0] == str(
+        openvino_generator.environment() / "bin" / "python")
+
+
+def test_openvinos_sampling_draws_from_the_top_k_top_p_tokens_at_their_probabilities():
+    """The OpenVINO child's draw (temperature, top-k, top-p), against the formula: the
+    kept tokens' softmax at temperature t, renormalised; greedy where only one is kept."""
+    import numpy as np
+
+    from zoo.bench.openvino_generator import _drawn
+
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], dtype=np.float64))
+    rng = np.random.default_rng(0)
+    assert _drawn(logits, {"temperature": 1.0, "topk": 1, "topp": 1.0}, rng).tolist() == [0]
+    draws = np.array([_drawn(logits, {"temperature": 1.0, "topk": 3, "topp": 0.79}, rng)[0]
+                      for _ in range(4000)])
+    # top-3 then top-p 0.79: 0.5 + 0.3 reaches it, so tokens 0 and 1 at 5/8 and 3/8
+    assert set(draws.tolist()) == {0, 1}
+    assert abs((draws == 0).mean() - 0.625) < 0.03
+    hot = np.array([_drawn(logits, {"temperature": 0.5, "topk": 4, "topp": 1.0}, rng)[0]
+                    for _ in range(4000)])
+    expected = np.array([0.5, 0.3, 0.15, 0.05]) ** 2 / (np.array([0.5, 0.3, 0.15, 0.05]) ** 2).sum()
+    assert np.abs(np.bincount(hot, minlength=4) / 4000 - expected).max() < 0.03
+
+
+@pytest.mark.slow
+def test_openvino_decodes_zoos_model_as_zoo_does_where_its_export_is_installed():
+    """Where optimum-intel's export is installed (python -m zoo.bench.openvino_generator
+    install; never in CI), OpenVINO decodes zoo's model from that export greedily to the
+    tokens zoo's fp32 makes, fp32 and int8 weights."""
+    from zoo.bench import openvino_generator
+
+    if openvino_generator.installed():
+        pytest.skip(openvino_generator.installed())
+    import re
+
+    import zoo
+    from zoo.bench.language_models import generate_cases
+
+    said = []
+    cases = generate_cases(zoo.build("llama-tiny").eval(), batch=4, prompt_len=8, new_tokens=6,
+                           modes=("greedy",), dtypes=("fp32", "int8"),
+                           impls=["zoo", "openvino"], device="cpu", latency=None,
+                           say=said.append)
+    assert sorted((c.impl, c.dtype) for c in cases) == sorted(
+        (i, d) for i in ("zoo", "openvino") for d in ("fp32", "int8"))
+    equal = {m[1]: int(m[2]) for s in said if (m := re.match(
+        r"peer openvino (\w+): (\d+) of 24 greedy tokens", s))}
+    assert equal["fp32"] == 24 and equal["int8"] >= 12, said

@@ -192,7 +192,7 @@ def _model_bench_arguments(parser) -> None:
     parser.add_argument("--repeats", type=_count, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=_rounds, default=1)
     parser.add_argument("--impls", help="comma-separated: zoo,torch,marian,ct2 (decode; a "
-                        "language model: zoo,transformers,ct2), timm (vit), "
+                        "language model: zoo,transformers,ct2,openvino,llama.cpp), timm (vit), "
                         "zoo,sentence-transformers,ct2,openvino (embed)")
     parser.add_argument("--dtypes", help="comma-separated: fp32,bf16,int8 (int8: decode and "
                         "vit inference; decode's default is fp32 alone)")

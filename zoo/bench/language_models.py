@@ -8,7 +8,17 @@ zoo and its peers on the same weights:
   transformers``: ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ...) and its ``generate``;
 - ``ct2``: CTranslate2's ``Generator`` over the model's CTranslate2 export (CTranslate2's
   own converter of that transformers folder), in a process of its own
-  (:mod:`zoo.bench.ct2`).
+  (:mod:`zoo.bench.ct2`);
+- ``openvino``: OpenVINO over optimum-intel's export of that transformers folder (fp32
+  weights, int8 weights), in a process of its own (:mod:`zoo.bench.openvino_generator`;
+  skipped, with the command that installs the export, where it is not installed);
+- ``llama.cpp``: llama.cpp over the GGUF files its own converter makes of that
+  transformers folder (f32, q8_0 for int8, q4_0 for int4), in a process of its own
+  (:mod:`zoo.bench.llama_cpp_peer`; skipped, with the command that installs it, where
+  it is not installed).
+
+OpenVINO's and llama.cpp's greedy tokens are held to zoo's fp32 ones and the share equal
+said.
 
 Every implementation makes exactly ``new_tokens`` tokens (no end token stops one
 early), and samples with the same settings: temperature 0.8, the 50 likeliest tokens,
@@ -41,15 +51,19 @@ class _Peers:
         """The token names of the CTranslate2 export (the prompts are written in them)."""
         self.folder = tempfile.TemporaryDirectory(prefix="zoo-bench-lm-")
         root = Path(self.folder.name)
-        self.transformers = self.ct2 = None
-        if "transformers" in impls:
+        self.transformers = self.ct2 = self.hf_folder = None
+        if {"transformers", "llama.cpp", "openvino"} & set(impls):
+            try:
+                self.hf_folder = to_transformers(model, root / "transformers")
+            except ExportError as exc:
+                say(f"peers transformers, llama.cpp and OpenVINO skipped: {exc}")
+        if "transformers" in impls and self.hf_folder is not None:
             try:
                 from transformers import AutoModelForCausalLM
 
-                to_transformers(model, root / "transformers")
                 self.transformers = AutoModelForCausalLM.from_pretrained(
-                    root / "transformers", dtype=torch.float32).eval()
-            except (ImportError, ExportError) as exc:
+                    self.hf_folder, dtype=torch.float32).eval()
+            except ImportError as exc:
                 say(f"peer transformers skipped: {exc}")
         if "ct2" in impls:
             try:
@@ -57,6 +71,27 @@ class _Peers:
                 self.ct2 = str(root / "ct2")
             except ExportError as exc:
                 say(f"peer ct2 skipped: {exc}")
+
+    def model_files(self, peer: str, dtypes, say) -> dict[str, str]:
+        """The files ``peer`` (``llama.cpp``, ``openvino``) runs for each of ``dtypes`` it
+        has, made from the transformers export by its own converter: {dtype: path}."""
+        from . import llama_cpp_peer, openvino_generator
+
+        module = llama_cpp_peer if peer == "llama.cpp" else openvino_generator
+        why = module.installed() or ("" if self.hf_folder else "no transformers export")
+        if why:
+            say(f"peer {peer} skipped: {why}")
+            return {}
+        out = Path(self.folder.name) / peer
+        if peer == "llama.cpp":
+            llama_cpp_peer.name_tokens(self.hf_folder, self.names)
+            made = llama_cpp_peer.convert(self.hf_folder, out, dtypes)
+        else:
+            made = openvino_generator.export(self.hf_folder, out, dtypes)
+        for dtype, path in list(made.items()):
+            if path.startswith("! "):
+                say(f"peer {peer} {dtype} skipped: {made.pop(dtype)[2:]}")
+        return made
 
 
 def _prompts(vocab: int, batch: int, length: int, device: str) -> torch.Tensor:
@@ -103,6 +138,51 @@ def _generators(folder: str | None, sources: dict[str, list[list[str]]], dtypes,
     return found
 
 
+def _child_generators(peer: str, peers: _Peers, prompts: dict[str, torch.Tensor], dtypes,
+                      say) -> dict[str, dict]:
+    """One generator of ``peer`` (``llama.cpp``, ``openvino``) per prompt batch and dtype,
+    each in its own process."""
+    from . import llama_cpp_peer, openvino_generator
+
+    found: dict[str, dict] = {bench: {} for bench in prompts}
+    threads = torch.get_num_threads()
+    for dtype, path in peers.model_files(peer, dtypes, say).items():
+        for bench, batch in prompts.items():
+            try:
+                if peer == "llama.cpp":
+                    generator = llama_cpp_peer.Generator(path, threads, batch.shape[0])
+                else:
+                    generator = openvino_generator.Generator(
+                        path, openvino_generator.WEIGHTS[dtype][1], threads)
+                    if dtype == "bf16" and "BF16" not in generator.ready["capabilities"]:
+                        say("peer openvino bf16 skipped: OpenVINO computes no bf16 on this CPU")
+                        break
+                generator.set_prompts(batch.tolist())
+            except RuntimeError as exc:
+                say(f"peer {peer} {dtype} skipped: {str(exc).strip()[-300:]}")
+                break
+            found[bench][dtype] = generator
+    return found
+
+
+def _greedy(model: nn.Module, prompts: torch.Tensor, tokens: int) -> list[list[int]]:
+    """zoo's greedy tokens after each prompt."""
+    return model.generate(prompts, num_beams=1, max_new_tokens=tokens, min_new_tokens=tokens,
+                          do_sample=False).tolist()
+
+
+def _agreement(who: str, ours: list[list[int]], theirs: dict[str, list[list[int]]],
+               say) -> None:
+    """Say how many of each dtype's greedy tokens (``theirs``) equal zoo's fp32 ones
+    (``ours``): a ``--model llama-110m-shape``'s random weights make near ties common, so
+    zoo's own int8 and int4 are said too."""
+    for dtype, made in theirs.items():
+        same = sum(a == b for x, y in zip(ours, made) for a, b in zip(x, y))
+        first = sum(x[0] == y[0] for x, y in zip(ours, made))
+        say(f"{who} {dtype}: {same} of {len(ours) * len(ours[0])} greedy tokens equal to "
+            f"zoo fp32's ({first} of {len(ours)} first tokens)")
+
+
 def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens: int,
                    modes, dtypes, impls, device: str,
                    latency: tuple[int, int] | None, say) -> list[Case]:
@@ -133,6 +213,17 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
     generators = _generators(peers.ct2, {b: [[peers.names[i] for i in row]
                                              for row in p.tolist()]
                                          for b, p, _ in groups}, dtypes, say)
+    children = {"ct2": generators}
+    first, prompts0, tokens0 = groups[0]
+    ours = _greedy(model, prompts0, tokens0)
+    _agreement("zoo", ours, {d: _greedy(zoos[d], prompts0, tokens0) for d in ("int8", "int4")
+                             if d in zoos}, say)
+    for peer in ("openvino", "llama.cpp"):
+        if peer in impls:
+            children[peer] = _child_generators(peer, peers, {b: p for b, p, _ in groups},
+                                               dtypes, say)
+            _agreement(f"peer {peer}", ours, {d: g.tokens(tokens0)
+                                              for d, g in children[peer][first].items()}, say)
     cases = []
     for bench, prompts, tokens in groups:
         unit, per_call = ("sentences/s", 1) if bench == "latency" else (
@@ -154,20 +245,27 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
                     cases.append(Case(bench, name, dtype, mode, run, per_call, unit, flops,
                                       device, extra=extra,
                                       hold=weights_held(zoos[dtype]) if name == "zoo" else None))
-                generator = generators[bench].get(dtype)
-                if generator is not None:
-                    sampling = ({"topk": SAMPLING["top_k"], "topp": SAMPLING["top_p"],
-                                 "temperature": SAMPLING["temperature"]}
-                                if mode == "sample" else None)
-                    lengths = generator.translate(1, tokens, sampling)
-                    if set(lengths) != {tokens}:
-                        raise RuntimeError(f"CTranslate2 made {sorted(set(lengths))} tokens, "
-                                           f"not exactly {tokens}")
-                    cases.append(Case(bench, "ct2", dtype, mode,
-                                      lambda g=generator, n=tokens, s=sampling:
-                                      g.translate(1, n, s),
-                                      per_call, unit, flops, device, in_process=False))
-    for bench in generators:  # the generators' model files live as long as the cases
-        for generator in generators[bench].values():
-            generator.folder = peers.folder
+                for peer, made in children.items():
+                    generator = made[bench].get(dtype)
+                    if generator is not None:
+                        cases.append(_peer_case(peer, generator, bench, dtype, mode, tokens,
+                                                per_call, unit, flops, device))
+    for made in children.values():  # their model files live as long as the cases
+        for bench in made:
+            for generator in made[bench].values():
+                generator.folder = peers.folder
     return cases
+
+
+def _peer_case(peer: str, generator, bench: str, dtype: str, mode: str, tokens: int,
+               per_call: int, unit: str, flops: float, device: str) -> Case:
+    """The case of a peer's child process (CTranslate2, OpenVINO, llama.cpp), after one
+    call that checks it makes exactly ``tokens`` tokens a prompt."""
+    sampling = ({"topk": SAMPLING["top_k"], "topp": SAMPLING["top_p"],
+                 "temperature": SAMPLING["temperature"]} if mode == "sample" else None)
+    run = ((lambda: generator.translate(1, tokens, sampling)) if peer == "ct2" else
+           (lambda: generator.generate(tokens, sampling)))
+    lengths = run()
+    if set(lengths) != {tokens}:
+        raise RuntimeError(f"{peer} made {sorted(set(lengths))} tokens, not exactly {tokens}")
+    return Case(bench, peer, dtype, mode, run, per_call, unit, flops, device, in_process=False)

@@ -109,7 +109,8 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
     sentence at a time, as ``zoo translate`` and a translation service see it. A
     decoder-only model (``--model llama-110m-shape``, a GPT-2 or Llama folder) is timed
     by :func:`zoo.bench.language_models.generate_cases` instead: prompts continued,
-    greedy and sampled, beside transformers and CTranslate2's Generator. ``modes``:
+    greedy and sampled, beside transformers, CTranslate2's Generator, OpenVINO and
+    llama.cpp. ``modes``:
     None for each kind's own (greedy and beam4; greedy and sample)."""
     import zoo
 
@@ -125,7 +126,8 @@ def decode_cases(*, recipe: str = "transformer-base", vocab: int = 8000, batch: 
         from .language_models import MODES, generate_cases
 
         lm_impls = ["zoo", *(["transformers"] if {"transformers", "marian"} & set(impls)
-                             else []), *(["ct2"] if "ct2" in impls else [])]
+                             else []), *[i for i in ("ct2", "openvino", "llama.cpp")
+                                         if i in impls]]
         return generate_cases(model, batch=batch, prompt_len=src_len, new_tokens=new_tokens,
                               modes=modes or MODES, dtypes=dtypes, impls=lm_impls,
                               device=device, latency=latency, say=say)
