@@ -187,8 +187,6 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
                    modes, dtypes, impls, device: str,
                    latency: tuple[int, int] | None, say) -> list[Case]:
     """The cases of a decoder-only ``model`` (see the module)."""
-    import zoo
-
     say = say or (lambda _: None)
     modes = [m for m in modes if m in MODES] or list(MODES)
     impls = list(impls)
@@ -201,23 +199,16 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
         if low in dtypes and torch.device(device).type != "cpu":
             dtypes = tuple(d for d in dtypes if d != low)
             say(f"decode {low} skipped: zoo's {low} kernels run on the CPU")
-    zoos = {"fp32": model}
-    if "bf16" in dtypes:  # its weights converted once, as a bf16 model is run
-        zoos["bf16"] = copy.deepcopy(model).to(torch.bfloat16)
-    for low in ("int8", "int4"):
-        if low in dtypes:
-            zoos[low] = zoo.quantize(copy.deepcopy(model), low)
-    theirs = {"fp32": peers.transformers}
-    if peers.transformers is not None and "bf16" in dtypes:
-        theirs["bf16"] = copy.deepcopy(peers.transformers).to(torch.bfloat16)
+    zoos, theirs = _in_process_models(model, peers.transformers, dtypes)
     generators = _generators(peers.ct2, {b: [[peers.names[i] for i in row]
                                              for row in p.tolist()]
                                          for b, p, _ in groups}, dtypes, say)
     children = {"ct2": generators}
     first, prompts0, tokens0 = groups[0]
-    ours = _greedy(model, prompts0, tokens0)
-    _agreement("zoo", ours, {d: _greedy(zoos[d], prompts0, tokens0) for d in ("int8", "int4")
-                             if d in zoos}, say)
+    compared = [d for d in ("int8", "int4") if d in zoos]
+    ours = (_greedy(model, prompts0, tokens0) if compared or {"openvino", "llama.cpp"} & set(impls)
+            else [])
+    _agreement("zoo", ours, {d: _greedy(zoos[d], prompts0, tokens0) for d in compared}, say)
     for peer in ("openvino", "llama.cpp"):
         if peer in impls:
             children[peer] = _child_generators(peer, peers, {b: p for b, p, _ in groups},
@@ -255,6 +246,24 @@ def generate_cases(model: nn.Module, *, batch: int, prompt_len: int, new_tokens:
             for generator in made[bench].values():
                 generator.folder = peers.folder
     return cases
+
+
+def _in_process_models(model: nn.Module, transformers: nn.Module | None,
+                       dtypes) -> tuple[dict, dict]:
+    """zoo's model and transformers' in each dtype asked for: bf16 with its weights
+    converted once (as a bf16 model is run), int8 and int4 by :func:`zoo.quantize`."""
+    import zoo
+
+    zoos = {"fp32": model}
+    if "bf16" in dtypes:
+        zoos["bf16"] = copy.deepcopy(model).to(torch.bfloat16)
+    for low in ("int8", "int4"):
+        if low in dtypes:
+            zoos[low] = zoo.quantize(copy.deepcopy(model), low)
+    theirs = {"fp32": transformers}
+    if transformers is not None and "bf16" in dtypes:
+        theirs["bf16"] = copy.deepcopy(transformers).to(torch.bfloat16)
+    return zoos, theirs
 
 
 def _peer_case(peer: str, generator, bench: str, dtype: str, mode: str, tokens: int,

@@ -88,7 +88,8 @@ __attribute__((target("avx2,fma"))) void quantize_row(const float* x, int64_t gr
     t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
     sum[g] = _mm_cvtsi128_si32(t);
     // int32 to int8 packs within 128-bit lanes; the permutation puts k back in order
-    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]);
+    const __m256i i16b = _mm256_packs_epi32(i32[2], i32[3]);
     const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b),
                                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * GROUP), i8);
