@@ -494,3 +494,42 @@ def test_openvino_decodes_zoos_model_as_zoo_does_where_its_export_is_installed()
     equal = {m[1]: int(m[2]) for s in said if (m := re.match(
         r"peer openvino (\w+): (\d+) of 24 greedy tokens", s))}
     assert equal["fp32"] == 24 and equal["int8"] >= 12, said
+
+
+def test_a_peer_install_that_fails_says_so_and_leaves_nothing_half_made(monkeypatch, tmp_path,
+                                                                        capsys):
+    """pip failing (no network, no compiler) ends either install with one zoo line naming
+    the step, exit status 2, and no half-made converter or environment that a later bench
+    would take for a whole one."""
+    import importlib.util
+    import subprocess
+    import venv
+
+    from zoo.bench import llama_cpp_peer, openvino_generator
+
+    def pip_fails(cmd, *args, **kwargs):
+        raise subprocess.CalledProcessError(1, cmd)
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    monkeypatch.setattr(subprocess, "run", pip_fails)
+    monkeypatch.setenv("ZOO_LLAMA_CPP_CONVERTER", str(tmp_path / "ll" / "convert_hf_to_gguf.py"))
+    assert llama_cpp_peer.install() == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zoo: llama.cpp 0.3.36 was not installed: pip install "
+                          "llama-cpp-python==0.3.36 failed (exit status 1)")
+    assert not (tmp_path / "ll").exists()
+
+    def made(path, **kwargs):
+        (path / "bin").mkdir(parents=True)
+        (path / "bin" / "python").write_text("")
+
+    monkeypatch.setattr(venv, "create", made)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert openvino_generator.install() == 2
+    assert capsys.readouterr().err.startswith(
+        "zoo: optimum-intel 2.2.0's environment was not made: reading its site-packages "
+        "failed (exit status 1)")
+    assert list((tmp_path / "zoo").iterdir()) == []
+    assert openvino_generator.installed() != ""

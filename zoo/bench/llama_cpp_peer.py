@@ -75,31 +75,41 @@ def install() -> int:
     """Install ``llama-cpp-python`` at :data:`VERSION` (pip compiles llama.cpp the first
     time and keeps the wheel) and put llama.cpp's converter (``convert_hf_to_gguf.py``,
     ``conversion/``, ``gguf-py/``) from the same source package into
-    :func:`converter_home`; a step already done is skipped."""
+    :func:`converter_home`; a step already done is skipped. A step that fails says which,
+    leaves no half-made converter behind, and returns 2."""
     import importlib.util
     import tarfile
     import tempfile
 
     pip = [sys.executable, "-m", "pip"]
-    if importlib.util.find_spec("llama_cpp") is None:
-        subprocess.run([*pip, "install", f"llama-cpp-python=={VERSION}"], check=True)
     home = converter_home()
-    if (home / "convert_hf_to_gguf.py").is_file():
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([*pip, "download", "--no-deps", "--no-binary", ":all:", "-d", tmp,
-                        f"llama-cpp-python=={VERSION}"], check=True)
-        archive = next(Path(tmp).glob("*.tar.gz"))
-        prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
-        with tarfile.open(archive) as tar:
-            members = [m for m in tar.getmembers() if m.name.startswith(prefix) and (
-                m.name == prefix + "convert_hf_to_gguf.py"
-                or m.name.startswith((prefix + "conversion/", prefix + "gguf-py/")))]
-            for m in members:
-                m.name = m.name[len(prefix):]
-            tar.extractall(Path(tmp) / "out", members=members, filter="data")
+    step = f"pip install llama-cpp-python=={VERSION}"
+    try:
+        if importlib.util.find_spec("llama_cpp") is None:
+            subprocess.run([*pip, "install", f"llama-cpp-python=={VERSION}"], check=True)
+        if (home / "convert_hf_to_gguf.py").is_file():
+            return 0
+        step = "taking llama.cpp's converter out of its source package"
         home.parent.mkdir(parents=True, exist_ok=True)
-        (Path(tmp) / "out").rename(home)
+        with tempfile.TemporaryDirectory(dir=home.parent) as tmp:  # renamed on one disk
+            subprocess.run([*pip, "download", "--no-deps", "--no-binary", ":all:", "-d", tmp,
+                            f"llama-cpp-python=={VERSION}"], check=True)
+            prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+            with tarfile.open(next(Path(tmp).glob("*.tar.gz"))) as tar:
+                members = [m for m in tar.getmembers() if m.name.startswith(prefix) and (
+                    m.name == prefix + "convert_hf_to_gguf.py"
+                    or m.name.startswith((prefix + "conversion/", prefix + "gguf-py/")))]
+                for m in members:
+                    m.name = m.name[len(prefix):]
+                tar.extractall(Path(tmp) / "out", members=members, filter="data")
+            (Path(tmp) / "out").rename(home)  # whole, or not at all
+    except (subprocess.CalledProcessError, OSError, tarfile.TarError, StopIteration) as exc:
+        what = (f"exit status {exc.returncode}" if isinstance(exc, subprocess.CalledProcessError)
+                else "no source package came" if isinstance(exc, StopIteration) else str(exc))
+        print(f"zoo: llama.cpp {VERSION} was not installed: {step} failed ({what}). pip must "
+              f"reach PyPI and compile llama.cpp (gcc, cmake); nothing was kept in {home}.",
+              file=sys.stderr)
+        return 2
     print(f"llama.cpp {VERSION}: llama-cpp-python installed, its converter in {home}")
     return 0
 

@@ -76,20 +76,38 @@ def installed() -> str:
 def install() -> int:
     """Make :func:`environment`: a virtual environment that sees this one's packages (a
     ``.pth`` file naming this one's site-packages, after its own) with optimum-intel
-    ``VERSION`` and what it needs in other versions installed into it."""
+    ``VERSION`` and what it needs in other versions installed into it. It is made beside
+    its place and moved there when whole: a step that fails says which, leaves nothing
+    behind, and returns 2."""
+    import shutil
     import site
     import venv
 
     home = environment()
     if (home / "bin" / "python").is_file():
         return 0
-    venv.create(home, with_pip=True)
-    own = subprocess.run([str(home / "bin" / "python"), "-c",
-                          "import site; print(site.getsitepackages()[0])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    Path(own, "zz-zoo-outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    subprocess.run([str(home / "bin" / "python"), "-m", "pip", "install",
-                    f"optimum-intel[openvino]=={VERSION}"], check=True)
+    making = home.with_name(home.name + ".making")
+    shutil.rmtree(making, ignore_errors=True)
+    step = "making the virtual environment"
+    try:
+        venv.create(making, with_pip=True)
+        python = str(making / "bin" / "python")
+        step = "reading its site-packages"
+        own = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        Path(own, "zz-zoo-outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+        step = f"pip install optimum-intel[openvino]=={VERSION}"
+        subprocess.run([python, "-m", "pip", "install", f"optimum-intel[openvino]=={VERSION}"],
+                       check=True)
+        making.rename(home)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        shutil.rmtree(making, ignore_errors=True)
+        what = (f"exit status {exc.returncode}" if isinstance(exc, subprocess.CalledProcessError)
+                else str(exc))
+        print(f"zoo: optimum-intel {VERSION}'s environment was not made: {step} failed "
+              f"({what}). pip must "
+              f"reach PyPI; nothing was kept in {home}.", file=sys.stderr)
+        return 2
     print(f"optimum-intel {VERSION}: its environment is {home}")
     return 0
 
