@@ -146,3 +146,24 @@ def test_zoo_generate_dtype_int4_continues_a_prompt(with_tokenizer):
     done = run_zoo("generate", f"local-dir:{folder}", "The cat", "--dtype", "int4",
                    "--device", "cuda")
     assert done.returncode == 2 and "runs on the CPU" in done.stderr
+
+
+def test_without_native_products_each_layer_falls_back_to_its_own_arithmetic(monkeypatch):
+    """Without zoo's native products (another device, a build that failed) an int4 layer
+    rounds its input in groups of 32 and an int8 layer does not: an int8 layer of 40
+    inputs (no multiple of 32) gives its dequantized weight's F.linear of x itself."""
+    import torch.nn.functional as F
+
+    from zoo import quantization
+    from zoo.quantization import QuantizedLinear
+
+    monkeypatch.setattr(quantization.native, "available", lambda: False)
+    monkeypatch.setattr(quantization, "_kernels_available", lambda: False)
+    torch.manual_seed(0)
+    x = torch.randn(3, 40)
+    int8 = QuantizedLinear.from_linear(torch.nn.Linear(40, 7))
+    torch.testing.assert_close(int8(x), F.linear(x, int8.dequantized_weight(), int8.bias))
+    int4 = Int4Linear.from_linear(torch.nn.Linear(64, 7))
+    y = torch.randn(3, 64)
+    torch.testing.assert_close(int4(y), F.linear(rounded_by_groups(y), int4.dequantized_weight(),
+                                                 int4.bias))

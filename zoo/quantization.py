@@ -172,7 +172,7 @@ class QuantizedLinear(nn.Module):
                 out = None
             if out is not None:
                 return out if x.dtype == torch.float32 else out.to(x.dtype)
-        return F.linear(rounded_by_groups(x).to(x.dtype), self.dequantized_weight().to(x.dtype),
+        return F.linear(x, self.dequantized_weight().to(x.dtype),
                         None if self.bias is None else self.bias.to(x.dtype))
 
     def extra_repr(self) -> str:
