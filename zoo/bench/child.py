@@ -65,6 +65,29 @@ class PeerProcess:
             pass
 
 
+class GeneratorProcess(PeerProcess):
+    """The parent's end of a language-model peer (OpenVINO, llama.cpp): the child takes
+    ``{"prompts": [[id, ...], ...]}`` once, then ``{"length": n}`` (with ``"sampling":
+    {"topk": k, "topp": p, "temperature": t}`` to sample) and answers each prompt's new
+    tokens' count, or with ``"tokens": true`` the tokens themselves."""
+
+    def set_prompts(self, prompts: list[list[int]]) -> None:
+        """The prompts (token ids) every later :meth:`generate` call continues."""
+        self.ask({"prompts": prompts})
+
+    def generate(self, length: int, sampling: dict | None = None) -> list[int]:
+        """Continue every prompt by exactly ``length`` tokens (greedy, or sampled as
+        ``sampling``'s ``topk``, ``topp`` and ``temperature`` say); each one's count."""
+        job: dict = {"length": length}
+        if sampling:
+            job["sampling"] = sampling
+        return self.ask(job)["lengths"]
+
+    def tokens(self, length: int) -> list[list[int]]:
+        """The greedy tokens themselves (to compare, untimed)."""
+        return self.ask({"length": length, "tokens": True})["tokens"]
+
+
 def serve(answer: Callable[[dict], dict]) -> int:
     """The child's loop: each line of stdin a JSON job, ``answer(job)`` written back as one
     JSON line; an exception becomes ``{"error": "Type: message"}`` for the parent to raise."""
@@ -76,6 +99,26 @@ def serve(answer: Callable[[dict], dict]) -> int:
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
     return 0
+
+
+def serve_generator(decode: Callable, ready: dict,
+                    keep: Callable = lambda prompts: prompts) -> int:
+    """The child's end of :class:`GeneratorProcess`: ``keep(prompts)`` is what
+    ``decode(kept, job)`` later continues (a list of new tokens for each prompt); a ping
+    is answered with ``ready``."""
+    state: dict = {"prompts": None}
+
+    def answer(job: dict) -> dict:
+        if "prompts" in job:
+            state["prompts"] = keep(job["prompts"])
+            return {"prompts": len(job["prompts"])}
+        if "length" in job:
+            made = decode(state["prompts"], job)
+            return {"tokens": made} if job.get("tokens") else {
+                "lengths": [len(m) for m in made]}
+        return ready
+
+    return serve(answer)
 
 
 def mean_pooled(hidden, lengths):

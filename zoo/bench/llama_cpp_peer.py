@@ -20,10 +20,8 @@ zoo.bench.llama_cpp_peer serve GGUF THREADS BATCH``) that imports llama.cpp and 
 of torch (:mod:`zoo.bench.child` says why). The child decodes a batch of prompts as
 llama.cpp's own batched example does: one context with a sequence a prompt, each step one
 ``llama_decode`` of every sequence's last token, and a sampler chain a sequence
-(``llama_sampler_init_greedy``, or top-k, top-p, temperature and a seeded draw). It reads
-``{"prompts": [[id, ...], ...]}`` once, then ``{"length": n}`` (with ``"sampling": {"topk":
-k, "topp": p, "temperature": t}`` to sample) and answers each sequence's new tokens' count,
-or with ``"tokens": true`` the tokens themselves.
+(``llama_sampler_init_greedy``, or top-k, top-p, temperature and a seeded draw). Its jobs
+and answers are :class:`zoo.bench.child.GeneratorProcess`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ import sys
 from pathlib import Path
 
 from . import child
-from .child import PeerProcess
+from .child import GeneratorProcess
 
 VERSION = "0.3.36"
 """The ``llama-cpp-python`` release the peer is installed at (its llama.cpp and converter)."""
@@ -147,29 +145,13 @@ def convert(folder: Path, out: Path, dtypes) -> dict[str, str]:
             else f"! its conversion failed: {why}" for d in wanted}
 
 
-class Generator(PeerProcess):
+class Generator(GeneratorProcess):
     """A llama.cpp model (a GGUF file) decoding up to ``batch`` prompts at a time on
     ``threads`` threads, in a child process."""
 
     def __init__(self, gguf: str, threads: int, batch: int) -> None:
         super().__init__("llama.cpp", "zoo.bench.llama_cpp_peer", "serve", gguf, threads,
                          batch)
-
-    def set_prompts(self, prompts: list[list[int]]) -> None:
-        """The prompts (token ids) every later :meth:`generate` call continues."""
-        self.ask({"prompts": prompts})
-
-    def generate(self, length: int, sampling: dict | None = None) -> list[int]:
-        """Continue every prompt by exactly ``length`` tokens (greedy, or sampled as
-        ``sampling``'s ``topk``, ``topp`` and ``temperature`` say); each one's count."""
-        job: dict = {"length": length}
-        if sampling:
-            job["sampling"] = sampling
-        return self.ask(job)["lengths"]
-
-    def tokens(self, length: int) -> list[list[int]]:
-        """The greedy tokens themselves (to compare, untimed)."""
-        return self.ask({"length": length, "tokens": True})["tokens"]
 
 
 def _convert(folder: str, out: str, dtypes: list[str]) -> int:
@@ -223,7 +205,7 @@ def _serve(gguf: str, threads: int, batch_size: int) -> int:
                                                  llama_cpp.llama_model_default_params())
     if not model:
         raise SystemExit(f"llama.cpp could not load {gguf}")
-    state: dict = {"prompts": [], "ctx": None}
+    state: dict = {"ctx": None}
 
     def context(tokens_needed: int):
         """A context for the batch's sequences, made again when it is too short."""
@@ -239,8 +221,8 @@ def _serve(gguf: str, threads: int, batch_size: int) -> int:
         state.update(ctx=llama_cpp.llama_init_from_model(model, params), n_ctx=tokens_needed)
         return state["ctx"]
 
-    def decode(job: dict) -> list[list[int]]:
-        prompts, n = state["prompts"], job["length"]
+    def decode(prompts: list[list[int]], job: dict) -> list[list[int]]:
+        n = job["length"]
         ctx = context(sum(len(p) + n for p in prompts) + 8)
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
         batch = llama_cpp.llama_batch_init(sum(len(p) for p in prompts), 0, len(prompts))
@@ -274,17 +256,8 @@ def _serve(gguf: str, threads: int, batch_size: int) -> int:
                 llama_cpp.llama_sampler_free(sampler)
         return made
 
-    def answer(job: dict) -> dict:
-        if "prompts" in job:
-            state["prompts"] = job["prompts"]
-            return {"prompts": len(job["prompts"])}
-        if "length" in job:
-            made = decode(job)
-            return {"tokens": made} if job.get("tokens") else {
-                "lengths": [len(m) for m in made]}
-        return {"ready": True, "system": llama_cpp.llama_print_system_info().decode()}
-
-    return child.serve(answer)
+    return child.serve_generator(decode, {
+        "ready": True, "system": llama_cpp.llama_print_system_info().decode()})
 
 
 if __name__ == "__main__":

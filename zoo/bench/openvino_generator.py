@@ -20,10 +20,8 @@ latency on ``THREADS`` threads in one stream at inference precision ``PRECISION`
 or ``bf16``, OpenVINO's own default on a CPU with bf16 units). It decodes as optimum-intel's
 model does: the prompts in one call, then one call a step of every prompt's last token,
 with the attention mask, the positions and ``beam_idx``; the next token is the argmax of
-the last logits, or drawn after temperature, top-k and top-p. It reads ``{"prompts":
-[[id, ...], ...]}`` once, then ``{"length": n}`` (with ``"sampling": {"topk": k, "topp":
-p, "temperature": t}``) and answers each prompt's new tokens' count, or with ``"tokens":
-true`` the tokens themselves.
+the last logits, or drawn after temperature, top-k and top-p. Its jobs and answers are
+:class:`zoo.bench.child.GeneratorProcess`'s.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ import sys
 from pathlib import Path
 
 from . import child
-from .child import PeerProcess
+from .child import GeneratorProcess
 
 VERSION = "2.2.0"
 """The optimum-intel release that exports the model."""
@@ -132,7 +130,7 @@ def export(folder: Path, out: Path, dtypes) -> dict[str, str]:
     return found
 
 
-class Generator(PeerProcess):
+class Generator(GeneratorProcess):
     """OpenVINO's model in ``folder`` (an export) at inference ``precision`` on
     ``threads`` threads, in a child process; :attr:`ready` holds the CPU's capabilities as
     OpenVINO reads them (``BF16`` where it computes bf16 in hardware)."""
@@ -140,22 +138,6 @@ class Generator(PeerProcess):
     def __init__(self, folder: str, precision: str, threads: int) -> None:
         super().__init__("OpenVINO", "zoo.bench.openvino_generator", "serve", folder,
                          precision, threads)
-
-    def set_prompts(self, prompts: list[list[int]]) -> None:
-        """The prompts (token ids) every later :meth:`generate` call continues."""
-        self.ask({"prompts": prompts})
-
-    def generate(self, length: int, sampling: dict | None = None) -> list[int]:
-        """Continue every prompt by exactly ``length`` tokens (greedy, or sampled as
-        ``sampling`` says); each one's count."""
-        job: dict = {"length": length}
-        if sampling:
-            job["sampling"] = sampling
-        return self.ask(job)["lengths"]
-
-    def tokens(self, length: int) -> list[list[int]]:
-        """The greedy tokens themselves (to compare, untimed)."""
-        return self.ask({"length": length, "tokens": True})["tokens"]
 
 
 def _drawn(logits, sampling: dict, rng):
@@ -188,10 +170,9 @@ def _serve(folder: str, precision: str, threads: int) -> int:
         "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
     names = {name for port in compiled.inputs for name in port.get_names()}
-    state: dict = {"prompts": None}
 
-    def decode(job: dict) -> list[list[int]]:
-        prompts, n = state["prompts"], job["length"]
+    def decode(prompts, job: dict) -> list[list[int]]:
+        n = job["length"]
         batch, length = prompts.shape
         rng = np.random.default_rng(0)
         request.reset_state()
@@ -210,18 +191,10 @@ def _serve(folder: str, precision: str, threads: int) -> int:
             made.append(ids[:, 0])
         return np.stack(made, 1).tolist()
 
-    def answer(job: dict) -> dict:
-        if "prompts" in job:
-            state["prompts"] = np.array(job["prompts"], dtype=np.int64)
-            return {"prompts": len(job["prompts"])}
-        if "length" in job:
-            made = decode(job)
-            return {"tokens": made} if job.get("tokens") else {
-                "lengths": [len(m) for m in made]}
-        return {"ready": True, "capabilities": list(
-            core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))}
-
-    return child.serve(answer)
+    return child.serve_generator(
+        decode, {"ready": True, "capabilities": list(
+            core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))},
+        keep=lambda prompts: np.array(prompts, dtype=np.int64))
 
 
 if __name__ == "__main__":
