@@ -85,6 +85,30 @@ def test_the_native_step_gives_the_general_paths_logits(recipe, overrides, dtype
 
 
 @needs_kernel
+def test_rotations_are_made_once_a_module_for_several_steps_at_a_time(monkeypatch):
+    """Layers whose rotations are alike share one module's matrices, made for
+    ROTATION_STEPS steps in one call (here 4, so 10 steps cross two boundaries), and the
+    steps still give the general path's logits."""
+    from zoo.plugins.architectures import native_plan
+
+    monkeypatch.setattr(Linear, "native_rows", 16)
+    monkeypatch.setattr(native_plan, "ROTATION_STEPS", 4)
+    made = []
+    real = native_plan.rotation_matrices
+    monkeypatch.setattr(native_plan, "rotation_matrices",
+                        lambda m, pos, steps, width: made.append((pos, steps)) or
+                        real(m, pos, steps, width))
+    torch.manual_seed(0)
+    model = zoo.build("llama-tiny", dropout=0.0).eval()  # two layers rotated alike
+    (static, general), ran = _both_paths(model, steps=10)
+    assert ran == [True, False]
+    torch.testing.assert_close(static, general, rtol=1e-5, atol=1e-5)
+    made = [call for call in made if call[1] != 1]  # (the plan's probes of each module)
+    start = 7  # the prompts' width: the first step after them
+    assert made == [(start, 4), (start + 4, 4), (start + 8, 4)]
+
+
+@needs_kernel
 def test_what_the_native_step_cannot_run_takes_the_general_path(monkeypatch):
     monkeypatch.setattr(Linear, "native_rows", 16)
     torch.manual_seed(0)
