@@ -89,13 +89,13 @@ def test_rotations_are_made_once_a_module_for_several_steps_at_a_time(monkeypatc
     """Layers whose rotations are alike share one module's matrices, made for
     ROTATION_STEPS steps in one call (here 4, so 10 steps cross two boundaries), and the
     steps still give the general path's logits."""
-    from zoo.plugins.architectures import native_plan
+    from zoo.plugins.architectures import step_positions
 
     monkeypatch.setattr(Linear, "native_rows", 16)
-    monkeypatch.setattr(native_plan, "ROTATION_STEPS", 4)
+    monkeypatch.setattr(step_positions, "ROTATION_STEPS", 4)
     made = []
-    real = native_plan.rotation_matrices
-    monkeypatch.setattr(native_plan, "rotation_matrices",
+    real = step_positions.rotation_matrices
+    monkeypatch.setattr(step_positions, "rotation_matrices",
                         lambda m, pos, steps, width: made.append((pos, steps)) or
                         real(m, pos, steps, width))
     torch.manual_seed(0)

@@ -28,6 +28,7 @@ from zoo.plugin_api import (Int4Linear, Linear, QuantizedLinear, Refusal, derive
                             private_copy)
 
 from .native_step import STEP
+from .step_positions import layer_rotations, position_biases, rotations_at
 
 ACTIVATIONS = {(nn.ReLU, "none"): 0, (nn.GELU, "none"): 1, (nn.GELU, "tanh"): 2,
                (nn.SiLU, "none"): 3}
@@ -167,14 +168,14 @@ class Plan(dict):
 
 def new_plan(attentions: list[nn.Module]) -> dict:
     """An empty plan for layers of these self-attentions (each layer's rotation found:
-    :func:`_rotations`), or the :class:`Refusal` saying the native step is not built
+    :func:`.step_positions.layer_rotations`), or the :class:`Refusal` saying the native step is not built
     here (said once the layers are checked, which needs no library:
     :func:`seal_kept`). Its ``layers`` are ``torch.classes.zoo_decoder.Layer`` objects,
     each given its parts by name (:func:`add_layer`); ``k``, ``v``, ``cross_k`` and
     ``cross_v`` the buffers a call gives them."""
     plan = Plan({key: [] for key in ("layers", "bias_of", "sources", "k", "v", "cross_k",
                                      "cross_v")})
-    plan["rotary"], plan["shape"], plan["bias_tables"] = _rotations(attentions), None, {}
+    plan["rotary"], plan["shape"], plan["bias_tables"] = layer_rotations(attentions), None, {}
     plan["missing"] = None if STEP.available() else _missing_library()
     return plan
 
@@ -421,90 +422,8 @@ def run(plan: dict, x: torch.Tensor, pos: int, *,
     op = plan["op"]
     rotary = plan["rotary"]
     if rotary is not None:
-        op.rotate_layers(_rotations_at(plan, rotary, pos))
+        op.rotate_layers(rotations_at(plan, rotary, pos))
     if any(module is not None for module in plan["bias_of"]):
-        op.position_biases(_position_biases(plan, pos))
+        op.position_biases(position_biases(plan, pos))
     op.keys_padding(self_keep)
     return op.step(x.contiguous(), pos)
-
-
-ROTATION_STEPS = 32
-"""Steps whose rotations a module gives in one call (:func:`_rotations_at`)."""
-
-
-def _rotations_at(plan: dict, rotary: list, pos: int) -> list[torch.Tensor | None]:
-    """Each layer's rotation matrix of step ``pos`` (None for a layer that does not
-    rotate). Each module gives its matrices once however many layers share it, for
-    :data:`ROTATION_STEPS` steps at a time (one call of its ``rotate`` cost a
-    decoding step of llama-110m-shape 0.2 ms of its 10)."""
-    tables = plan["rotation_tables"]
-    width = plan["shape"][1]
-    out = []
-    for m in rotary:
-        if m is None:
-            out.append(None)
-            continue
-        first, table = tables.get(id(m), (pos + 1, None))
-        if not first <= pos < first + (0 if table is None else table.shape[0]):
-            first, table = pos, rotation_matrices(m, pos, ROTATION_STEPS, width)
-            tables[id(m)] = first, table
-        out.append(table[pos - first])
-    return out
-
-
-def _rotations(attentions: list[nn.Module]) -> list[nn.Module | None] | None:
-    """Each layer's rotary position module, whose rotation the native step applies to its
-    queries and keys (None for a layer that does not rotate); layers whose modules rotate
-    alike share the first's, so that a step computes each rotation once (Gemma 3's local
-    and global layers: two). None when no layer rotates."""
-    modules = [a.positional if a.position_kind == "rotary" else None for a in attentions]
-    if all(m is None for m in modules):
-        return None
-    kept: list[tuple[nn.Module, torch.Tensor]] = []
-    out = []
-    for m, a in zip(modules, attentions):
-        if m is None:
-            out.append(None)
-            continue
-        probe = rotation_matrix(m, 1, a.head_dim)
-        same = next((k for k, matrix in kept if k is m or torch.equal(matrix, probe)), None)
-        if same is None:
-            kept.append((m, probe))
-            same = m
-        out.append(same)
-    return out
-
-
-def rotation_matrix(module: nn.Module, pos: int, width: int) -> torch.Tensor:
-    """(width, width) M with ``module.rotate(x, [pos]) == x @ M`` for every head vector x:
-    each row is the rotation of one unit vector (RoPE is linear in x, whatever its layout,
-    scaling or rotated share of the width)."""
-    return rotation_matrices(module, pos, 1, width)[0]
-
-
-def rotation_matrices(module: nn.Module, pos: int, steps: int, width: int) -> torch.Tensor:
-    """(steps, width, width): :func:`rotation_matrix` of positions ``pos`` to
-    ``pos + steps - 1``, from one call of ``module.rotate``."""
-    eye = torch.eye(width)[:, None, None, :].expand(width, 1, steps, width)
-    turned = module.rotate(eye, torch.arange(pos, pos + steps))  # (rows, 1, steps, width)
-    return turned[:, 0].float().transpose(0, 1).contiguous()
-
-
-def _position_biases(plan: dict, pos: int) -> list[torch.Tensor | None]:
-    """Each layer's bias of step ``pos``'s self-attention scores, (heads, pos + 1): its
-    module's ``bias`` of the keys' positions less the query's. A bias depends on the
-    distance alone, so each module (T5's layers share one) gives it once for every distance
-    the plan's buffers hold, and a step takes the last ``pos + 1`` of them."""
-    tables = plan["bias_tables"]
-    length = plan["k"][0].shape[2]
-    out = []
-    for module in plan["bias_of"]:
-        if module is None:
-            out.append(None)
-            continue
-        table = tables.get(id(module))
-        if table is None:  # (heads, length): column j is the distance j - (length - 1)
-            rel = torch.arange(1 - length, 1)[None]
-            table = tables[id(module)] = module.bias(rel)[:, 0].float().contiguous()
-        out.append(table[:, length - 1 - pos:].contiguous())
-    return out
