@@ -15,7 +15,7 @@
 // (the operand order of vpmaddubsw and vpmaddwd). A quad holds its panels' blocks group by
 // group, side by side (block_at), so that one row, which reads a quad's four panels
 // together, reads each thread's share of the weight as one stream from memory.
-// Rows go through the panels one to six at a time (schedule in product_common.h); every
+// Rows go through the panels one to four at a time (schedule in product_common.h); every
 // output's group sums are added in the order of k, so a row's result depends on that row
 // alone (not on the others, nor on the threads).
 #include <ATen/Parallel.h>
@@ -156,10 +156,13 @@ __attribute__((target("avx2,fma,f16c"))) void tile(const Product& a, int64_t m, 
     }
 }
 
-// Four panels at a time at one row, two at two or three rows, one from four.
+// Four panels at a time at one row, two at two rows, one from three; blocks of at most
+// MAX_ROWS rows: each row and panel holds two int16 accumulators, and with the weights'
+// two halves, their load and x's broadcast, more than eight spill out of AVX2's 16 registers.
 struct Panels {
-  static constexpr int of(int rows) { return rows == 1 ? 4 : rows <= 3 ? 2 : 1; }
+  static constexpr int of(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
 };
+constexpr int64_t MAX_ROWS = 4;
 
 }  // namespace
 
@@ -239,7 +242,7 @@ void int4_product(const at::Tensor& x, const at::Tensor& packed, const float* bi
   common::schedule<Panels>(rows, n_out, PER_TASK, 1,
                            [&](auto mr, auto np, int64_t m, int64_t p, int64_t cols) {
                              tile<decltype(mr)::value, decltype(np)::value>(a, m, p, cols);
-                           });
+                           }, MAX_ROWS);
 }
 
 }  // namespace zoo

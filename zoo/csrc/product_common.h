@@ -85,15 +85,17 @@ inline void over_groups(int64_t p0, int64_t p1, int64_t n_out, const F& f) {
   for (; p < p1; ++p) f(std::integral_constant<int, 1>{}, p, cols(p, 1));
 }
 
-// The schedule of a product over panels of 16 outputs: rows in blocks of four to six (one
-// block below four), as even as they can be; tasks of ``per_task`` panels over the threads;
-// block(m, mr, p0, p1) multiplies mr rows from row m by panels [p0, p1). With more than one
-// block of rows, a panel at a time goes through every block: it stays in L2 between them.
-// ``group`` panels at a time go through the blocks (the last group may be shorter).
+// The schedule of a product over panels of 16 outputs: rows in blocks of at most max_rows
+// (six unless a product says), as even as they can be; tasks of ``per_task`` panels over
+// the threads; block(m, mr, p0, p1) multiplies mr rows from row m by panels [p0, p1). With
+// more than one block of rows, a panel at a time goes through every block: it stays in L2
+// between them. ``group`` panels at a time go through the blocks (the last group may be
+// shorter).
 template <class Block>
 void over_panels(int64_t rows, int64_t n_out, int64_t per_task, const Block& block,
-                 int64_t group = 1) {
-  const int64_t blocks = (rows + 5) / 6, base = rows / blocks, longer = rows % blocks;
+                 int64_t group = 1, int64_t max_rows = 6) {
+  const int64_t blocks = (rows + max_rows - 1) / max_rows, base = rows / blocks,
+                longer = rows % blocks;
   const int64_t panels = (n_out + 15) / 16, tasks = (panels + per_task - 1) / per_task;
   at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -117,7 +119,7 @@ void over_panels(int64_t rows, int64_t n_out, int64_t per_task, const Block& blo
 // (over_groups); kernel(rows, panels, m, p, cols) with rows and panels std::integral_constants.
 template <class Panels, class Kernel>
 void schedule(int64_t rows, int64_t n_out, int64_t per_task, int64_t group,
-              const Kernel& kernel) {
+              const Kernel& kernel, int64_t max_rows = 6) {
   over_panels(
       rows, n_out, per_task,
       [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) {
@@ -128,7 +130,7 @@ void schedule(int64_t rows, int64_t n_out, int64_t per_task, int64_t group,
               });
         });
       },
-      group);
+      group, max_rows);
 }
 
 }  // namespace zoo::common
