@@ -168,8 +168,8 @@ class Plan(dict):
 
 def new_plan(attentions: list[nn.Module]) -> dict:
     """An empty plan for layers of these self-attentions (each layer's rotation found:
-    :func:`.step_positions.layer_rotations`), or the :class:`Refusal` saying the native step is not built
-    here (said once the layers are checked, which needs no library:
+    :func:`.step_positions.layer_rotations`), or the :class:`Refusal` saying the native
+    step is not built here (said once the layers are checked, which needs no library:
     :func:`seal_kept`). Its ``layers`` are ``torch.classes.zoo_decoder.Layer`` objects,
     each given its parts by name (:func:`add_layer`); ``k``, ``v``, ``cross_k`` and
     ``cross_v`` the buffers a call gives them."""
