@@ -28,11 +28,10 @@ def rotations_at(plan: dict, rotary: list, pos: int) -> list[torch.Tensor | None
         if m is None:
             out.append(None)
             continue
-        first, table = tables.get(id(m), (pos + 1, None))
-        if not first <= pos < first + (0 if table is None else table.shape[0]):
-            first, table = pos, rotation_matrices(m, pos, ROTATION_STEPS, width)
-            tables[id(m)] = first, table
-        out.append(table[pos - first])
+        kept = tables.get(id(m))  # (its first step, its matrices from there)
+        if kept is None or not kept[0] <= pos < kept[0] + kept[1].shape[0]:
+            kept = tables[id(m)] = pos, rotation_matrices(m, pos, ROTATION_STEPS, width)
+        out.append(kept[1][pos - kept[0]])
     return out
 
 
