@@ -399,11 +399,34 @@ def test_a_copied_or_moved_cache_decodes_natively(tmp_path):
         assert said.returncode == 0 and _STEP_RUNS in said.stdout, said.stdout + said.stderr
 
 
+def test_a_damaged_build_compiles_again_only_the_objects_that_changed(tmp_path):
+    """What zoo native build deletes of a damaged build before ninja runs: the objects
+    whose SHA-256 is not the recorded one; all of them where a ninja log changed or the
+    record (an older zoo's) names none."""
+    from zoo.native_record import outputs_to_redo, read_record, write_record
+
+    for name, text in (("a.o", "a"), ("b.o", "b"), (".ninja_log", "log"),
+                       (".ninja_deps", "deps"), ("x.so", "library")):
+        (tmp_path / name).write_text(text)
+    write_record(tmp_path / "SOURCES", "key", tmp_path / "x.so")
+    record = read_record(tmp_path / "SOURCES")
+    everything = sorted(tmp_path / n for n in ("a.o", "b.o", ".ninja_log", ".ninja_deps"))
+    assert outputs_to_redo(tmp_path, record) == []
+    (tmp_path / "b.o").write_text("b, cut")
+    assert outputs_to_redo(tmp_path, record) == [tmp_path / "b.o"]
+    (tmp_path / ".ninja_log").write_text("log, cut")
+    assert sorted(outputs_to_redo(tmp_path, record)) == everything
+    old = {k: v for k, v in record.items() if k != "outputs"}
+    (tmp_path / ".ninja_log").write_text("log")
+    assert sorted(outputs_to_redo(tmp_path, old)) == everything
+
+
 @needs_kernel
 def test_a_library_cut_short_or_replaced_is_not_loaded_and_is_built_again(tmp_path):
     """A library is checked against its build's record before it is loaded: cut short
     (which was a SIGBUS inside dlopen) or replaced by another library, it is said once
-    and decoding goes on without it; zoo native build builds it again."""
+    and decoding goes on without it; zoo native build builds it again, compiling only the
+    objects that are not the ones built."""
     files = _copy_of_the_built_cache(tmp_path)
     env = {"ZOO_NATIVE_CACHE": str(tmp_path)}
     products, step = files["zoo_products"], files["zoo_decoder_step"]
@@ -424,11 +447,16 @@ def test_a_library_cut_short_or_replaced_is_not_loaded_and_is_built_again(tmp_pa
     assert "zoo_decoder_step damaged" in said.stdout
     assert "zoo native build builds the damaged ones again" in said.stdout
     products.write_bytes(kept)  # whole again: only the step's library is built again
+    # of the step's objects, the one cut short is compiled again, the others are kept
+    cut_object, whole_object = step.parent / "packed_attention.o", step.parent / "step_ops.o"
+    cut_object.write_bytes(cut_object.read_bytes()[:1000])
+    whole_before = whole_object.stat().st_mtime_ns
     built = _zoo(["native", "build"], env)
     assert built.returncode == 0, built.stderr
     assert f"{step} is not the library that was built (cut short or replaced)" in built.stderr
     assert "compiling zoo_products" not in built.stderr
     assert step.read_bytes() != products.read_bytes()  # its own library again
+    assert cut_object.stat().st_size > 1000 and whole_object.stat().st_mtime_ns == whole_before
     ran = _zoo(["native", "status", "llama-tiny"], env)
     assert ran.returncode == 0 and _STEP_RUNS in ran.stdout, ran.stdout + ran.stderr
 

@@ -80,7 +80,7 @@ from typing import Callable
 
 from .env_settings import setting
 from .native_cache import KEPT_BUILDS, cache_root, prune_builds  # noqa: F401
-from .native_record import matches, read_record, write_record
+from .native_record import matches, outputs_to_redo, read_record, write_record
 
 CSRC = Path(__file__).with_name("csrc")
 """zoo's C++ sources, and the headers a plugin's library includes to call them."""
@@ -324,13 +324,14 @@ class NativeLibrary:
                 "some space there or mend that path, or set ZOO_NATIVE_CACHE to another folder")
 
     def _run_compiler(self, torch, cxx: str, folder: Path, say, damaged: bool) -> None:
+        record = read_record(folder / "SOURCES")
         (folder / "SOURCES").unlink(missing_ok=True)
         library = self.file(folder)  # linked again, never trusted as it was
         if library.is_dir() and not library.is_symlink():
             shutil.rmtree(library)  # a folder in its place, inside zoo's own cache folder
         library.unlink(missing_ok=True)
-        if damaged:  # its objects may be cut short too: all compiled again
-            for stale in (*folder.glob("*.o"), folder / ".ninja_deps", folder / ".ninja_log"):
+        if damaged:  # objects that are not the ones built are compiled again
+            for stale in outputs_to_redo(folder, record):
                 stale.unlink(missing_ok=True)
             say(f"{library} is not the library that was built (cut short or replaced); "
                 "building it again")
