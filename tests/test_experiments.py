@@ -79,7 +79,7 @@ def test_heads(tmp_path):
     assert [r["head dim"] for r in report.rows] == [32, 16, 8, 4, 2]
 
 
-@pytest.mark.slow(seconds=75)
+@pytest.mark.slow(seconds=25)
 def test_norms(tmp_path):
     report = _run("norms", tmp_path, 10, TINY_SORT)
     assert len(report.rows) == 5

@@ -15,15 +15,17 @@ from .context import Context, Trained, mean, mean_curve, metric_values
 
 
 def _time_layer(layers: dict[str, torch.nn.Module], width: int, rounds: int = 7) -> dict[str, float]:
-    """Median forward+backward time (µs) of each layer on (4096, width), interleaved."""
+    """Median forward+backward time (µs) of each layer on (4096, width), interleaved:
+    rounds of about the same work at each width (20 calls at 128, 2 at 2048)."""
     x = torch.randn(4096, width, requires_grad=True)
+    calls = max(2, 20 * 128 // width)
     times: dict[str, list[float]] = {name: [] for name in layers}
     for _ in range(rounds):
         for name, layer in layers.items():
             start = time.perf_counter()
-            for _ in range(20):
+            for _ in range(calls):
                 layer(x).sum().backward()
-            times[name].append((time.perf_counter() - start) / 20 * 1e6)
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
