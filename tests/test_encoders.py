@@ -483,13 +483,13 @@ def test_pairs_de_en_refuses_an_encoder_without_a_tokenizer(tmp_path):
                   overrides={"train.steps": 1})
 
 
-@pytest.mark.slow(seconds=110)
+@pytest.mark.slow(seconds=70)
 def test_fine_tuning_the_real_minilm_on_translation_pairs_raises_its_retrieval(minilm,
                                                                                   tmp_path):
     """zoo train pairs-de-en --set model=local-dir:MINILM: in-batch negatives on the
     dictionary's German-English pairs. all-MiniLM-L6-v2 knows English only: it finds the
-    translation of 9% of the held-out German sentences (measured), and several times more
-    after 100 steps."""
+    translation of 6-9% of the held-out German sentences (measured), and several times more
+    after 60 steps (32.5% measured; 29% after 40)."""
     from zoo.plugins.tasks.translate import DATA
 
     if not DATA.is_file():
@@ -497,11 +497,11 @@ def test_fine_tuning_the_real_minilm_on_translation_pairs_raises_its_retrieval(m
     folder, model = minilm
     sizes = {"task.valid_size": 200, "task.test_size": 200}
     result = zoo.train("pairs-de-en", run_dir=tmp_path / "run", progress=False, overrides={
-        "model": f"local-dir:{folder}", "train.steps": 100, "train.eval_every": 100,
+        "model": f"local-dir:{folder}", "train.steps": 60, "train.eval_every": 60,
         "schedule.warmup_steps": 10, **sizes})
     before = result.task.evaluate(model, "test")["retrieval@1"]
     after = result.metrics["retrieval@1"]
-    assert before < 0.2 and after > 2 * before and after > 0.3, (before, after)
+    assert before < 0.2 and after > 3 * before and after > 0.25, (before, after)
     assert (result.run_dir / "tokenizer" / "tokenizer.json").is_file()
     # the run, exported as a BERT folder with its tokenizer, embeds with zoo embed
     done = run_zoo("export", str(result.run_dir), "--format", "transformers", "--out",
