@@ -306,8 +306,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     * (weight + offset), its statistics in float32 and the result in x's dtype: what the
     norm plugin's ``rmsnorm`` and attention's per-head query and key norms compute.
     Gemma's norms store weight - 1 (``offset`` 1: a weight of zeros is the identity), and
-    scale in float32 before the cast. In float32, torch's own kernel (the same values,
-    and forward and backward together twice as fast on a CPU at width 128)."""
+    scale in float32 before the cast. In float32, torch's own ``F.rms_norm`` (the same
+    values; forward and backward together 12-15% faster on an AVX2 CPU at widths 128-768)."""
     if x.dtype == weight.dtype == torch.float32 and not torch.onnx.is_in_onnx_export():
         return F.rms_norm(x, (x.shape[-1],), weight + offset if offset else weight, eps)
     h = x.float()
