@@ -176,9 +176,10 @@ def test_a_trained_run_carries_its_recipe_metrics_and_card(tmp_path):
 # -- push / pull through the Hub API --------------------------------------------------------------
 @pytest.mark.parametrize("name", SMALL + [pytest.param("transformer-base", marks=pytest.mark.slow)])
 def test_push_then_pull_gives_the_same_model(name, hub):
-    """The small recipes and one of real size: a push is save_pretrained's folder sent
-    and a pull reads it back as a folder, so each recipe's own files are held by
-    test_save_then_load_gives_the_same_model (every recipe; here, all took 90 s)."""
+    """The small recipes and one of real size: a push sends save_pretrained's folder and a
+    pull reads it back as a folder, so each recipe's own files are held by
+    test_save_then_load_gives_the_same_model, over every recipe (pushing them all here
+    too took 90 s of the tests' time)."""
     model = zoo.build(name)
     info = zoo.push_to_hub(model, f"alice/{name}")
     assert info.oid in hub.state.repos[f"alice/{name}"].commits
