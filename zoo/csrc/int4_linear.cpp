@@ -162,7 +162,7 @@ __attribute__((target("avx2,fma,f16c"))) void tile(const Product& a, int64_t m, 
 struct Panels {
   static constexpr int of(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
 };
-constexpr int64_t MAX_ROWS = 4;
+constexpr int MAX_ROWS = 4;
 
 }  // namespace
 
@@ -239,10 +239,11 @@ void int4_product(const at::Tensor& x, const at::Tensor& packed, const float* bi
   });
   const Product a{xq.data(), xd.data(), xsum.data(), packed.data_ptr<uint8_t>() + HEADER,
                   bias, y.data_ptr<float>(), K, n_out, groups, (n_out + NR - 1) / NR};
-  common::schedule<Panels>(rows, n_out, PER_TASK, 1,
-                           [&](auto mr, auto np, int64_t m, int64_t p, int64_t cols) {
-                             tile<decltype(mr)::value, decltype(np)::value>(a, m, p, cols);
-                           }, MAX_ROWS);
+  common::schedule<Panels, MAX_ROWS>(rows, n_out, PER_TASK, 1,
+                                     [&](auto mr, auto np, int64_t m, int64_t p, int64_t cols) {
+                                       tile<decltype(mr)::value, decltype(np)::value>(a, m, p,
+                                                                                     cols);
+                                     });
 }
 
 }  // namespace zoo

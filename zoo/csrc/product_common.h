@@ -57,17 +57,18 @@ inline at::Tensor bias_only(at::Tensor& y, const std::optional<at::Tensor>& bias
   return bias.has_value() && bias->defined() ? y.copy_(*bias) : y.zero_();
 }
 
-// f(std::integral_constant<int, mr>{}) for a block of mr rows (1 to 6; more run as 6): the
-// kernels' row counts are template arguments.
-template <class F>
+// f(std::integral_constant<int, mr>{}) for a block of mr rows (1 to MAX, at most 6; more run
+// as MAX): the kernels' row counts are template arguments, none above MAX made.
+template <int MAX = 6, class F>
 inline void with_rows(int64_t mr, const F& f) {
+  static_assert(1 <= MAX && MAX <= 6, "blocks of 1 to 6 rows");
   switch (mr) {
     case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    default: return f(std::integral_constant<int, 6>{});
+    case 2: return f(std::integral_constant<int, std::min(2, MAX)>{});
+    case 3: return f(std::integral_constant<int, std::min(3, MAX)>{});
+    case 4: return f(std::integral_constant<int, std::min(4, MAX)>{});
+    case 5: return f(std::integral_constant<int, std::min(5, MAX)>{});
+    default: return f(std::integral_constant<int, MAX>{});
   }
 }
 
@@ -114,23 +115,24 @@ void over_panels(int64_t rows, int64_t n_out, int64_t per_task, const Block& blo
   });
 }
 
-// The whole schedule of a product: its blocks of rows and tasks of panels (over_panels), each
-// block's rows a template argument (with_rows), its panels Panels::of(MR) at a time
-// (over_groups); kernel(rows, panels, m, p, cols) with rows and panels std::integral_constants.
-template <class Panels, class Kernel>
+// The whole schedule of a product: its blocks of at most MAX_ROWS rows and tasks of panels
+// (over_panels), each block's rows a template argument (with_rows), its panels
+// Panels::of(MR) at a time (over_groups); kernel(rows, panels, m, p, cols) with rows and
+// panels std::integral_constants.
+template <class Panels, int MAX_ROWS = 6, class Kernel>
 void schedule(int64_t rows, int64_t n_out, int64_t per_task, int64_t group,
-              const Kernel& kernel, int64_t max_rows = 6) {
+              const Kernel& kernel) {
   over_panels(
       rows, n_out, per_task,
       [&](int64_t m, int64_t mr, int64_t p0, int64_t p1) {
-        with_rows(mr, [&](auto rows_c) {
+        with_rows<MAX_ROWS>(mr, [&](auto rows_c) {
           over_groups<Panels::of(decltype(rows_c)::value)>(
               p0, p1, n_out, [&](auto panels_c, int64_t p, int64_t cols) {
                 kernel(rows_c, panels_c, m, p, cols);
               });
         });
       },
-      group, max_rows);
+      group, MAX_ROWS);
 }
 
 }  // namespace zoo::common
