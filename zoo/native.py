@@ -52,7 +52,9 @@ its own (the static decoder's whole decoding step,
   works; its size and SHA-256 are recorded at the build and checked before it is
   loaded, and one that does not match (cut short by a full disk or a kill, or
   replaced) is not loaded but built again by ``zoo native build``, from those of its
-  objects that are still the ones built (recorded the same way).
+  objects that are still the ones built (recorded the same way) and, by ninja's rule
+  of files' times, newer than their sources (not so after a fresh clone beside an
+  earlier build of the same sources: all are compiled again then).
 - **Failures** are said once, naming the log; a failed build is not loaded and is
   tried again by the next ``zoo native build``, or after a change of compiler (a new
   folder) or of its sources. A build that another process holds is waited for with
