@@ -546,8 +546,10 @@ def test_fashion_mnist_vit_learns_in_two_short_epochs(tmp_path):
 @pytest.mark.slow(seconds=220)
 def test_zoo_train_sort_reaches_the_articles_accuracy(tmp_path):
     """The README's main job, with the article's settings: 99.9% held-out token accuracy
-    within 50 epochs (the run stops once validation reaches 99.95%)."""
-    result = zoo.train("sort", run_dir=tmp_path / "sort", progress=False)
+    within 50 epochs (the recipe goes on to 99.95%; the test stops at the article's 99.9%,
+    an epoch earlier)."""
+    result = zoo.train("sort", run_dir=tmp_path / "sort", progress=False,
+                       overrides={"train.target": 0.999})
     assert result.metrics["token_accuracy"] >= 0.999, result.metrics
     epochs = rows(result.run_dir, "valid")[-1]["epoch"]
     assert epochs <= 50
