@@ -4,6 +4,8 @@ plugin packages installed (really, with pip) into a temporary folder."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import subprocess
 import sys
@@ -140,18 +142,111 @@ def with_plugins(plugin_site, monkeypatch):
 
 def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | None = None,
             input: str | None = None):
-    """Run the installed ``zoo`` command line in a fresh process (``input``: its standard
-    input)."""
+    """Run the installed ``zoo`` command line (``python -m zoo``) in a process of its own
+    (``input``: its standard input): forked from one that has imported torch already
+    (:func:`_forked_zoo`) where ``env`` and ``pythonpath`` leave what that import read
+    as it was, else a fresh interpreter."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     if pythonpath is not None:
         full_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(pythonpath), full_env.get("PYTHONPATH")) if p
         )
+    if _FORK and _read_at_import(full_env) == _forkserver_env():
+        return _forked_zoo(list(args), full_env, input)
     return subprocess.run(
         [sys.executable, "-m", "zoo", *args], capture_output=True, text=True, env=full_env,
         input=input,
     )
+
+
+_FORK = os.environ.get("ZOO_TESTS_FORK", "1") != "0" and sys.platform == "linux"
+"""Runs of the command line forked from a process that imported torch (``ZOO_TESTS_FORK=0``:
+each in a fresh interpreter)."""
+
+_AT_IMPORT = ("OMP_", "GOMP_", "KMP_", "MKL_", "DNNL_", "ONEDNN_", "OPENBLAS", "ATEN_",
+              "TORCH", "PYTORCH", "CUDA", "NVIDIA", "LD_", "PYTHON", "MALLOC", "TMP")
+"""How the names of the variables that ``import torch`` (or a C library it loads) may read
+begin: a run that sets any of them otherwise than the fork server had needs a fresh
+interpreter."""
+
+
+def _read_at_import(environ) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k.upper().startswith(_AT_IMPORT)}
+
+
+_CHILD = """
+import atexit, os, runpy, sys
+os.environ.clear()
+os.environ.update(run["env"])
+os.chdir(run["cwd"])
+for stream in (sys.stdout, sys.stderr):
+    stream.flush()
+for fd, name, flags in ((0, "in", os.O_RDONLY), (1, "out", os.O_WRONLY),
+                        (2, "err", os.O_WRONLY)):
+    opened = os.open(run[name], flags)
+    os.dup2(opened, fd)
+    os.close(opened)
+sys.stdin = open(0, closefd=False)
+sys.path[:] = run["path"]
+sys.argv = ["zoo", *run["args"]]
+try:
+    runpy.run_module("zoo", run_name="__main__", alter_sys=True)
+finally:
+    atexit._run_exitfuncs()
+"""
+"""What a forked run does: the call's environment, folder, streams and ``sys.path``, then
+``python -m zoo`` as the interpreter runs it, exit handlers included."""
+
+
+@functools.cache
+def _fork_server():
+    """The standard library's fork server, started now with torch imported, and the
+    variables its import read."""
+    import multiprocessing
+    import multiprocessing.forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch"])
+    multiprocessing.forkserver.ensure_running()
+    return context, _read_at_import(os.environ)
+
+
+def _forkserver_env() -> dict[str, str]:
+    return _fork_server()[1]
+
+
+@functools.cache
+def _fresh_path() -> tuple[str, ...]:
+    """A fresh interpreter's ``sys.path`` past its first entry (the working folder)."""
+    said = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps("
+                           "sys.path[1:]))"], capture_output=True, text=True, check=True)
+    return tuple(json.loads(said.stdout))
+
+
+def _forked_zoo(args: list[str], env: dict[str, str], input: str | None):
+    """``python -m zoo args`` in a child of a process that imported torch once (the
+    standard library's fork server): the 2-4 s of that import, paid by each of some
+    hundred runs of the command line in the tests, are paid once a worker. The child
+    runs the command as a fresh interpreter does, from the call's environment, folder,
+    standard input and ``sys.path``; its output is captured in files."""
+    import tempfile
+
+    context = _fork_server()[0]
+    with tempfile.TemporaryDirectory(prefix="zoo-run-") as folder:
+        run = {name: str(Path(folder) / name) for name in ("in", "out", "err")}
+        Path(run["in"]).write_text(input or "")
+        for name in ("out", "err"):
+            Path(run[name]).touch()
+        run.update(env=env, cwd=os.getcwd(), path=[os.getcwd(), *_fresh_path()], args=args)
+        child = context.Process(target=exec, args=(_CHILD, {"__name__": "__zoo_run__",
+                                                             "run": run}))
+        child.start()
+        child.join()
+        return subprocess.CompletedProcess(
+            [sys.executable, "-m", "zoo", *args], child.exitcode,
+            Path(run["out"]).read_text(errors="replace"),
+            Path(run["err"]).read_text(errors="replace"))
 
 
 def pytest_sessionstart(session):
