@@ -141,23 +141,33 @@ def with_plugins(plugin_site, monkeypatch):
 
 
 def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | None = None,
-            input: str | None = None):
+            input: str | None = None, timeout: float | None = None):
     """Run the installed ``zoo`` command line (``python -m zoo``) in a process of its own
-    (``input``: its standard input): forked from one that has imported torch already
-    (:func:`_forked_zoo`) where ``env`` and ``pythonpath`` leave what that import read
-    as it was, else a fresh interpreter."""
+    (``input``: its standard input; past ``timeout`` seconds it is killed and
+    ``subprocess.TimeoutExpired`` raised): forked from one that has imported torch already
+    (:func:`_forked`) where ``env`` and ``pythonpath`` leave what that import read as it
+    was, else a fresh interpreter."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     if pythonpath is not None:
         full_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(pythonpath), full_env.get("PYTHONPATH")) if p
         )
-    if _FORK and _read_at_import(full_env) == _forkserver_env():
-        return _forked_zoo(list(args), full_env, input)
-    return subprocess.run(
-        [sys.executable, "-m", "zoo", *args], capture_output=True, text=True, env=full_env,
-        input=input,
-    )
+    return _run(["-m", "zoo", *args], full_env, input, timeout)
+
+
+def run_python(code: str, *args: str, env: dict[str, str] | None = None,
+               timeout: float | None = None):
+    """``python -c code args`` in a process of its own, as :func:`run_zoo` runs the
+    command line."""
+    return _run(["-c", code, *args], {**os.environ, **(env or {})}, None, timeout)
+
+
+def _run(argv: list[str], env: dict[str, str], input: str | None, timeout: float | None):
+    if _FORK and _read_at_import(env) == _forkserver_env():
+        return _forked(argv, env, input, timeout)
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env,
+                          input=input, timeout=timeout)
 
 
 _FORK = os.environ.get("ZOO_TESTS_FORK", "1") != "0" and sys.platform == "linux"
@@ -189,14 +199,18 @@ for fd, name, flags in ((0, "in", os.O_RDONLY), (1, "out", os.O_WRONLY),
     os.close(opened)
 sys.stdin = open(0, closefd=False)
 sys.path[:] = run["path"]
-sys.argv = ["zoo", *run["args"]]
+sys.argv = run["argv"]
 try:
-    runpy.run_module("zoo", run_name="__main__", alter_sys=True)
+    if run["code"] is None:
+        runpy.run_module("zoo", run_name="__main__", alter_sys=True)
+    else:
+        exec(compile(run["code"], "<string>", "exec"), {"__name__": "__main__"})
 finally:
     atexit._run_exitfuncs()
 """
 """What a forked run does: the call's environment, folder, streams and ``sys.path``, then
-``python -m zoo`` as the interpreter runs it, exit handlers included."""
+``python -m zoo`` or ``python -c code`` as the interpreter runs them, exit handlers
+included."""
 
 
 @functools.cache
@@ -224,12 +238,13 @@ def _fresh_path() -> tuple[str, ...]:
     return tuple(json.loads(said.stdout))
 
 
-def _forked_zoo(args: list[str], env: dict[str, str], input: str | None):
-    """``python -m zoo args`` in a child of a process that imported torch once (the
-    standard library's fork server): the 2-4 s of that import, paid by each of some
-    hundred runs of the command line in the tests, are paid once a worker. The child
-    runs the command as a fresh interpreter does, from the call's environment, folder,
-    standard input and ``sys.path``; its output is captured in files."""
+def _forked(argv: list[str], env: dict[str, str], input: str | None,
+            timeout: float | None):
+    """``python *argv`` (``-m zoo ...`` or ``-c code ...``) in a child of a process that
+    imported torch once (the standard library's fork server): the 2-4 s of that import,
+    paid by each of some hundred runs in the tests, are paid once a worker. The child
+    runs as a fresh interpreter does, from the call's environment, folder, standard
+    input and ``sys.path``; its output is captured in files."""
     import tempfile
 
     context = _fork_server()[0]
@@ -238,15 +253,23 @@ def _forked_zoo(args: list[str], env: dict[str, str], input: str | None):
         Path(run["in"]).write_text(input or "")
         for name in ("out", "err"):
             Path(run[name]).touch()
-        run.update(env=env, cwd=os.getcwd(), path=[os.getcwd(), *_fresh_path()], args=args)
+        module = argv[0] == "-m"
+        run.update(env=env, cwd=os.getcwd(), code=None if module else argv[1],
+                   path=[os.getcwd() if module else "", *_fresh_path()],
+                   argv=["zoo", *argv[2:]] if module else ["-c", *argv[2:]])
         child = context.Process(target=exec, args=(_CHILD, {"__name__": "__zoo_run__",
                                                              "run": run}))
         child.start()
-        child.join()
-        return subprocess.CompletedProcess(
-            [sys.executable, "-m", "zoo", *args], child.exitcode,
-            Path(run["out"]).read_text(errors="replace"),
-            Path(run["err"]).read_text(errors="replace"))
+        child.join(timeout)
+        timed_out = child.exitcode is None
+        if timed_out:
+            child.kill()
+            child.join()
+        out, err = (Path(run[name]).read_text(errors="replace") for name in ("out", "err"))
+        command = [sys.executable, *argv]
+        if timed_out:
+            raise subprocess.TimeoutExpired(command, timeout, out, err)
+        return subprocess.CompletedProcess(command, child.exitcode, out, err)
 
 
 def pytest_sessionstart(session):

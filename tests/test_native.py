@@ -21,6 +21,8 @@ from zoo import derived, native
 from zoo.derived import fixed_weights
 from zoo.ops import Linear
 
+from .conftest import run_zoo
+
 CAN_BUILD = (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
              and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
              and shutil.which(os.environ.get("CXX", "c++")) is not None)
@@ -257,8 +259,7 @@ def _in_a_fresh_process(env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 def _zoo(args: list[str], env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "zoo", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=timeout)
+    return run_zoo(*args, env=env, timeout=timeout)
 
 
 def _fake_compiler(path, body: str) -> str:
@@ -486,23 +487,19 @@ def test_zoo_env_and_zoo_native_report_the_native_libraries_without_compiling(tm
 
     if not native.available():
         pytest.skip("zoo's native libraries do not run here")
-    report = subprocess.run([sys.executable, "-m", "zoo", "env", "--json"], capture_output=True,
-                            text=True, timeout=300)
+    report = run_zoo("env", "--json", timeout=300)
     libraries = json.loads(report.stdout)["native_libraries"]
     assert libraries["state"] == "built" and libraries["folder"] == native.status()["folder"]
     assert libraries["missing"] == []
     # a cache of its own has none yet: said, and nothing compiled
-    env = {**os.environ, "ZOO_NATIVE_CACHE": str(tmp_path)}
-    said = subprocess.run([sys.executable, "-m", "zoo", "native", "status"], capture_output=True,
-                          text=True, env=env, timeout=300)
+    env = {"ZOO_NATIVE_CACHE": str(tmp_path)}
+    said = run_zoo("native", "status", env=env, timeout=300)
     assert said.returncode == 0 and "not built" in said.stdout
     assert not list(tmp_path.iterdir())
-    text = subprocess.run([sys.executable, "-m", "zoo", "env"], capture_output=True, text=True,
-                          env=env, timeout=300).stdout
+    text = run_zoo("env", env=env, timeout=300).stdout
     assert "zoo's native libraries: not built" in text and "zoo native build" in text
     # of one model: whether the step decodes it, and why not, as its gate said it
-    said = subprocess.run([sys.executable, "-m", "zoo", "native", "status", "transformer-tiny"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    said = run_zoo("native", "status", "transformer-tiny", env=env, timeout=300)
     assert said.returncode == 0, said.stderr
     assert "transformer-tiny: the native step does not run this model: its library is not " \
            "built here" in said.stdout
@@ -511,8 +508,7 @@ def test_zoo_env_and_zoo_native_report_the_native_libraries_without_compiling(tm
                        (f"local-dir:{tmp_path / 'shaw'}", "does not run this model: layer 0's "
                                                           "attention holds positions"),
                        ("vit-tiny-patch4-28", "this is an image-classifier model")):
-        said = subprocess.run([sys.executable, "-m", "zoo", "native", "status", name],
-                              capture_output=True, text=True, timeout=300)
+        said = run_zoo("native", "status", name, timeout=300)
         assert said.returncode == 0 and f"{name}: " in said.stdout and says in said.stdout, \
             said.stdout + said.stderr
 

@@ -20,16 +20,16 @@ import zoo
 from zoo.artifact import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 from zoo.training.checkpoint import latest_checkpoint
 
-from .conftest import run_zoo
+from .conftest import run_python, run_zoo
 from .test_training import TINY, rows
 
 SEEDED = "import torch; torch.manual_seed({seed}); import zoo\n"
 
 
 def python(code: str, *args: str, timeout: float = 120, env: dict | None = None):
-    """Run ``code`` in a fresh interpreter; a hang fails the test instead of hanging it."""
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    """Run ``code`` in a process of its own (:func:`run_python`); a hang fails the test
+    instead of hanging it."""
+    return run_python(code, *map(str, args), timeout=timeout, env=env)
 
 
 def tiny(seed: int, **overrides):

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -115,8 +113,7 @@ def test_recipe_paths_that_are_not_regular_files_are_refused_at_once(tmp_path, c
     zero = tmp_path / "zero.yaml"
     zero.symlink_to("/dev/zero")
     for path, kind in ((fifo, "named pipe"), (zero, "character device"),):
-        done = subprocess.run([sys.executable, "-m", "zoo", *command, str(path)],
-                              capture_output=True, text=True, timeout=60)
+        done = run_zoo(*command, str(path), timeout=60)
         assert done.returncode == 2 and kind in done.stderr and "regular file" in done.stderr
         assert "Traceback" not in done.stderr
     with pytest.raises(zoo.RecipeError, match="named pipe"):
