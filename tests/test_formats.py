@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 import zoo
 from zoo.export import export
 
-from .conftest import run_zoo
+from .conftest import run_python, run_zoo
 from .formats import build_vit, marian_with_tokenizer, padded_batch, save_family
 from .test_hub import hub  # noqa: F401  (the Hub-API server fixture)
 
@@ -350,8 +350,6 @@ def test_a_crafted_pickle_is_refused_unopened_with_the_converting_command(tmp_pa
 
 def test_the_converting_command_gives_a_folder_zoo_loads_with_its_head(tmp_path):
     import shlex
-    import subprocess
-    import sys
 
     hf, tokenizer = marian_with_tokenizer(tmp_path / "m", _lines()[:400], vocab_size=90)
     (tmp_path / "m" / "model.safetensors").unlink()  # the weights as an older save kept them
@@ -361,8 +359,7 @@ def test_the_converting_command_gives_a_folder_zoo_loads_with_its_head(tmp_path)
     command = str(info.value).split("with: ", 1)[1]
     argv = shlex.split(command)
     assert argv[:2] == ["python", "-c"]
-    done = subprocess.run([sys.executable, "-c", argv[2]], capture_output=True, text=True,
-                          timeout=300)
+    done = run_python(argv[2], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     model = zoo.build(f"local-dir:{tmp_path / 'm'}-safetensors").eval()
     src = tokenizer(["Guten Morgen", "Wie geht es dir?"], return_tensors="pt", padding=True)

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 import zoo
 from zoo.artifact import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 
-from .conftest import run_zoo
+from .conftest import run_python, run_zoo
 from .hubserver import HubServer
 
 SMALL = ["transformer-tiny", "transformer-small", "vit-tiny-patch4-28", "vit-tiny-patch16-224",
@@ -358,13 +358,11 @@ def test_offline_with_a_filled_cache_loads_in_a_fresh_process(hub, tmp_path):
         "print('same')\n"
     )
     hub.stop()  # nothing answers any more: the cache alone must do
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "io.pt")], env=env,
-                          capture_output=True, text=True)
+    env = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    done = run_python(script, str(tmp_path / "io.pt"), env=env)
     assert done.returncode == 0 and "same" in done.stdout, done.stderr
     env["HF_HUB_CACHE"] = str(tmp_path / "empty")
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "io.pt")], env=env,
-                          capture_output=True, text=True)
+    done = run_python(script, str(tmp_path / "io.pt"), env=env)
     assert done.returncode != 0
     assert "not in the local Hub cache" in done.stderr and "HF_HUB_OFFLINE" in done.stderr
 

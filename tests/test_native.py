@@ -21,7 +21,7 @@ from zoo import derived, native
 from zoo.derived import fixed_weights
 from zoo.ops import Linear
 
-from .conftest import run_zoo
+from .conftest import run_python, run_zoo
 
 CAN_BUILD = (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
              and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
@@ -254,8 +254,7 @@ def _in_a_fresh_process(env: dict[str, str]) -> subprocess.CompletedProcess:
             "x = torch.randn(1, 8); l = Linear(8, 4).eval()\n"
             "with torch.no_grad(): torch.testing.assert_close(l(x), torch.nn.functional.linear("
             "x, l.weight, l.bias), rtol=1e-5, atol=1e-5)")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=300)
+    return run_python(code, env=env, timeout=300)
 
 
 def _zoo(args: list[str], env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ from zoo.training import schedules
 from zoo.training.checkpoint import latest_checkpoint, load_checkpoint
 from zoo.training.config import TrainRecipe, apply_train_overrides, get_train_recipe
 
-from .conftest import run_zoo
+from .conftest import run_python, run_zoo
 
 TINY = {
     "model.d_model": 32, "model.n_heads": 2, "model.encoder_layers": 1,
@@ -278,8 +278,7 @@ zoo.train("sort", overrides=json.loads(sys.argv[2]), run_dir=sys.argv[1], progre
 def test_a_process_killed_while_saving_leaves_the_previous_checkpoint(tmp_path):
     overrides = {**TINY, "train.steps": 30, "train.checkpoint_every": 10}
     script = "import json\n" + KILLER
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run"),
-                           json.dumps(overrides)], capture_output=True, text=True)
+    proc = run_python(script, str(tmp_path / "run"), json.dumps(overrides))
     assert proc.returncode == 9, proc.stderr
     latest = latest_checkpoint(tmp_path / "run")
     assert latest is not None and latest.name == "step-00000010"
