@@ -157,17 +157,18 @@ def run_zoo(*args: str, env: dict[str, str] | None = None, pythonpath: Path | No
 
 
 def run_python(code: str, *args: str, env: dict[str, str] | None = None,
-               timeout: float | None = None):
-    """``python -c code args`` in a process of its own, as :func:`run_zoo` runs the
-    command line."""
-    return _run(["-c", code, *args], {**os.environ, **(env or {})}, None, timeout)
+               timeout: float | None = None, cwd: Path | None = None):
+    """``python -c code args`` in a process of its own (in folder ``cwd``), as
+    :func:`run_zoo` runs the command line."""
+    return _run(["-c", code, *args], {**os.environ, **(env or {})}, None, timeout, cwd)
 
 
-def _run(argv: list[str], env: dict[str, str], input: str | None, timeout: float | None):
+def _run(argv: list[str], env: dict[str, str], input: str | None, timeout: float | None,
+         cwd: Path | None = None):
     if _FORK and _read_at_import(env) == _forkserver_env():
-        return _forked(argv, env, input, timeout)
+        return _forked(argv, env, input, timeout, cwd)
     return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env,
-                          input=input, timeout=timeout)
+                          input=input, timeout=timeout, cwd=cwd)
 
 
 _FORK = os.environ.get("ZOO_TESTS_FORK", "1") != "0" and sys.platform == "linux"
@@ -239,7 +240,7 @@ def _fresh_path() -> tuple[str, ...]:
 
 
 def _forked(argv: list[str], env: dict[str, str], input: str | None,
-            timeout: float | None):
+            timeout: float | None, cwd: Path | None):
     """``python *argv`` (``-m zoo ...`` or ``-c code ...``) in a child of a process that
     imported torch once (the standard library's fork server): the 2-4 s of that import,
     paid by each of some hundred runs in the tests, are paid once a worker. The child
@@ -253,9 +254,9 @@ def _forked(argv: list[str], env: dict[str, str], input: str | None,
         Path(run["in"]).write_text(input or "")
         for name in ("out", "err"):
             Path(run[name]).touch()
-        module = argv[0] == "-m"
-        run.update(env=env, cwd=os.getcwd(), code=None if module else argv[1],
-                   path=[os.getcwd() if module else "", *_fresh_path()],
+        module, where = argv[0] == "-m", str(cwd or os.getcwd())
+        run.update(env=env, cwd=where, code=None if module else argv[1],
+                   path=[where if module else "", *_fresh_path()],
                    argv=["zoo", *argv[2:]] if module else ["-c", *argv[2:]])
         child = context.Process(target=exec, args=(_CHILD, {"__name__": "__zoo_run__",
                                                              "run": run}))

@@ -10,6 +10,8 @@ import pytest
 
 import zoo
 
+from .conftest import run_python
+
 ROOT = Path(__file__).parents[1]
 
 
@@ -99,8 +101,7 @@ def _examples() -> list:
 
 @pytest.mark.parametrize("code", _examples())
 def test_every_worked_example_in_the_docs_runs(code, tmp_path):
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+    done = run_python(code, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "passed" in done.stdout or "torch.Size" in done.stdout or done.stdout.strip()
 
